@@ -1,0 +1,53 @@
+# Strata — every developer and CI entry point. `make demo` and `make test` work on a fresh
+# machine: they build what they need (Rust workspace, control-plane components from Go modules)
+# and cache it under $(STRATA_CACHE).
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+STRATA_CACHE ?= $(HOME)/.cache/strata
+export CARGO_TARGET_DIR ?= $(STRATA_CACHE)/cargo-target
+export STRATA_BIN_DIR := $(CARGO_TARGET_DIR)/debug
+# Two cores: one cargo job graph at a time, never parallel cargo invocations.
+CARGO ?= cargo
+
+.PHONY: all build demo test lint unit e2e plane-build bench crds fmt clean-plane help
+
+all: build
+
+help:
+	@echo "make demo   start the local control plane, run every service, apply a sample"
+	@echo "make test   lint + unit tests + end-to-end tests on the local control plane"
+	@echo "make lint | unit | e2e | bench | crds | fmt"
+
+build:
+	$(CARGO) build --workspace --bins
+
+plane-build:
+	bash e2e/plane/build.sh >/dev/null
+
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+# Unit, table and golden tests: everything except the end-to-end tier.
+unit:
+	$(CARGO) test --workspace --exclude strata-e2e
+
+# End-to-end tests against one shared local control plane.
+e2e: build plane-build
+	$(CARGO) test -p strata-e2e --no-run
+	scripts/with-plane.sh $(CARGO) test -p strata-e2e -- --test-threads=2
+
+test: lint unit e2e
+
+demo: build plane-build
+	$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR)
+
+bench:
+	@echo "bench: no benchmarks yet; each component issue adds its own (results in docs/benchmarks.md)"
+
+crds:
+	@echo "crds: no CRD types in the workspace yet (AddonsLayer and the rollout CRDs add them)"
+
+fmt:
+	$(CARGO) fmt --all

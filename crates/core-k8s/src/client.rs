@@ -1,0 +1,36 @@
+//! Building a Kubernetes client from the common flags.
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::{CommonArgs, Error, Result};
+
+/// Client configuration from, in order: `--kubeconfig`/$KUBECONFIG (with `--context`), else
+/// the in-cluster service account, else `~/.kube/config`.
+pub async fn config(args: &CommonArgs) -> Result<Config> {
+    let options = KubeConfigOptions {
+        context: args.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    match (&args.kubeconfig, &args.context) {
+        (Some(path), _) => {
+            let kubeconfig = Kubeconfig::read_from(path)
+                .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))
+        }
+        (None, Some(_)) => Config::from_kubeconfig(&options)
+            .await
+            .map_err(|e| Error::Kubeconfig(e.to_string())),
+        (None, None) => Config::infer()
+            .await
+            .map_err(|e| Error::Kubeconfig(e.to_string())),
+    }
+}
+
+/// A client built from [`config`].
+pub async fn client(args: &CommonArgs) -> Result<Client> {
+    let config = config(args).await?;
+    Client::try_from(config).map_err(|e| Error::Kubeconfig(format!("building client: {e}")))
+}

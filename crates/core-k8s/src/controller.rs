@@ -1,0 +1,117 @@
+//! A leader-gated controller loop over one kind, with the shared reconcile metrics.
+//!
+//! Every replica runs the watch (so its cache is warm and `/readyz` is honest), but only the
+//! leader reconciles. When a replica becomes leader, every object is reconciled once, so
+//! nothing that changed during the hand-over is missed.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::watcher;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+use crate::runtime::Context;
+
+/// An error a reconcile can return: it says which metrics category it belongs to.
+pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
+    fn category(&self) -> &'static str;
+}
+
+impl ReconcileError for crate::Error {
+    fn category(&self) -> &'static str {
+        crate::Error::category(self)
+    }
+}
+
+/// Runs a controller for `K` until the runtime's shutdown token fires.
+///
+/// `cache` names the cache for `/readyz`; `reconcile` is called only while leading.
+pub async fn run<K, F, Fut, E>(
+    ctx: Arc<Context>,
+    cache: &str,
+    api: Api<K>,
+    config: watcher::Config,
+    reconcile: F,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: ReconcileError,
+{
+    let controller = Controller::new(api, config);
+    let ready = ctx.readiness.register(cache.to_string());
+    let store = controller.store();
+    tokio::spawn(async move {
+        // The store's readiness signal wakes only its most recent waiter, and the controller
+        // itself waits on it too; re-polling with a short timeout sees the memoised value.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+                Ok(Ok(())) => {
+                    ready.ready();
+                    break;
+                }
+                Ok(Err(_)) => break,
+                Err(_) => continue,
+            }
+        }
+    });
+
+    // Reconcile everything once on each gain of leadership.
+    let leadership = ctx.leadership.subscribe();
+    let became_leader = futures::stream::unfold(leadership, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if *rx.borrow_and_update() {
+                return Some(((), rx));
+            }
+        }
+    });
+
+    let reconcile = Arc::new(reconcile);
+    let gated = move |object: Arc<K>, ctx: Arc<Context>| {
+        let reconcile = reconcile.clone();
+        async move {
+            if !ctx.leadership.is_leader() {
+                return Ok(Action::await_change());
+            }
+            let started = Instant::now();
+            ctx.metrics.reconcile_total.inc();
+            let result = reconcile(object, ctx.clone()).await;
+            ctx.metrics
+                .reconcile_duration_seconds
+                .observe(started.elapsed().as_secs_f64());
+            result
+        }
+    };
+    let error_policy = |_: Arc<K>, error: &E, ctx: Arc<Context>| {
+        ctx.metrics.observe_error(error.category());
+        Action::requeue(Duration::from_secs(5))
+    };
+
+    let cache = cache.to_string();
+    controller
+        .reconcile_all_on(became_leader)
+        .graceful_shutdown_on(ctx.shutdown.clone().cancelled_owned())
+        .run(gated, error_policy, ctx.clone())
+        .for_each(|result| {
+            let cache = cache.clone();
+            async move {
+                match result {
+                    Ok((object, _)) => tracing::debug!(%cache, object = %object, "reconciled"),
+                    Err(kube::runtime::controller::Error::ReconcilerFailed(e, object)) => {
+                        tracing::warn!(%cache, object = %object, error = %e, "reconcile failed")
+                    }
+                    Err(e) => tracing::debug!(%cache, error = %e, "controller event"),
+                }
+            }
+        })
+        .await;
+    tracing::info!(%cache, "controller stopped");
+}

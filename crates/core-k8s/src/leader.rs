@@ -1,0 +1,154 @@
+//! Leader election on a Lease `<service>-leader`.
+//!
+//! Only the leader acts; every replica keeps its caches warm and stays Ready, so a standby can
+//! take over the moment the Lease frees. On shutdown the leader releases the Lease explicitly,
+//! so its successor does not wait for the Lease to expire.
+
+use std::time::Duration;
+
+use kube::Client;
+use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Error, Result};
+
+/// The name of a service's leader Lease.
+pub fn lease_name(service: &str) -> String {
+    format!("{service}-leader")
+}
+
+/// Renewal margin before the Lease expires: a third of its duration, at least one second.
+pub fn renew_grace(duration: Duration) -> u64 {
+    (duration.as_secs() / 3).max(1)
+}
+
+/// Observes whether this process leads. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Leadership {
+    rx: watch::Receiver<bool>,
+}
+
+impl Leadership {
+    /// Always leading: for `--leader-elect=false`.
+    pub fn always() -> Self {
+        let (tx, rx) = watch::channel(true);
+        // Keep the channel open for the life of the process.
+        std::mem::forget(tx);
+        Self { rx }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        *self.rx.borrow()
+    }
+
+    /// A receiver to await changes on.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.rx.clone()
+    }
+}
+
+/// Parameters of the leader election.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    pub service: String,
+    pub namespace: String,
+    pub identity: String,
+    pub duration: Duration,
+}
+
+/// Starts contending for the Lease. The returned task runs until `stop` is cancelled, then
+/// steps down (gauge 0, Leadership false) and releases the Lease if it holds it.
+pub async fn elect(
+    client: Client,
+    config: LeaseConfig,
+    gauge: Gauge,
+    stop: CancellationToken,
+) -> Result<(Leadership, JoinHandle<()>)> {
+    let lease = lease_name(&config.service);
+    let duration = config.duration.as_secs().max(2);
+    let manager = LeaseManagerBuilder::new(client, &lease)
+        .with_namespace(&config.namespace)
+        .with_identity(&config.identity)
+        .with_duration(duration)
+        .with_grace(renew_grace(config.duration))
+        .with_field_manager(format!("strata-{}", config.service))
+        .build()
+        .await
+        .map_err(|e| Error::Leader {
+            lease: format!("{}/{lease}", config.namespace),
+            reason: e.to_string(),
+        })?;
+    let (tx, rx) = watch::channel(false);
+    gauge.set(0);
+    let task = tokio::spawn(contend(manager, lease, config.identity, tx, gauge, stop));
+    Ok((Leadership { rx }, task))
+}
+
+async fn contend(
+    manager: LeaseManager,
+    lease: String,
+    identity: String,
+    tx: watch::Sender<bool>,
+    gauge: Gauge,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            changed = manager.changed() => match changed {
+                Ok(leading) => {
+                    if leading {
+                        tracing::info!(%lease, %identity, "became leader");
+                    } else {
+                        tracing::warn!(%lease, %identity, "lost leadership");
+                    }
+                    gauge.set(i64::from(leading));
+                    tx.send_replace(leading);
+                }
+                Err(e) => {
+                    // A transient API error must not crash the process; while we cannot renew,
+                    // we stop acting as leader to stay safe.
+                    tracing::warn!(%lease, error = %e, "lease update failed; retrying");
+                    if *tx.borrow() {
+                        gauge.set(0);
+                        tx.send_replace(false);
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+    gauge.set(0);
+    tx.send_replace(false);
+    // release() is a no-op unless we hold the Lease, so call it whatever we last observed:
+    // a renewal may have succeeded in the instant before the stop.
+    match tokio::time::timeout(Duration::from_secs(3), manager.release()).await {
+        Ok(Ok(())) => tracing::info!(%lease, %identity, "stepped down"),
+        Ok(Err(e)) => tracing::warn!(%lease, error = %e, "releasing leader lease failed"),
+        Err(_) => tracing::warn!(%lease, "releasing leader lease timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lease_names_and_grace() {
+        assert_eq!(lease_name("rollout-operator"), "rollout-operator-leader");
+        assert_eq!(renew_grace(Duration::from_secs(10)), 3);
+        assert_eq!(renew_grace(Duration::from_secs(2)), 1);
+        assert_eq!(renew_grace(Duration::from_secs(60)), 20);
+    }
+
+    #[test]
+    fn always_leads() {
+        let leadership = Leadership::always();
+        assert!(leadership.is_leader());
+        assert!(*leadership.subscribe().borrow());
+    }
+}

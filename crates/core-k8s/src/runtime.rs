@@ -1,0 +1,253 @@
+//! Start-up and shutdown of a service: everything between `main` and the service's controllers.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::{self, Readiness};
+use crate::apply::Applier;
+use crate::events::EventPublisher;
+use crate::leader::{self, Leadership, LeaseConfig};
+use crate::metrics::ControllerMetrics;
+use crate::shutdown::{self, Sequence, Stage};
+use crate::telemetry::{self, Telemetry};
+use crate::{CommonArgs, Error, Result};
+
+/// What a service's controllers share.
+pub struct Context {
+    /// The service name, e.g. `rollout-operator`.
+    pub service: String,
+    pub client: Client,
+    pub args: CommonArgs,
+    pub metrics: ControllerMetrics,
+    pub leadership: Leadership,
+    pub readiness: Readiness,
+    /// Cancelled when the process is asked to stop; controllers stop on it.
+    pub shutdown: CancellationToken,
+    pub applier: Applier,
+    pub events: EventPublisher,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("service", &self.service)
+            .field("leader", &self.leadership.is_leader())
+            .finish()
+    }
+}
+
+impl Context {
+    /// The field manager for server-side apply and the Events' reporting controller.
+    pub fn field_manager(&self) -> String {
+        field_manager(&self.service)
+    }
+}
+
+/// `rollout-operator` → `strata-rollout-operator`.
+pub fn field_manager(service: &str) -> String {
+    format!("strata-{service}")
+}
+
+/// A started service: telemetry, client, admin server and (optionally) the leader election.
+#[derive(Debug)]
+pub struct Runtime {
+    parts: StartParts,
+    telemetry: Telemetry,
+}
+
+impl Runtime {
+    /// Starts the shared runtime. `registry` already holds the service's own metrics.
+    pub async fn start(service: &str, args: CommonArgs, mut registry: Registry) -> Result<Self> {
+        let mut telemetry = telemetry::init(service, args.log_format, &args.log_filter)?;
+        match Self::start_inner(service, args, &mut registry).await {
+            Ok(parts) => Ok(Self { parts, telemetry }),
+            Err(e) => {
+                tracing::error!(error = %e, "start-up failed");
+                telemetry.shutdown();
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_inner(
+        service: &str,
+        args: CommonArgs,
+        registry: &mut Registry,
+    ) -> Result<StartParts> {
+        let client = crate::client::client(&args).await?;
+        let metrics = ControllerMetrics::register(service, registry);
+        let registry = Arc::new(std::mem::take(registry));
+        let readiness = Readiness::default();
+        let shutdown = CancellationToken::new();
+        shutdown::cancel_on_signal(shutdown.clone());
+
+        let admin_stop = CancellationToken::new();
+        let (admin_address, admin_task) = admin::serve(
+            args.admin_address,
+            registry,
+            readiness.clone(),
+            admin_stop.clone(),
+        )
+        .await?;
+
+        let identity = args.identity();
+        let lease_stop = CancellationToken::new();
+        let (leadership, lease_task) = if args.leader_elect {
+            let config = LeaseConfig {
+                service: service.to_string(),
+                namespace: args.lease_namespace(),
+                identity: identity.clone(),
+                duration: args.lease_duration,
+            };
+            tracing::info!(lease = %leader::lease_name(service), namespace = %config.namespace, %identity, "contending for leadership");
+            let (leadership, task) = leader::elect(
+                client.clone(),
+                config,
+                metrics.leader.clone(),
+                lease_stop.clone(),
+            )
+            .await?;
+            (leadership, Some(task))
+        } else {
+            metrics.leader.set(1);
+            (Leadership::always(), None)
+        };
+
+        let manager = field_manager(service);
+        let ctx = Context {
+            service: service.to_string(),
+            applier: Applier::new(client.clone(), manager.clone()),
+            events: EventPublisher::new(client.clone(), &manager, &identity),
+            client,
+            args,
+            metrics,
+            leadership,
+            readiness,
+            shutdown,
+        };
+        Ok(StartParts {
+            ctx: Arc::new(ctx),
+            admin_address,
+            admin_task,
+            admin_stop,
+            lease_task,
+            lease_stop,
+        })
+    }
+
+    pub fn context(&self) -> Arc<Context> {
+        self.parts.ctx.clone()
+    }
+
+    pub fn admin_address(&self) -> SocketAddr {
+        self.parts.admin_address
+    }
+
+    /// Runs the service's controllers until a shutdown signal, then stops in order:
+    /// controllers, Lease, admin server, traces. Returns an error if the controllers ended on
+    /// their own (a service must run until asked to stop).
+    pub async fn run(self, controllers: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        let Runtime {
+            parts:
+                StartParts {
+                    ctx,
+                    admin_address,
+                    admin_task,
+                    admin_stop,
+                    lease_task,
+                    lease_stop,
+                },
+            mut telemetry,
+        } = self;
+        let mut controllers = tokio::spawn(controllers);
+        // `biased`: when both are ready (the signal stopped the controllers already), the
+        // signal wins, so a requested shutdown is never reported as an early end.
+        let ended_early = tokio::select! {
+            biased;
+            _ = ctx.shutdown.cancelled() => false,
+            _ = &mut controllers => true,
+        };
+        ctx.shutdown.cancel();
+
+        let mut sequence = Sequence::default();
+        if !ended_early {
+            sequence.add(Stage::StopControllers, "controllers", async move {
+                let _ = controllers.await;
+            });
+        }
+        if let Some(task) = lease_task {
+            sequence.add(Stage::ReleaseLease, "lease", async move {
+                lease_stop.cancel();
+                let _ = task.await;
+            });
+        }
+        sequence.add(Stage::DrainHttp, "admin", async move {
+            admin_stop.cancel();
+            let _ = admin_task.await;
+        });
+        let outcomes = sequence.run().await;
+        for outcome in outcomes.iter().filter(|o| !o.finished) {
+            tracing::warn!(stage = ?outcome.stage, step = outcome.name, "abandoned at shutdown");
+        }
+        tracing::info!(service = %ctx.service, admin = %admin_address, "stopped");
+        // Flushing traces last, so the shutdown itself is traced.
+        let _ = tokio::time::timeout(
+            Stage::FlushTelemetry.budget(),
+            tokio::task::spawn_blocking(move || telemetry.shutdown()),
+        )
+        .await;
+        if ended_early {
+            return Err(Error::Admin {
+                address: admin_address.to_string(),
+                reason: "controllers stopped before shutdown was requested".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct StartParts {
+    ctx: Arc<Context>,
+    admin_address: SocketAddr,
+    admin_task: JoinHandle<()>,
+    admin_stop: CancellationToken,
+    lease_task: Option<JoinHandle<()>>,
+    lease_stop: CancellationToken,
+}
+
+impl Context {
+    /// An Api for a namespaced kind, limited to `--watch-namespace` when one is set.
+    pub fn watched_api<K>(&self) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match self.args.watch_namespace() {
+            Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
+            None => kube::Api::all(self.client.clone()),
+        }
+    }
+}
+
+/// The whole life of a service binary: start the runtime with the service's metrics, run the
+/// controllers `body` builds from the context, stop gracefully on SIGTERM/SIGINT.
+pub async fn run_service<F, Fut>(
+    service: &str,
+    args: CommonArgs,
+    registry: Registry,
+    body: F,
+) -> Result<()>
+where
+    F: FnOnce(Arc<Context>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let runtime = Runtime::start(service, args, registry).await?;
+    let controllers = body(runtime.context());
+    runtime.run(controllers).await
+}

@@ -1,0 +1,52 @@
+//! core-status: the status of any Kubernetes object, compatible with kstatus.
+//!
+//! Every other component decides "is this healthy yet?" here: the layer-controller gates
+//! layers on it, the rollout-operator reads pod and StatefulSet health from it, and
+//! `strata status` / `strata wait` expose it to users.
+
+use serde::{Deserialize, Serialize};
+
+/// The computed status of an object, with kstatus' names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Status {
+    InProgress,
+    Failed,
+    Current,
+    Terminating,
+    NotFound,
+    Unknown,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::InProgress => "InProgress",
+            Status::Failed => "Failed",
+            Status::Current => "Current",
+            Status::Terminating => "Terminating",
+            Status::NotFound => "NotFound",
+            Status::Unknown => "Unknown",
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_names_match_kstatus() {
+        let all = [
+            (Status::InProgress, "InProgress"),
+            (Status::Failed, "Failed"),
+            (Status::Current, "Current"),
+            (Status::Terminating, "Terminating"),
+            (Status::NotFound, "NotFound"),
+            (Status::Unknown, "Unknown"),
+        ];
+        for (status, name) in all {
+            assert_eq!(status.to_string(), name);
+            assert_eq!(serde_json::to_value(status).unwrap(), name);
+        }
+    }
+}

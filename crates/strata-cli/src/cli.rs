@@ -1,0 +1,281 @@
+//! The command tree (DESIGN.md §4). Commands whose component has not landed yet say so and exit
+//! 2 instead of pretending to work.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Exit code of a command that is not available in this build.
+pub const EXIT_NOT_AVAILABLE: u8 = 2;
+
+/// Strata: ship cluster addons and stateful services safely.
+#[derive(Debug, Parser)]
+#[command(name = "strata", version, about, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Compute, offline, the kstatus-compatible status of every object in YAML/JSON input.
+    Status(StatusArgs),
+    /// Wait, against a cluster, until every object in the input is Current (or deleted).
+    Wait(WaitArgs),
+    /// Render Helm charts into reviewed, flat GitOps manifests.
+    Render(RenderArgs),
+    /// Inspect AddonsLayers in a cluster.
+    #[command(subcommand)]
+    Layers(LayersCommand),
+    /// Ask what the rollout-operator would do next.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
+    /// Run admission reviews offline through Strata's webhooks.
+    #[command(subcommand)]
+    Admission(AdmissionCommand),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum StatusOutput {
+    Json,
+    Table,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// A file, a directory (read recursively) or `-` for standard input.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = StatusOutput::Table)]
+    pub output: StatusOutput,
+    /// Fix the clock for time-dependent rules (RFC 3339).
+    #[arg(long)]
+    pub now: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum WaitFor {
+    Current,
+    Deleted,
+}
+
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// A file or a directory (read recursively).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<String>,
+    /// The state to wait for.
+    #[arg(long = "for", value_enum, default_value_t = WaitFor::Current)]
+    pub wait_for: WaitFor,
+    /// Also wait for Jobs to complete.
+    #[arg(long)]
+    pub jobs: bool,
+    /// Give up after this long (e.g. 90s, 5m).
+    #[arg(long, default_value = "5m")]
+    pub timeout: String,
+    /// Path to a kubeconfig.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GitOps {
+    Argocd,
+    Flux,
+    Strata,
+}
+
+#[derive(Debug, Args)]
+pub struct RenderArgs {
+    /// The course file listing the charts to render.
+    pub course: PathBuf,
+    /// Which GitOps tool the output is laid out for.
+    #[arg(long, value_enum, default_value_t = GitOps::Strata)]
+    pub gitops: GitOps,
+    /// Output directory.
+    #[arg(short = 'o', long, default_value = "./manifests")]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum GraphFormat {
+    Dot,
+    Mermaid,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LayersCommand {
+    /// Print the dependency graph of the cluster's AddonsLayers.
+    Graph {
+        #[arg(short = 'o', long, value_enum, default_value_t = GraphFormat::Mermaid)]
+        output: GraphFormat,
+    },
+    /// Show what the layer-controller would do next for one layer, and why.
+    Plan {
+        /// The AddonsLayer name.
+        layer: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum JsonOutput {
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Print what ONE reconcile of the rollout-operator would do on the given state.
+    Plan {
+        /// StatefulSets, Pods, ZoneAwarePodDisruptionBudgets and reference objects of one
+        /// namespace, as `kubectl get -o yaml` prints them.
+        #[arg(short = 'f', long = "filename")]
+        state: PathBuf,
+        /// Fix the clock (RFC 3339).
+        #[arg(long)]
+        now: Option<String>,
+        #[arg(short = 'o', long, value_enum, default_value_t = JsonOutput::Json)]
+        output: JsonOutput,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Webhook {
+    NoDownscale,
+    PrepareDownscale,
+    PodEviction,
+    ZpdbValidation,
+    AddonslayerValidation,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdmissionCommand {
+    /// Run one AdmissionReview (v1) through a webhook and print the response.
+    Review {
+        /// The AdmissionReview JSON.
+        #[arg(short = 'f', long = "filename")]
+        review: PathBuf,
+        /// Objects the webhook would read from the cluster.
+        #[arg(long)]
+        state: Option<PathBuf>,
+        /// Fix the clock (RFC 3339).
+        #[arg(long)]
+        now: Option<String>,
+        /// Which webhook endpoint handles the review.
+        #[arg(long, value_enum)]
+        webhook: Webhook,
+    },
+}
+
+fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("strata {command}: not available yet (comes with {component})");
+    Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
+}
+
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Status(_) => not_available("status", "core-status"),
+        Command::Wait(_) => not_available("wait", "core-status"),
+        Command::Render(_) => not_available("render", "the render component"),
+        Command::Layers(LayersCommand::Graph { .. }) => {
+            not_available("layers graph", "the layer-controller")
+        }
+        Command::Layers(LayersCommand::Plan { .. }) => {
+            not_available("layers plan", "the layer-controller")
+        }
+        Command::Rollout(RolloutCommand::Plan { .. }) => {
+            not_available("rollout plan", "the rollout-operator")
+        }
+        Command::Admission(AdmissionCommand::Review { .. }) => {
+            not_available("admission review", "the admission-webhook")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_tree_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn contracts_parse() {
+        let cases: &[&[&str]] = &[
+            &[
+                "strata",
+                "status",
+                "-f",
+                "-",
+                "-o",
+                "json",
+                "--now",
+                "2026-01-01T00:00:00Z",
+            ],
+            &["strata", "status", "-f", "a.yaml", "-f", "dir/"],
+            &[
+                "strata",
+                "wait",
+                "-f",
+                "dir",
+                "--for",
+                "deleted",
+                "--jobs",
+                "--timeout",
+                "90s",
+            ],
+            &[
+                "strata",
+                "render",
+                "--gitops",
+                "flux",
+                "-o",
+                "./out",
+                "course.yaml",
+            ],
+            &["strata", "layers", "graph", "-o", "dot"],
+            &["strata", "layers", "plan", "base"],
+            &[
+                "strata",
+                "rollout",
+                "plan",
+                "-f",
+                "state.yaml",
+                "--now",
+                "2026-01-01T00:00:00Z",
+                "-o",
+                "json",
+            ],
+            &[
+                "strata",
+                "admission",
+                "review",
+                "-f",
+                "r.json",
+                "--state",
+                "s.yaml",
+                "--webhook",
+                "no-downscale",
+            ],
+        ];
+        for argv in cases {
+            assert!(Cli::try_parse_from(*argv).is_ok(), "{argv:?}");
+        }
+        for bad in [
+            &["strata", "status"][..],
+            &["strata", "status", "-f", "x", "-o", "xml"][..],
+            &["strata", "admission", "review", "-f", "r.json"][..],
+            &["strata", "wait", "-f", "x", "--for", "ready"][..],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! `strata`: status, wait, render, layers, rollout and admission commands.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    match cli::run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("strata: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

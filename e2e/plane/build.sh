@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the local control plane's binaries from their published Go modules into
+# $HOME/.cache/strata/bin/<component>-<version>/, skipping what is already there.
+# Prints the bin directories as KEY=path lines (sourceable) on stdout.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$here/versions.env"
+
+cache="${STRATA_CACHE:-$HOME/.cache/strata}"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+export CGO_ENABLED=0
+log() { echo "build-plane: $*" >&2; }
+
+command -v go >/dev/null || { log "go toolchain not found (needed only to build the test control plane)"; exit 1; }
+
+k8s_dir="$cache/bin/kubernetes-$KUBERNETES_VERSION"
+etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
+kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
+helm_dir="$cache/bin/helm-$HELM_VERSION"
+
+build_kubernetes() {
+  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=0
+  for b in "${bins[@]}"; do [[ -x "$k8s_dir/$b" ]] || missing=1; done
+  [[ $missing == 0 ]] && return 0
+  log "building kubernetes $KUBERNETES_VERSION (cold: several minutes)"
+  local work="$cache/src/kubernetes-$KUBERNETES_VERSION"
+  rm -rf "$work" && mkdir -p "$work" "$k8s_dir"
+  (
+    cd "$work"
+    go mod init strata.dev/e2e-plane-kubernetes >/dev/null 2>&1
+    # k8s.io/kubernetes requires its staging modules at v0.0.0 and replaces them with
+    # local paths; mirror each of those replaces with the published staging version.
+    local gomod
+    gomod="$(go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    {
+      echo "require k8s.io/kubernetes $KUBERNETES_VERSION"
+      grep -oE 'k8s\.io/[a-z0-9-]+ => \./staging/src/k8s\.io/[a-z0-9-]+' "$gomod" \
+        | awk -v v="$KUBERNETES_STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
+    } >> go.mod
+    local minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+    local pkg=k8s.io/component-base/version
+    local ldflags="-s -w -X $pkg.gitVersion=$KUBERNETES_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    ldflags="$ldflags -X k8s.io/client-go/pkg/version.gitVersion=$KUBERNETES_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+    for b in "${bins[@]}"; do
+      log "  go build $b"
+      go build -mod=mod -ldflags "$ldflags" -o "$k8s_dir/$b.tmp" "k8s.io/kubernetes/cmd/$b"
+      mv "$k8s_dir/$b.tmp" "$k8s_dir/$b"
+    done
+  )
+}
+
+build_etcd() {
+  [[ -x "$etcd_dir/etcd" ]] && return 0
+  log "building etcd $ETCD_VERSION"
+  local work="$cache/src/etcd-$ETCD_VERSION"
+  rm -rf "$work" && mkdir -p "$work" "$etcd_dir"
+  (
+    cd "$work"
+    go mod init strata.dev/e2e-plane-etcd >/dev/null 2>&1
+    # etcd's server module replaces its sibling modules with local paths; pin the
+    # published siblings at the same version instead.
+    local gomod
+    gomod="$(go mod download -json "go.etcd.io/etcd/server/v3@$ETCD_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')"
+    {
+      echo "require go.etcd.io/etcd/server/v3 $ETCD_VERSION"
+      grep -oE 'go\.etcd\.io/etcd/[a-z0-9/-]+ => \.\./[a-z0-9/-]*' "$gomod" \
+        | awk -v v="$ETCD_VERSION" '{print "replace " $1 " => " $1 " " v}'
+    } >> go.mod
+    go build -mod=mod -ldflags "-s -w" -o "$etcd_dir/etcd.tmp" go.etcd.io/etcd/server/v3
+    mv "$etcd_dir/etcd.tmp" "$etcd_dir/etcd"
+  )
+}
+
+build_installable() { # dir binary module@version
+  [[ -x "$1/$2" ]] && return 0
+  log "building $3"
+  mkdir -p "$1"
+  GOBIN="$1" go install -ldflags "-s -w" "$3"
+}
+
+build_etcd
+build_installable "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+build_kubernetes
+build_installable "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+
+echo "KUBE_BIN=$k8s_dir"
+echo "ETCD_BIN=$etcd_dir"
+echo "KWOK_BIN=$kwok_dir"
+echo "HELM_BIN=$helm_dir"

@@ -1,0 +1,12 @@
+//! strata-e2e: the local control plane and the support the end-to-end tests share.
+//!
+//! - [`plane`]: build and run etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+//!   kwok from their Go modules, with fake nodes in three zones;
+//! - [`support`]: one shared cluster per test run (or `E2E_KUBECONFIG`), a namespace per test,
+//!   applying YAML, waiting for conditions;
+//! - [`services`]: running Strata's service binaries as child processes whose logs are printed
+//!   when a test fails.
+
+pub mod plane;
+pub mod services;
+pub mod support;

@@ -1,0 +1,549 @@
+//! The local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
+//! kwok, built from their Go modules (`e2e/plane/build.sh`) and run as local processes on
+//! loopback with free ports, plus fake nodes in three zones.
+//!
+//! This module is synchronous on purpose: the components are started from the calling thread
+//! with a parent-death signal (`setpriv --pdeathsig`), so they die with the process that owns
+//! the plane even if it is killed without a chance to clean up.
+
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose, SanType,
+};
+
+/// The zones fake nodes are spread over.
+pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
+
+/// Label that flips a pod on a kwok node to Running-but-NotReady (value `false`).
+pub const FAKE_READY_LABEL: &str = "strata.dev/fake-ready";
+
+/// Directory of the plane's build script, stage files and versions.
+pub fn plane_source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("plane")
+}
+
+/// Where the component binaries live.
+#[derive(Clone, Debug)]
+pub struct Binaries {
+    pub kube: PathBuf,
+    pub etcd: PathBuf,
+    pub kwok: PathBuf,
+    pub helm: PathBuf,
+}
+
+impl Binaries {
+    /// Builds whatever is missing from the cache (cold: minutes; warm: instant) and returns
+    /// the paths. The build's progress goes to our stderr.
+    pub fn build() -> Result<Self> {
+        let script = plane_source_dir().join("build.sh");
+        let output = Command::new("bash")
+            .arg(&script)
+            .stderr(Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {}", script.display()))?;
+        if !output.status.success() {
+            bail!("{} failed ({})", script.display(), output.status);
+        }
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let get = |key: &str| -> Result<PathBuf> {
+            stdout
+                .lines()
+                .find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+                .map(PathBuf::from)
+                .ok_or_else(|| anyhow!("{} did not print {key}", script.display()))
+        };
+        Ok(Self {
+            kube: get("KUBE_BIN")?,
+            etcd: get("ETCD_BIN")?,
+            kwok: get("KWOK_BIN")?,
+            helm: get("HELM_BIN")?,
+        })
+    }
+
+    pub fn kubectl(&self) -> PathBuf {
+        self.kube.join("kubectl")
+    }
+}
+
+/// A running control plane. Dropping it stops every component.
+#[derive(Debug)]
+pub struct Plane {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    binaries: Binaries,
+    api_server: String,
+    children: Vec<(String, Child)>,
+    /// Seconds from `start` to a plane with Ready nodes.
+    pub startup: Duration,
+}
+
+/// A free TCP port on loopback. The port is released before use, so another process could
+/// take it in between; on a test machine that race is rare and start-up reports it clearly.
+pub fn free_port() -> Result<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(listener.local_addr()?.port())
+}
+
+struct Pki {
+    ca_cert: PathBuf,
+    ca_key: PathBuf,
+    sa_key: PathBuf,
+    sa_pub: PathBuf,
+    serving_cert: PathBuf,
+    serving_key: PathBuf,
+    admin_cert: PathBuf,
+    admin_key: PathBuf,
+}
+
+fn write_file(path: &Path, contents: &str) -> Result<()> {
+    fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
+}
+
+fn make_pki(dir: &Path) -> Result<Pki> {
+    fs::create_dir_all(dir)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "strata-e2e-ca");
+    ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+
+    let mut serving = CertificateParams::new(vec![
+        "localhost".to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default".to_string(),
+        "kubernetes.default.svc".to_string(),
+        "kubernetes.default.svc.cluster.local".to_string(),
+    ])?;
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress("127.0.0.1".parse()?));
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress("10.96.0.1".parse()?));
+    serving
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver");
+    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let serving_key = KeyPair::generate()?;
+    let serving_cert = serving.signed_by(&serving_key, &ca)?;
+
+    // system:masters is bound to cluster-admin by the API server's bootstrap RBAC policy.
+    let mut admin = CertificateParams::new(Vec::<String>::new())?;
+    admin
+        .distinguished_name
+        .push(DnType::CommonName, "strata-e2e-admin");
+    admin
+        .distinguished_name
+        .push(DnType::OrganizationName, "system:masters");
+    admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let admin_key = KeyPair::generate()?;
+    let admin_cert = admin.signed_by(&admin_key, &ca)?;
+
+    let sa_key = KeyPair::generate()?;
+
+    let pki = Pki {
+        ca_cert: dir.join("ca.crt"),
+        ca_key: dir.join("ca.key"),
+        sa_key: dir.join("sa.key"),
+        sa_pub: dir.join("sa.pub"),
+        serving_cert: dir.join("apiserver.crt"),
+        serving_key: dir.join("apiserver.key"),
+        admin_cert: dir.join("admin.crt"),
+        admin_key: dir.join("admin.key"),
+    };
+    write_file(&pki.ca_cert, &ca.pem())?;
+    write_file(&pki.ca_key, &ca.key().serialize_pem())?;
+    write_file(&pki.sa_key, &sa_key.serialize_pem())?;
+    write_file(&pki.sa_pub, &sa_key.public_key_pem())?;
+    write_file(&pki.serving_cert, &serving_cert.pem())?;
+    write_file(&pki.serving_key, &serving_key.serialize_pem())?;
+    write_file(&pki.admin_cert, &admin_cert.pem())?;
+    write_file(&pki.admin_key, &admin_key.serialize_pem())?;
+    Ok(pki)
+}
+
+fn kubeconfig_yaml(server: &str, pki: &Pki) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: strata-e2e
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: strata-e2e-admin
+  user:
+    client-certificate: {cert}
+    client-key: {key}
+contexts:
+- name: strata-e2e
+  context:
+    cluster: strata-e2e
+    user: strata-e2e-admin
+    namespace: default
+current-context: strata-e2e
+",
+        ca = pki.ca_cert.display(),
+        cert = pki.admin_cert.display(),
+        key = pki.admin_key.display(),
+    )
+}
+
+fn node_manifest(name: &str, zone: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Node
+metadata:
+  name: {name}
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    kubernetes.io/hostname: {name}
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    topology.kubernetes.io/zone: {zone}
+    type: kwok
+spec: {{}}
+"
+    )
+}
+
+impl Plane {
+    /// Starts a plane in `dir` (created; any previous plane's data there is removed).
+    pub fn start(dir: &Path) -> Result<Self> {
+        let started = Instant::now();
+        let binaries = Binaries::build()?;
+        if dir.exists() {
+            fs::remove_dir_all(dir).with_context(|| format!("cleaning {}", dir.display()))?;
+        }
+        fs::create_dir_all(dir.join("logs"))?;
+        let dir = dir.canonicalize()?;
+        let pki = make_pki(&dir.join("pki"))?;
+
+        let etcd_port = free_port()?;
+        let etcd_peer_port = free_port()?;
+        let api_port = free_port()?;
+        let api_server = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig = dir.join("kubeconfig");
+        write_file(&kubeconfig, &kubeconfig_yaml(&api_server, &pki))?;
+
+        let mut plane = Plane {
+            dir: dir.clone(),
+            kubeconfig: kubeconfig.clone(),
+            binaries: binaries.clone(),
+            api_server: api_server.clone(),
+            children: Vec::new(),
+            startup: Duration::ZERO,
+        };
+        let etcd_url = format!("http://127.0.0.1:{etcd_port}");
+        let etcd_peer = format!("http://127.0.0.1:{etcd_peer_port}");
+        plane.spawn(
+            "etcd",
+            &binaries.etcd.join("etcd"),
+            &[
+                "--name=strata".into(),
+                format!("--data-dir={}", dir.join("etcd").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={etcd_peer}"),
+                format!("--initial-advertise-peer-urls={etcd_peer}"),
+                format!("--initial-cluster=strata={etcd_peer}"),
+                // Test data is disposable: skipping fsync makes every write much cheaper.
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        plane.wait_tcp("etcd", etcd_port, Duration::from_secs(30))?;
+
+        let kc = kubeconfig.display().to_string();
+        plane.spawn(
+            "kube-apiserver",
+            &binaries.kube.join("kube-apiserver"),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--cert-dir={}", dir.join("pki").display()),
+                format!("--tls-cert-file={}", pki.serving_cert.display()),
+                format!("--tls-private-key-file={}", pki.serving_key.display()),
+                format!("--client-ca-file={}", pki.ca_cert.display()),
+                format!("--service-account-key-file={}", pki.sa_pub.display()),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.sa_key.display()
+                ),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                "--authorization-mode=RBAC".into(),
+                "--service-cluster-ip-range=10.96.0.0/16".into(),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        plane.wait_api_ready(Duration::from_secs(90))?;
+
+        let cm_port = free_port()?;
+        plane.spawn(
+            "kube-controller-manager",
+            &binaries.kube.join("kube-controller-manager"),
+            &[
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={cm_port}"),
+                format!("--cert-dir={}", dir.join("controller-manager").display()),
+                "--leader-elect=false".into(),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.sa_key.display()
+                ),
+                format!("--root-ca-file={}", pki.ca_cert.display()),
+                format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
+                format!("--cluster-signing-key-file={}", pki.ca_key.display()),
+                "--use-service-account-credentials=false".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        let scheduler_port = free_port()?;
+        plane.spawn(
+            "kube-scheduler",
+            &binaries.kube.join("kube-scheduler"),
+            &[
+                format!("--kubeconfig={kc}"),
+                format!("--authentication-kubeconfig={kc}"),
+                format!("--authorization-kubeconfig={kc}"),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={scheduler_port}"),
+                format!("--cert-dir={}", dir.join("scheduler").display()),
+                "--leader-elect=false".into(),
+                "--profiling=false".into(),
+                "--v=1".into(),
+            ],
+        )?;
+        plane.spawn(
+            "kwok",
+            &binaries.kwok.join("kwok"),
+            &[
+                format!("--kubeconfig={kc}"),
+                format!(
+                    "--config={}",
+                    plane_source_dir().join("stages.yaml").display()
+                ),
+                "--manage-all-nodes=false".into(),
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake".into(),
+                "--cidr=10.244.0.0/16".into(),
+                "--node-ip=10.0.0.1".into(),
+            ],
+        )?;
+
+        let nodes: String = ZONES
+            .iter()
+            .map(|zone| node_manifest(&format!("kwok-{zone}"), zone))
+            .collect::<Vec<_>>()
+            .join("---\n");
+        plane.kubectl_stdin(&["apply", "-f", "-"], &nodes)?;
+        plane.kubectl_retry(
+            &[
+                "wait",
+                "--for=condition=Ready",
+                "node",
+                "--all",
+                "--timeout=60s",
+            ],
+            Duration::from_secs(90),
+        )?;
+        // Pods are admitted only once the namespace's default ServiceAccount exists.
+        plane.kubectl_retry(
+            &["get", "serviceaccount", "default", "-n", "default"],
+            Duration::from_secs(60),
+        )?;
+        plane.startup = started.elapsed();
+        Ok(plane)
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn api_server(&self) -> &str {
+        &self.api_server
+    }
+
+    pub fn binaries(&self) -> &Binaries {
+        &self.binaries
+    }
+
+    /// A kubectl command already pointed at this plane.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(self.binaries.kubectl());
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        cmd
+    }
+
+    fn spawn(&mut self, name: &str, binary: &Path, args: &[String]) -> Result<()> {
+        let log = fs::File::create(self.dir.join("logs").join(format!("{name}.log")))?;
+        // setpriv sets a parent-death signal and execs the component: if we die, it dies.
+        let child = Command::new("setpriv")
+            .arg("--pdeathsig=KILL")
+            .arg("--")
+            .arg(binary)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", binary.display()))?;
+        self.children.push((name.to_string(), child));
+        Ok(())
+    }
+
+    fn check_alive(&mut self) -> Result<()> {
+        for (name, child) in &mut self.children {
+            if let Some(status) = child.try_wait()? {
+                let log = self.dir.join("logs").join(format!("{name}.log"));
+                bail!(
+                    "{name} exited ({status}); last lines of {}:\n{}",
+                    log.display(),
+                    tail(&log, 30)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    fn wait_tcp(&mut self, name: &str, port: u16, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!("{name} did not listen on 127.0.0.1:{port} within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_api_ready(&mut self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let out = self.kubectl().args(["get", "--raw", "/readyz"]).output()?;
+            if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok" {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "kube-apiserver not ready within {timeout:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Result<String> {
+        let mut child = self
+            .kubectl()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child
+            .stdin
+            .take()
+            .ok_or_else(|| anyhow!("kubectl stdin"))?
+            .write_all(stdin.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn kubectl_retry(&mut self, args: &[&str], timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let out = self.kubectl().args(args).output()?;
+            if out.status.success() {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() > deadline {
+                bail!(
+                    "kubectl {} kept failing for {timeout:?}: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Stops every component, newest first: SIGTERM, then SIGKILL after 10 s.
+    pub fn stop(&mut self) {
+        while let Some((name, mut child)) = self.children.pop() {
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(child.id().to_string())
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => break,
+                    Ok(None) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(50))
+                    }
+                    _ => {
+                        eprintln!("plane: {name} did not stop on SIGTERM; killing it");
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Plane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The last `lines` lines of a file, for error messages.
+pub fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

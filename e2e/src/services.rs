@@ -1,0 +1,162 @@
+//! Strata's service binaries as child processes of a test or the demo.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+
+/// Every deployable service binary.
+pub const SERVICES: [&str; 4] = [
+    "layer-controller",
+    "drift-observer",
+    "rollout-operator",
+    "admission-webhook",
+];
+
+/// Where the workspace's binaries are: `$STRATA_BIN_DIR`, else the cargo profile directory
+/// this test binary was built into (`target/debug/deps/<test>` → `target/debug`).
+pub fn bin_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("STRATA_BIN_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().unwrap_or_default();
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    dir
+}
+
+/// A running service process. Dropping it kills the process; if the thread is panicking (a
+/// failed test), the service's log is printed first.
+#[derive(Debug)]
+pub struct ServiceProcess {
+    pub name: String,
+    child: Child,
+    log: PathBuf,
+    pub admin: Option<SocketAddr>,
+}
+
+impl ServiceProcess {
+    /// Starts `binary --kubeconfig KUBECONFIG ARGS...`, logging to `log_dir/<name>-<pid>.log`.
+    pub fn spawn_blocking(
+        binary: &Path,
+        kubeconfig: &Path,
+        args: &[&str],
+        log_dir: &Path,
+    ) -> Result<Self> {
+        let name = binary
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        fs::create_dir_all(log_dir)?;
+        let log = log_dir.join(format!("{name}-{}.log", unique()));
+        let file = fs::File::create(&log)?;
+        let admin = args
+            .iter()
+            .position(|a| *a == "--admin-address")
+            .and_then(|i| args.get(i + 1))
+            .and_then(|a| a.parse().ok());
+        let child = Command::new(binary)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .env(
+                "RUST_LOG",
+                std::env::var("E2E_SERVICE_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "starting {} (build the workspace binaries first)",
+                    binary.display()
+                )
+            })?;
+        Ok(Self {
+            name,
+            child,
+            log,
+            admin,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn logs(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends a signal by name (`TERM`, `KILL`, `INT`).
+    pub fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+
+    /// Whether the process has exited, and how.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit_blocking(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after 15 s.
+    pub fn terminate_blocking(&mut self) -> Option<ExitStatus> {
+        self.signal("TERM");
+        let status = self.wait_exit_blocking(Duration::from_secs(15));
+        if status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        status
+    }
+}
+
+impl Drop for ServiceProcess {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "----- {} log ({}) -----\n{}\n----- end of {} log -----",
+                self.name,
+                self.log.display(),
+                self.logs(),
+                self.name
+            );
+        }
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn unique() -> String {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
+}

@@ -1,0 +1,268 @@
+//! What every end-to-end test needs: the shared cluster, a namespace of its own, applying YAML
+//! and waiting for conditions.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{DynamicObject, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use serde_json::Value;
+
+/// The cluster the tests run against.
+#[derive(Debug)]
+pub struct TestCluster {
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+    /// Set when this process started the plane: closing its stdin (at exit) stops it.
+    _plane: Option<Mutex<(Child, ChildStdin)>>,
+}
+
+static CLUSTER: OnceLock<Result<TestCluster, String>> = OnceLock::new();
+
+/// The shared cluster: `E2E_KUBECONFIG` if set (the plane `make e2e` started, or kind, k3d, a
+/// real cluster), else a plane started once for this test binary by `strata-plane up`.
+pub fn cluster() -> &'static TestCluster {
+    let cluster = CLUSTER.get_or_init(|| start_or_reuse().map_err(|e| format!("{e:#}")));
+    match cluster {
+        Ok(cluster) => cluster,
+        Err(e) => panic!("no test cluster: {e}"),
+    }
+}
+
+fn start_or_reuse() -> Result<TestCluster> {
+    let kubectl = std::env::var_os("KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("kubectl"));
+    if let Some(kubeconfig) = std::env::var_os("E2E_KUBECONFIG") {
+        return Ok(TestCluster {
+            kubeconfig: PathBuf::from(kubeconfig),
+            kubectl,
+            _plane: None,
+        });
+    }
+    let plane_bin = crate::services::bin_dir().join("strata-plane");
+    let dir = std::env::temp_dir().join(format!("strata-plane-{}", std::process::id()));
+    let mut child = Command::new(&plane_bin)
+        .args(["up", "--exit-on-stdin-close", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .with_context(|| format!("starting {}", plane_bin.display()))?;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow!("plane stdout"))?;
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line)?;
+    let kubeconfig = line
+        .trim()
+        .strip_prefix("ready ")
+        .ok_or_else(|| anyhow!("strata-plane did not become ready (said {line:?})"))?;
+    let stdin = child.stdin.take().ok_or_else(|| anyhow!("plane stdin"))?;
+    let env = std::fs::read_to_string(dir.join("env")).unwrap_or_default();
+    let kubectl = env
+        .lines()
+        .find_map(|l| l.strip_prefix("KUBECTL="))
+        .map(PathBuf::from)
+        .unwrap_or(kubectl);
+    Ok(TestCluster {
+        kubeconfig: PathBuf::from(kubeconfig),
+        kubectl,
+        _plane: Some(Mutex::new((child, stdin))),
+    })
+}
+
+impl TestCluster {
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// A new client (each test has its own runtime, so clients are not shared).
+    pub async fn client(&self) -> Result<Client> {
+        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        Ok(Client::try_from(config)?)
+    }
+
+    /// kubectl pointed at the cluster.
+    pub fn kubectl(&self) -> Command {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg(format!("--kubeconfig={}", self.kubeconfig.display()));
+        cmd
+    }
+}
+
+/// A namespace for one test, deleted when dropped.
+#[derive(Debug)]
+pub struct TestNamespace {
+    pub name: String,
+}
+
+impl TestNamespace {
+    /// Creates `e2e-<prefix>-<random>` and waits for its default ServiceAccount (pods are not
+    /// admitted before it exists).
+    pub async fn create(client: &Client, prefix: &str) -> Result<Self> {
+        let name = format!("e2e-{prefix}-{}", random_suffix());
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        eventually(
+            &format!("default service account in {name}"),
+            Duration::from_secs(30),
+            || {
+                let accounts = accounts.clone();
+                async move { Ok(accounts.get_opt("default").await?.map(|_| ())) }
+            },
+        )
+        .await?;
+        Ok(Self { name })
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        // Drop cannot be async; kubectl does the delete without waiting for finalization.
+        let _ = cluster()
+            .kubectl()
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Parses multi-document YAML into JSON values, skipping empty documents.
+pub fn parse_yaml(yaml: &str) -> Result<Vec<Value>> {
+    let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).context("parsing YAML")?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Applies every document with server-side apply (field manager `strata-e2e`); namespaced
+/// objects without a namespace go to `namespace`.
+pub async fn apply_yaml(
+    client: &Client,
+    namespace: &str,
+    yaml: &str,
+) -> Result<Vec<DynamicObject>> {
+    let applier = core_k8s::apply::Applier::new(client.clone(), "strata-e2e");
+    let mut applied = Vec::new();
+    for doc in parse_yaml(yaml)? {
+        applied.push(applier.apply_dynamic(&doc, Some(namespace)).await?);
+    }
+    Ok(applied)
+}
+
+/// Polls `check` every 250 ms until it yields `Some`, failing after `timeout` with the last
+/// error. `what` names the condition in the failure message.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            match last_error {
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}")
+                }
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn random_suffix() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    format!("{:06x}", hasher.finish() & 0xff_ffff)
+}
+
+/// A plain HTTP/1.0 GET against a local admin port: `(status, body)`.
+pub async fn http_get(address: std::net::SocketAddr, path: &str) -> Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(address).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await?;
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow!("malformed HTTP response {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Checks the shape of an OpenMetrics text exposition: every line a `# HELP`/`# TYPE`/`# UNIT`
+/// comment or a `name{labels} value` sample whose family was declared, ending in `# EOF`.
+/// Returns the sample lines.
+pub fn parse_openmetrics(text: &str) -> Result<Vec<(String, f64)>> {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.last() != Some(&"# EOF") {
+        bail!("OpenMetrics exposition must end with '# EOF'");
+    }
+    let mut families = std::collections::HashSet::new();
+    let mut samples = Vec::new();
+    for (i, line) in lines[..lines.len() - 1].iter().enumerate() {
+        if let Some(rest) = line.strip_prefix("# ") {
+            let mut parts = rest.splitn(3, ' ');
+            let keyword = parts.next().unwrap_or_default();
+            let family = parts
+                .next()
+                .ok_or_else(|| anyhow!("line {}: comment without a metric name", i + 1))?;
+            if !matches!(keyword, "HELP" | "TYPE" | "UNIT") {
+                bail!("line {}: unknown comment {keyword:?}", i + 1);
+            }
+            families.insert(family.to_string());
+            continue;
+        }
+        let (series, value) = line
+            .rsplit_once(' ')
+            .ok_or_else(|| anyhow!("line {}: sample without a value: {line:?}", i + 1))?;
+        let value: f64 = value
+            .parse()
+            .map_err(|_| anyhow!("line {}: value {value:?} is not a number", i + 1))?;
+        let name = series.split('{').next().unwrap_or_default();
+        let declared = families.contains(name)
+            || ["_total", "_bucket", "_count", "_sum", "_created", "_info"]
+                .iter()
+                .any(|suffix| {
+                    name.strip_suffix(suffix)
+                        .is_some_and(|f| families.contains(f))
+                });
+        if !declared {
+            bail!("line {}: sample {name:?} has no # TYPE", i + 1);
+        }
+        samples.push((series.to_string(), value));
+    }
+    Ok(samples)
+}
