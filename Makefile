@@ -36,7 +36,7 @@ unit:
 # End-to-end tests against one shared local control plane.
 e2e: build plane-build
 	$(CARGO) test -p strata-e2e --no-run
-	scripts/with-plane.sh $(CARGO) test -p strata-e2e -- --test-threads=2
+	scripts/with-plane.sh $(CARGO) test -p strata-e2e --tests -- --test-threads=2
 
 test: lint unit e2e
 

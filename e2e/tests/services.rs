@@ -3,6 +3,8 @@
 //! standby takes over within 15 s when the leader is killed, and SIGTERM exits 0 within 10 s
 //! releasing the Lease.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 

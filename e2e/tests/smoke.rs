@@ -2,6 +2,8 @@
 //! three zones, a pod can be flipped NotReady and back, kube-apiserver calls a webhook on
 //! 127.0.0.1 over TLS, CRDs are served, and kubectl works.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -6,6 +6,17 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod aggregate;
+pub mod augment;
+pub mod compute;
+pub mod error;
+pub mod input;
+pub mod object;
+
+pub use aggregate::aggregate;
+pub use compute::{Condition, ConditionType, Evaluation, compute, evaluate};
+pub use error::StatusError;
+
 /// The computed status of an object, with kstatus' names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Status {
@@ -15,6 +26,22 @@ pub enum Status {
     Terminating,
     NotFound,
     Unknown,
+}
+
+impl Status {
+    /// Parses a status name as printed (`Current`, `InProgress`, ...).
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            Status::InProgress,
+            Status::Failed,
+            Status::Current,
+            Status::Terminating,
+            Status::NotFound,
+            Status::Unknown,
+        ]
+        .into_iter()
+        .find(|s| s.to_string() == name)
+    }
 }
 
 impl std::fmt::Display for Status {

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Exit code of a command that is not available in this build.
+/// Exit code of a command that is not available in this build, and of bad input.
 pub const EXIT_NOT_AVAILABLE: u8 = 2;
 
 /// Strata: ship cluster addons and stateful services safely.
@@ -172,6 +172,12 @@ pub enum AdmissionCommand {
     },
 }
 
+/// Bad input (unreadable file, malformed YAML, a bad flag value): one line on stderr, exit 2.
+pub fn input_error(message: &str) -> ExitCode {
+    eprintln!("strata: {message}");
+    ExitCode::from(EXIT_NOT_AVAILABLE)
+}
+
 fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {
     eprintln!("strata {command}: not available yet (comes with {component})");
     Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
@@ -179,7 +185,7 @@ fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Status(_) => not_available("status", "core-status"),
+        Command::Status(args) => crate::status::run(&args),
         Command::Wait(_) => not_available("wait", "core-status"),
         Command::Render(_) => not_available("render", "the render component"),
         Command::Layers(LayersCommand::Graph { .. }) => {

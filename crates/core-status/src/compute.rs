@@ -1,0 +1,502 @@
+//! The status of one object, reproducing kstatus' rules exactly (see the module tables in
+//! `docs/core-status.md`): generic checks, a rule per special-cased kind, the `Ready`
+//! fallback, then Current.
+
+use jiff::{SignedDuration, Timestamp};
+use serde_json::Value;
+
+use crate::Status;
+use crate::error::StatusError;
+use crate::object::{
+    ObservedCondition, api_group, conditions, int_or, lookup, str_or, strict_int, strict_str,
+};
+
+/// How long an unschedulable Pod is given before it counts as Failed.
+pub const SCHEDULE_WINDOW: SignedDuration = SignedDuration::from_secs(15);
+
+/// The standard condition types kstatus computes ("abnormal-true" polarity).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum ConditionType {
+    /// The controller is working on the latest changes; accompanies InProgress.
+    Reconciling,
+    /// Error or insufficient progress; accompanies Failed.
+    Stalled,
+}
+
+impl ConditionType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Reconciling => "Reconciling",
+            ConditionType::Stalled => "Stalled",
+        }
+    }
+}
+
+/// A computed standard condition (its status is always `True`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Condition {
+    pub type_: ConditionType,
+    pub reason: String,
+    pub message: String,
+}
+
+/// The result of evaluating one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evaluation {
+    pub status: Status,
+    pub message: String,
+    pub conditions: Vec<Condition>,
+}
+
+impl Evaluation {
+    pub fn current(message: impl Into<String>) -> Self {
+        Self {
+            status: Status::Current,
+            message: message.into(),
+            conditions: Vec::new(),
+        }
+    }
+
+    pub fn in_progress(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            status: Status::InProgress,
+            conditions: vec![Condition {
+                type_: ConditionType::Reconciling,
+                reason: reason.into(),
+                message: message.clone(),
+            }],
+            message,
+        }
+    }
+
+    pub fn failed(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self {
+            status: Status::Failed,
+            conditions: vec![Condition {
+                type_: ConditionType::Stalled,
+                reason: reason.into(),
+                message: message.clone(),
+            }],
+            message,
+        }
+    }
+
+    pub fn terminating() -> Self {
+        Self {
+            status: Status::Terminating,
+            message: "Resource scheduled for deletion".into(),
+            conditions: Vec::new(),
+        }
+    }
+
+    /// Unknown, carrying the error that prevented a computation.
+    pub fn unknown(error: &StatusError) -> Self {
+        Self {
+            status: Status::Unknown,
+            message: error.to_string(),
+            conditions: Vec::new(),
+        }
+    }
+
+    /// The reason of the computed Reconciling/Stalled condition, if any.
+    pub fn reason(&self) -> Option<&str> {
+        self.conditions.first().map(|c| c.reason.as_str())
+    }
+}
+
+/// Computes the status of `object` at `now`. Errors (a wrongly typed field, an unknown Pod
+/// phase) are returned as such; [`evaluate`] turns them into Unknown.
+pub fn compute(object: &Value, now: Timestamp) -> Result<Evaluation, StatusError> {
+    if let Some(result) = generic(object)? {
+        return Ok(result);
+    }
+    let kind = str_or(object, &["kind"], "");
+    let group = api_group(str_or(object, &["apiVersion"], ""));
+    if let Some(rule) = builtin_rule(group, kind) {
+        return rule(object, now);
+    }
+    ready_fallback(object)
+}
+
+/// [`compute`], with an error turned into an Unknown result carrying the error.
+pub fn evaluate(object: &Value, now: Timestamp) -> Evaluation {
+    compute(object, now).unwrap_or_else(|e| Evaluation::unknown(&e))
+}
+
+type Rule = fn(&Value, Timestamp) -> Result<Evaluation, StatusError>;
+
+/// The special-cased kinds, keyed on group and kind (version ignored, as kstatus does).
+pub fn builtin_rule(group: &str, kind: &str) -> Option<Rule> {
+    let rule: Rule = match (group, kind) {
+        ("", "ConfigMap") | ("", "Secret") | ("batch", "CronJob") => {
+            |_, _| Ok(Evaluation::current("Resource is always ready"))
+        }
+        ("", "Service") => |o, _| Ok(service(o)),
+        ("", "Pod") => pod,
+        ("", "PersistentVolumeClaim") => |o, _| Ok(pvc(o)),
+        ("apps", "StatefulSet") => |o, _| Ok(stateful_set(o)),
+        ("apps" | "extensions", "DaemonSet") => |o, _| daemon_set(o),
+        ("apps" | "extensions", "Deployment") => |o, _| deployment(o),
+        ("apps" | "extensions", "ReplicaSet") => |o, _| replica_set(o),
+        ("policy", "PodDisruptionBudget") => {
+            |_, _| Ok(Evaluation::current("AllowedDisruptions has been computed."))
+        }
+        ("batch", "Job") => |o, _| job(o),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => |o, _| crd(o),
+        _ => return None,
+    };
+    Some(rule)
+}
+
+/// Deletion, generation and the standard conditions: checked for every kind first.
+fn generic(object: &Value) -> Result<Option<Evaluation>, StatusError> {
+    if let Some(ts) = strict_str(object, &["metadata", "deletionTimestamp"])?
+        && !ts.is_empty()
+    {
+        return Ok(Some(Evaluation::terminating()));
+    }
+    if let Some(observed) = strict_int(object, &["status", "observedGeneration"])?
+        && let Some(generation) = strict_int(object, &["metadata", "generation"])?
+        && generation != observed
+    {
+        let kind = str_or(object, &["kind"], "");
+        return Ok(Some(Evaluation::in_progress(
+            "LatestGenerationNotObserved",
+            format!(
+                "{kind} generation is {generation}, but latest observed generation is {observed}"
+            ),
+        )));
+    }
+    for condition in conditions(object)? {
+        if condition.status != "True" {
+            continue;
+        }
+        match condition.type_.as_str() {
+            "Reconciling" => {
+                return Ok(Some(Evaluation::in_progress(
+                    condition.reason,
+                    condition.message,
+                )));
+            }
+            "Stalled" => {
+                return Ok(Some(Evaluation::failed(
+                    condition.reason,
+                    condition.message,
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+fn ready_fallback(object: &Value) -> Result<Evaluation, StatusError> {
+    for condition in conditions(object)? {
+        if condition.type_ != "Ready" {
+            continue;
+        }
+        match condition.status.as_str() {
+            "True" => return Ok(Evaluation::current("Resource is Ready")),
+            "False" | "Unknown" => {
+                return Ok(Evaluation::in_progress(condition.reason, condition.message));
+            }
+            _ => {}
+        }
+    }
+    Ok(Evaluation::current("Resource is current"))
+}
+
+fn has_true(conditions: &[ObservedCondition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "True")
+}
+
+fn deployment(o: &Value) -> Result<Evaluation, StatusError> {
+    let spec = int_or(o, &["spec", "replicas"], 1);
+    let replicas = int_or(o, &["status", "replicas"], 0);
+    let updated = int_or(o, &["status", "updatedReplicas"], 0);
+    let ready = int_or(o, &["status", "readyReplicas"], 0);
+    let available = int_or(o, &["status", "availableReplicas"], 0);
+    // Without a progress deadline the controller never reports progress, so don't wait for it.
+    let mut progressing =
+        int_or(o, &["spec", "progressDeadlineSeconds"], i64::from(i32::MAX)) == i64::from(i32::MAX);
+    let mut is_available = false;
+    for c in conditions(o)? {
+        match c.type_.as_str() {
+            "Progressing" if c.reason == "ProgressDeadlineExceeded" => {
+                return Ok(Evaluation::failed(
+                    "ProgressDeadlineExceeded",
+                    "Progress deadline exceeded",
+                ));
+            }
+            "Progressing" if c.status == "True" && c.reason == "NewReplicaSetAvailable" => {
+                progressing = true
+            }
+            "Available" if c.status == "True" => is_available = true,
+            _ => {}
+        }
+    }
+    Ok(if spec > replicas {
+        Evaluation::in_progress("LessReplicas", format!("Replicas: {replicas}/{spec}"))
+    } else if spec > updated {
+        Evaluation::in_progress("LessUpdated", format!("Updated: {updated}/{spec}"))
+    } else if replicas > spec {
+        Evaluation::in_progress(
+            "ExtraPods",
+            format!("Pending termination: {}", replicas - spec),
+        )
+    } else if updated > available {
+        Evaluation::in_progress("LessAvailable", format!("Available: {available}/{updated}"))
+    } else if spec > ready {
+        Evaluation::in_progress("LessReady", format!("Ready: {ready}/{spec}"))
+    } else if !progressing {
+        Evaluation::in_progress("ReplicaSetNotAvailable", "ReplicaSet not Available")
+    } else if !is_available {
+        Evaluation::in_progress("DeploymentNotAvailable", "Deployment not Available")
+    } else {
+        Evaluation::current(format!("Deployment is available. Replicas: {replicas}"))
+    })
+}
+
+fn stateful_set(o: &Value) -> Evaluation {
+    if str_or(o, &["spec", "updateStrategy", "type"], "") == "OnDelete" {
+        return Evaluation::current("StatefulSet is using the ondelete update strategy");
+    }
+    let spec = int_or(o, &["spec", "replicas"], 1);
+    let replicas = int_or(o, &["status", "replicas"], 0);
+    let ready = int_or(o, &["status", "readyReplicas"], 0);
+    let current = int_or(o, &["status", "currentReplicas"], 0);
+    let updated = int_or(o, &["status", "updatedReplicas"], 0);
+    let partition = int_or(
+        o,
+        &["spec", "updateStrategy", "rollingUpdate", "partition"],
+        -1,
+    );
+    if spec > replicas {
+        return Evaluation::in_progress("LessReplicas", format!("Replicas: {replicas}/{spec}"));
+    }
+    if spec > ready {
+        return Evaluation::in_progress("LessReady", format!("Ready: {ready}/{spec}"));
+    }
+    if replicas > spec {
+        return Evaluation::in_progress(
+            "ExtraPods",
+            format!("Pending termination: {}", replicas - spec),
+        );
+    }
+    if partition != -1 {
+        let want = spec - partition;
+        if updated < want {
+            return Evaluation::in_progress(
+                "PartitionRollout",
+                format!("updated: {updated}/{want}"),
+            );
+        }
+        return Evaluation::current(format!("Partition rollout complete. updated: {updated}"));
+    }
+    if spec > current {
+        return Evaluation::in_progress("LessCurrent", format!("current: {current}/{spec}"));
+    }
+    if str_or(o, &["status", "currentRevision"], "") != str_or(o, &["status", "updateRevision"], "")
+    {
+        return Evaluation::in_progress(
+            "RevisionMismatch",
+            "Waiting for updated revision to match current",
+        );
+    }
+    Evaluation::current(format!(
+        "All replicas scheduled as expected. Replicas: {replicas}"
+    ))
+}
+
+fn daemon_set(o: &Value) -> Result<Evaluation, StatusError> {
+    let kind = str_or(o, &["kind"], "");
+    if strict_int(o, &["metadata", "generation"])?.is_none() {
+        let message = format!("{kind} metadata.generation not found");
+        return Ok(Evaluation::in_progress("NoGeneration", message));
+    }
+    if strict_int(o, &["status", "observedGeneration"])?.is_none() {
+        let message = format!("{kind} status.observedGeneration not found");
+        return Ok(Evaluation::in_progress("NoObservedGeneration", message));
+    }
+    let desired = int_or(o, &["status", "desiredNumberScheduled"], -1);
+    let current = int_or(o, &["status", "currentNumberScheduled"], 0);
+    let updated = int_or(o, &["status", "updatedNumberScheduled"], 0);
+    let available = int_or(o, &["status", "numberAvailable"], 0);
+    let ready = int_or(o, &["status", "numberReady"], 0);
+    Ok(if desired == -1 {
+        Evaluation::in_progress("NoDesiredNumber", "Missing .status.desiredNumberScheduled")
+    } else if desired > current {
+        Evaluation::in_progress("LessCurrent", format!("Current: {current}/{desired}"))
+    } else if desired > updated {
+        Evaluation::in_progress("LessUpdated", format!("Updated: {updated}/{desired}"))
+    } else if desired > available {
+        Evaluation::in_progress("LessAvailable", format!("Available: {available}/{desired}"))
+    } else if desired > ready {
+        Evaluation::in_progress("LessReady", format!("Ready: {ready}/{desired}"))
+    } else {
+        Evaluation::current(format!(
+            "All replicas scheduled as expected. Replicas: {desired}"
+        ))
+    })
+}
+
+fn replica_set(o: &Value) -> Result<Evaluation, StatusError> {
+    if has_true(&conditions(o)?, "ReplicaFailure") {
+        return Ok(Evaluation::in_progress(
+            "ReplicaFailure",
+            "Replica Failure condition. Check Pods",
+        ));
+    }
+    let spec = int_or(o, &["spec", "replicas"], 1);
+    let replicas = int_or(o, &["status", "replicas"], 0);
+    let labelled = int_or(o, &["status", "fullyLabeledReplicas"], 0);
+    let available = int_or(o, &["status", "availableReplicas"], 0);
+    let ready = int_or(o, &["status", "readyReplicas"], 0);
+    Ok(if spec > labelled {
+        Evaluation::in_progress("LessLabelled", format!("Labelled: {labelled}/{spec}"))
+    } else if spec > available {
+        Evaluation::in_progress("LessAvailable", format!("Available: {available}/{spec}"))
+    } else if spec > ready {
+        Evaluation::in_progress("LessReady", format!("Ready: {ready}/{spec}"))
+    } else if replicas > spec {
+        Evaluation::in_progress(
+            "ExtraPods",
+            format!("Pending termination: {}", replicas - spec),
+        )
+    } else {
+        Evaluation::current(format!("ReplicaSet is available. Replicas: {replicas}"))
+    })
+}
+
+/// Names of containers waiting in CrashLoopBackOff (only `containerStatuses`, as kstatus).
+fn crash_looping(o: &Value) -> Vec<&str> {
+    lookup(o, &["status", "containerStatuses"])
+        .and_then(Value::as_array)
+        .map(|statuses| {
+            statuses
+                .iter()
+                .filter(|cs| str_or(cs, &["state", "waiting", "reason"], "") == "CrashLoopBackOff")
+                .filter_map(|cs| cs.get("name").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Creation time; absent or unparsable counts as infinitely old (Go's zero time).
+fn created(o: &Value) -> Option<Timestamp> {
+    str_or(o, &["metadata", "creationTimestamp"], "")
+        .parse()
+        .ok()
+}
+
+fn pod(o: &Value, now: Timestamp) -> Result<Evaluation, StatusError> {
+    let observed = conditions(o)?;
+    let phase = str_or(o, &["status", "phase"], "");
+    Ok(match phase {
+        "Succeeded" => Evaluation::current("Pod has completed successfully"),
+        "Failed" => Evaluation::current("Pod has completed, but not successfully"),
+        "Running" => {
+            if has_true(&observed, "Ready") {
+                return Ok(Evaluation::current("Pod is Ready"));
+            }
+            let looping = crash_looping(o);
+            if looping.is_empty() {
+                Evaluation::in_progress("PodRunningNotReady", "Pod is running but is not Ready")
+            } else {
+                Evaluation::failed(
+                    "ContainerCrashLooping",
+                    format!("Containers in CrashLoop state: {}", looping.join(",")),
+                )
+            }
+        }
+        "Pending" => {
+            let unschedulable = observed
+                .iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .is_some_and(|c| c.reason == "Unschedulable");
+            if !unschedulable {
+                Evaluation::in_progress("PodPending", "Pod is in the Pending phase")
+            } else if created(o).is_some_and(|created| now - SCHEDULE_WINDOW < created) {
+                Evaluation::in_progress("PodNotScheduled", "Pod has not been scheduled")
+            } else {
+                Evaluation::failed("PodUnschedulable", "Pod could not be scheduled")
+            }
+        }
+        "" => Evaluation::in_progress("PodNotObserved", "Pod phase not available"),
+        other => return Err(StatusError::UnknownPhase(other.to_string())),
+    })
+}
+
+fn pvc(o: &Value) -> Evaluation {
+    let phase = str_or(o, &["status", "phase"], "unknown");
+    if phase == "Bound" {
+        Evaluation::current("PVC is Bound")
+    } else {
+        Evaluation::in_progress("NotBound", format!("PVC is not Bound. phase: {phase}"))
+    }
+}
+
+fn service(o: &Value) -> Evaluation {
+    if str_or(o, &["spec", "type"], "ClusterIP") == "LoadBalancer"
+        && str_or(o, &["spec", "clusterIP"], "").is_empty()
+    {
+        return Evaluation::in_progress(
+            "NoIPAssigned",
+            "ClusterIP not set. Service type: LoadBalancer",
+        );
+    }
+    Evaluation::current("Service is ready")
+}
+
+fn job(o: &Value) -> Result<Evaluation, StatusError> {
+    let parallelism = int_or(o, &["spec", "parallelism"], 1);
+    let completions = int_or(o, &["spec", "completions"], parallelism);
+    let succeeded = int_or(o, &["status", "succeeded"], 0);
+    let active = int_or(o, &["status", "active"], 0);
+    let failed = int_or(o, &["status", "failed"], 0);
+    let suspend = lookup(o, &["spec", "suspend"]).and_then(Value::as_bool) == Some(true);
+    for c in conditions(o)? {
+        if c.status != "True" {
+            continue;
+        }
+        match c.type_.as_str() {
+            "Complete" => {
+                return Ok(Evaluation::current(format!(
+                    "Job Completed. succeeded: {succeeded}/{completions}"
+                )));
+            }
+            "Failed" => {
+                return Ok(Evaluation::failed(
+                    "JobFailed",
+                    format!("Job Failed. failed: {failed}/{completions}"),
+                ));
+            }
+            "Suspended" if suspend => return Ok(Evaluation::current("Job is suspended")),
+            _ => {}
+        }
+    }
+    if str_or(o, &["status", "startTime"], "").is_empty() {
+        return Ok(Evaluation::in_progress("JobNotStarted", "Job not started"));
+    }
+    Ok(Evaluation::current(format!(
+        "Job in progress. success:{succeeded}, active: {active}, failed: {failed}"
+    )))
+}
+
+fn crd(o: &Value) -> Result<Evaluation, StatusError> {
+    for c in conditions(o)? {
+        match (c.type_.as_str(), c.status.as_str()) {
+            ("NamesAccepted", "False") => return Ok(Evaluation::failed(c.reason, c.message)),
+            ("Established", "False") if c.reason != "Installing" => {
+                return Ok(Evaluation::failed(c.reason, c.message));
+            }
+            ("Established", "True") => return Ok(Evaluation::current("CRD is established")),
+            _ => {}
+        }
+    }
+    Ok(Evaluation::in_progress("Installing", "Install in progress"))
+}

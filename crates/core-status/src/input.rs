@@ -1,0 +1,274 @@
+//! Reading objects from YAML/JSON files, directories and standard input, for `strata status`
+//! and `strata wait`: multi-document YAML, `kind: List` (and typed `*List`) flattened,
+//! directories read recursively in name order. Errors name the source and document index.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::error::StatusError;
+
+/// One object read from input, with where it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Document {
+    /// File path, or `-` for standard input.
+    pub source: String,
+    /// 0-based index of the YAML document in its source.
+    pub index: usize,
+    pub object: Value,
+}
+
+impl Document {
+    fn field<'a>(&'a self, name: &str) -> &'a str {
+        crate::object::str_or(&self.object, &["metadata", name], "")
+    }
+
+    pub fn api_version(&self) -> &str {
+        crate::object::str_or(&self.object, &["apiVersion"], "")
+    }
+
+    pub fn kind(&self) -> &str {
+        crate::object::str_or(&self.object, &["kind"], "")
+    }
+
+    pub fn name(&self) -> &str {
+        self.field("name")
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.field("namespace")
+    }
+}
+
+/// Splits a YAML stream into documents at `---` lines (and drops `...` end markers).
+fn split_documents(text: &str) -> Vec<String> {
+    let mut documents = vec![String::new()];
+    for line in text.lines() {
+        let is_separator = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
+        if is_separator {
+            documents.push(line[3..].trim_start().to_string() + "\n");
+        } else if line == "..." {
+            continue;
+        } else if let Some(current) = documents.last_mut() {
+            current.push_str(line);
+            current.push('\n');
+        }
+    }
+    // A stream that starts with `---` has an empty first document; it is not counted.
+    if text.trim_start().starts_with("---")
+        && documents.first().is_some_and(|d| d.trim().is_empty())
+    {
+        documents.remove(0);
+    }
+    documents
+}
+
+/// Parses the objects in one YAML/JSON text.
+pub fn parse(source: &str, text: &str) -> Result<Vec<Document>, StatusError> {
+    let mut out = Vec::new();
+    for (index, document) in split_documents(text).into_iter().enumerate() {
+        let error = |reason: String| StatusError::Input {
+            source_name: source.to_string(),
+            index,
+            reason,
+        };
+        let only_comments = document
+            .lines()
+            .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
+        if only_comments {
+            continue;
+        }
+        let value: Value = serde_saphyr::from_str(&document)
+            .map_err(|e| error(format!("invalid YAML: {}", first_line(&e.to_string()))))?;
+        if value.is_null() {
+            continue;
+        }
+        flatten(value, &mut |object| {
+            validate(&object).map_err(&error)?;
+            out.push(Document {
+                source: source.to_string(),
+                index,
+                object,
+            });
+            Ok(())
+        })?;
+    }
+    Ok(out)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or(text)
+}
+
+fn validate(object: &Value) -> Result<(), String> {
+    let map = object
+        .as_object()
+        .ok_or("not a mapping (expected a Kubernetes object)")?;
+    for field in ["apiVersion", "kind"] {
+        match map.get(field) {
+            Some(Value::String(s)) if !s.is_empty() => {}
+            Some(Value::String(_)) | None | Some(Value::Null) => {
+                return Err(format!("missing field {field}"));
+            }
+            Some(_) => return Err(format!("field {field} is not a string")),
+        }
+    }
+    match map.get("metadata") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err("field metadata is not a mapping".into()),
+    }
+}
+
+/// Calls `emit` for the object, or for each item of a list object.
+fn flatten(
+    value: Value,
+    emit: &mut dyn FnMut(Value) -> Result<(), StatusError>,
+) -> Result<(), StatusError> {
+    let kind = value
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let is_list = kind == "List"
+        || (kind.ends_with("List") && value.get("items").is_some_and(Value::is_array));
+    if !is_list {
+        return emit(value);
+    }
+    let api_version = value.get("apiVersion").cloned().unwrap_or(Value::Null);
+    let item_kind = kind.strip_suffix("List").unwrap_or_default().to_string();
+    let items = match value {
+        Value::Object(mut map) => match map.remove("items") {
+            Some(Value::Array(items)) => items,
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    };
+    for mut item in items {
+        // Typed lists (PodList from the raw API) leave apiVersion/kind off their items.
+        if kind != "List"
+            && let Some(map) = item.as_object_mut()
+        {
+            map.entry("apiVersion")
+                .or_insert_with(|| api_version.clone());
+            map.entry("kind")
+                .or_insert_with(|| Value::String(item_kind.clone()));
+        }
+        flatten(item, emit)?;
+    }
+    Ok(())
+}
+
+/// Reads every `-f` argument: a file, a directory (recursively; `.yaml`, `.yml`, `.json`, in
+/// name order) or `-` for standard input.
+pub fn read_sources(sources: &[String]) -> Result<Vec<Document>, StatusError> {
+    let mut out = Vec::new();
+    for source in sources {
+        if source == "-" {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| StatusError::Io(format!("-: reading standard input: {e}")))?;
+            out.extend(parse("-", &text)?);
+            continue;
+        }
+        let path = Path::new(source);
+        let metadata =
+            std::fs::metadata(path).map_err(|e| StatusError::Io(format!("{source}: {e}")))?;
+        let files = if metadata.is_dir() {
+            let mut files = Vec::new();
+            collect_manifests(path, &mut files)?;
+            files
+        } else {
+            vec![path.to_path_buf()]
+        };
+        for file in files {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| StatusError::Io(format!("{}: {e}", file.display())))?;
+            out.extend(parse(&file.display().to_string(), &text)?);
+        }
+    }
+    Ok(out)
+}
+
+fn collect_manifests(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), StatusError> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| StatusError::Io(format!("{}: {e}", dir.display())))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect_manifests(&entry, files)?;
+        } else if entry
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+        {
+            files.push(entry);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_and_lists() {
+        let text = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n# just a comment\n---\napiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Secret\n  metadata: {name: b}\n- apiVersion: apps/v1\n  kind: Deployment\n  metadata: {name: c, namespace: x}\n...\n";
+        let docs = parse("f.yaml", text).unwrap();
+        let names: Vec<(&str, &str, usize)> =
+            docs.iter().map(|d| (d.kind(), d.name(), d.index)).collect();
+        assert_eq!(
+            names,
+            vec![
+                ("ConfigMap", "a", 0),
+                ("Secret", "b", 2),
+                ("Deployment", "c", 2)
+            ]
+        );
+        assert_eq!(docs[2].namespace(), "x");
+    }
+
+    #[test]
+    fn typed_lists_fill_item_kinds() {
+        let text =
+            r#"{"apiVersion": "v1", "kind": "PodList", "items": [{"metadata": {"name": "p"}}]}"#;
+        let docs = parse("pods.json", text).unwrap();
+        assert_eq!(
+            (docs[0].api_version(), docs[0].kind(), docs[0].name()),
+            ("v1", "Pod", "p")
+        );
+    }
+
+    #[test]
+    fn errors_name_source_and_document_index() {
+        let cases = [
+            (
+                "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: v1\nmetadata: {name: a}\n",
+                "f.yaml: document index 1: missing field kind",
+            ),
+            (
+                "apiVersion: v1\nkind: [x\n",
+                "f.yaml: document index 0: invalid YAML",
+            ),
+            (
+                "- a\n- b\n",
+                "f.yaml: document index 0: not a mapping (expected a Kubernetes object)",
+            ),
+            (
+                "kind: ConfigMap\n",
+                "f.yaml: document index 0: missing field apiVersion",
+            ),
+            (
+                "apiVersion: v1\nkind: 7\n",
+                "f.yaml: document index 0: field kind is not a string",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = parse("f.yaml", text).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{text:?}: {err}");
+            assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Reading fields of a dynamic object the way kstatus does.
+//!
+//! Two families of readers, because kstatus has two: *strict* lookups (generation,
+//! deletionTimestamp, conditions) fail on a wrongly typed value, while *counter* lookups
+//! (`spec.replicas`, `status.readyReplicas`, ...) quietly fall back to a default for anything
+//! that is not an integer (a string, a float, null).
+
+use serde_json::Value;
+
+use crate::error::{StatusError, type_name};
+
+/// Follows `path`; `None` when a step is missing or a parent is null.
+pub fn lookup<'a>(object: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    let mut current = object;
+    for step in path {
+        match current {
+            Value::Object(map) => current = map.get(*step)?,
+            _ => return None,
+        }
+    }
+    Some(current)
+}
+
+/// Like [`lookup`], but a non-map parent is an error (kstatus' nested accessors).
+fn lookup_strict<'a>(object: &'a Value, path: &[&str]) -> Result<Option<&'a Value>, StatusError> {
+    let mut current = object;
+    for (i, step) in path.iter().enumerate() {
+        match current {
+            Value::Null => return Ok(None),
+            Value::Object(map) => match map.get(*step) {
+                Some(next) => current = next,
+                None => return Ok(None),
+            },
+            other => {
+                return Err(StatusError::FieldType {
+                    field: path[..i].join("."),
+                    expected: "a map",
+                    found: type_name(other),
+                });
+            }
+        }
+    }
+    Ok(Some(current))
+}
+
+/// A strictly typed integer field: absent → `None`; present but not an integer → error.
+pub fn strict_int(object: &Value, path: &[&str]) -> Result<Option<i64>, StatusError> {
+    match lookup_strict(object, path)? {
+        None => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| StatusError::FieldType {
+                field: path.join("."),
+                expected: "an integer",
+                found: type_name(value),
+            }),
+    }
+}
+
+/// A strictly typed string field: absent → `None`; present but not a string → error.
+pub fn strict_str<'a>(object: &'a Value, path: &[&str]) -> Result<Option<&'a str>, StatusError> {
+    match lookup_strict(object, path)? {
+        None => Ok(None),
+        Some(value) => value
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| StatusError::FieldType {
+                field: path.join("."),
+                expected: "a string",
+                found: type_name(value),
+            }),
+    }
+}
+
+/// A counter: an integer at `path`, else `default`.
+pub fn int_or(object: &Value, path: &[&str], default: i64) -> i64 {
+    lookup(object, path)
+        .and_then(Value::as_i64)
+        .unwrap_or(default)
+}
+
+/// A string at `path`, else `default`.
+pub fn str_or<'a>(object: &'a Value, path: &[&str], default: &'a str) -> &'a str {
+    lookup(object, path)
+        .and_then(Value::as_str)
+        .unwrap_or(default)
+}
+
+/// One entry of `status.conditions`, as kstatus decodes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ObservedCondition {
+    pub type_: String,
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Decodes `status.conditions`. A non-map `status`, a non-list `conditions`, a non-map entry or
+/// a non-string `type`/`status`/`reason`/`message` is an error; null means absent.
+pub fn conditions(object: &Value) -> Result<Vec<ObservedCondition>, StatusError> {
+    let status = match object.get("status") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(status)) => status,
+        Some(other) => {
+            return Err(StatusError::FieldType {
+                field: "status".into(),
+                expected: "a map",
+                found: type_name(other),
+            });
+        }
+    };
+    let list = match status.get("conditions") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(other) => {
+            return Err(StatusError::FieldType {
+                field: "status.conditions".into(),
+                expected: "a list",
+                found: type_name(other),
+            });
+        }
+    };
+    list.iter()
+        .enumerate()
+        .map(|(i, entry)| {
+            let entry = match entry {
+                Value::Null => return Ok(ObservedCondition::default()),
+                Value::Object(entry) => entry,
+                other => {
+                    return Err(StatusError::FieldType {
+                        field: format!("status.conditions[{i}]"),
+                        expected: "a map",
+                        found: type_name(other),
+                    });
+                }
+            };
+            let field = |name: &str| -> Result<String, StatusError> {
+                match entry.get(name) {
+                    None | Some(Value::Null) => Ok(String::new()),
+                    Some(Value::String(s)) => Ok(s.clone()),
+                    Some(other) => Err(StatusError::FieldType {
+                        field: format!("status.conditions[{i}].{name}"),
+                        expected: "a string",
+                        found: type_name(other),
+                    }),
+                }
+            };
+            Ok(ObservedCondition {
+                type_: field("type")?,
+                status: field("status")?,
+                reason: field("reason")?,
+                message: field("message")?,
+            })
+        })
+        .collect()
+}
+
+/// Group of an `apiVersion` (`""` for the core group).
+pub fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn counters_fall_back_on_anything_but_integers() {
+        let obj = json!({"spec": {"a": 3, "b": "3", "c": 3.5, "d": null}});
+        assert_eq!(int_or(&obj, &["spec", "a"], 1), 3);
+        for field in ["b", "c", "d", "missing"] {
+            assert_eq!(int_or(&obj, &["spec", field], 1), 1, "{field}");
+        }
+    }
+
+    #[test]
+    fn strict_lookups_report_the_field() {
+        let obj = json!({"metadata": {"generation": "2"}, "status": "broken"});
+        let err = strict_int(&obj, &["metadata", "generation"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "metadata.generation: expected an integer, found string \"2\""
+        );
+        let err = strict_int(&obj, &["status", "observedGeneration"]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "status: expected a map, found string \"broken\""
+        );
+        assert_eq!(
+            strict_int(&json!({"status": null}), &["status", "observedGeneration"]),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn condition_decoding() {
+        let ok = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": null}]}});
+        assert_eq!(conditions(&ok).unwrap()[0].type_, "Ready");
+        for (bad, field) in [
+            (json!({"status": []}), "status"),
+            (json!({"status": {"conditions": {}}}), "status.conditions"),
+            (
+                json!({"status": {"conditions": ["x"]}}),
+                "status.conditions[0]",
+            ),
+            (
+                json!({"status": {"conditions": [{"type": "Ready", "status": true}]}}),
+                "status.conditions[0].status",
+            ),
+        ] {
+            match conditions(&bad) {
+                Err(StatusError::FieldType { field: f, .. }) => assert_eq!(f, field),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        assert!(conditions(&json!({"status": null})).unwrap().is_empty());
+    }
+}

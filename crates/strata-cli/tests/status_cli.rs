@@ -1,0 +1,181 @@
+//! The `strata status` contract (DESIGN.md §4), run as a user would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn strata(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+const PENDING_POD: &str = "apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: ns, creationTimestamp: '2026-01-01T00:00:00Z'}
+status:
+  phase: Pending
+  conditions: [{type: PodScheduled, status: 'False', reason: Unschedulable}]
+";
+
+#[test]
+fn json_output_has_one_element_per_object_in_input_order() {
+    let input = format!(
+        "{PENDING_POD}---\napiVersion: v1\nkind: List\nitems:\n- {{apiVersion: v1, kind: ConfigMap, metadata: {{name: a}}}}\n- {{apiVersion: example.com/v1, kind: Widget, metadata: {{name: w, namespace: ns}}, status: {{conditions: [{{type: Ready, status: 'False', reason: Waiting, message: later}}]}}}}\n"
+    );
+    let out = strata(
+        &[
+            "status",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            "--now",
+            "2026-01-01T00:00:10Z",
+        ],
+        &input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = serde_json::json!([
+        {"apiVersion": "v1", "kind": "Pod", "namespace": "ns", "name": "p", "status": "InProgress", "message": "Pod has not been scheduled", "reason": "PodNotScheduled"},
+        {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "", "name": "a", "status": "Current", "message": "Resource is always ready", "reason": null},
+        {"apiVersion": "example.com/v1", "kind": "Widget", "namespace": "ns", "name": "w", "status": "InProgress", "message": "later", "reason": "Waiting"},
+    ]);
+    assert_eq!(got, want);
+    // Key order is part of the contract.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let keys = [
+        "\"apiVersion\"",
+        "\"kind\"",
+        "\"namespace\"",
+        "\"name\"",
+        "\"status\"",
+        "\"message\"",
+        "\"reason\"",
+    ];
+    let positions: Vec<usize> = keys.iter().map(|k| text.find(k).unwrap()).collect();
+    assert!(positions.windows(2).all(|w| w[0] < w[1]), "{text}");
+}
+
+#[test]
+fn now_fixes_the_clock() {
+    let out = strata(
+        &[
+            "status",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            "--now",
+            "2026-01-01T00:01:00Z",
+        ],
+        PENDING_POD,
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(got[0]["status"], "Failed");
+    assert_eq!(got[0]["reason"], "PodUnschedulable");
+}
+
+#[test]
+fn not_current_objects_still_exit_zero() {
+    let out = strata(
+        &["status", "-f", "-"],
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec: {replicas: 2}\n",
+    );
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("KIND"), "{text}");
+    assert!(
+        text.contains("InProgress  LessReplicas  Replicas: 0/2"),
+        "{text}"
+    );
+}
+
+#[test]
+fn directories_are_read_recursively_in_name_order() {
+    let dir = std::env::temp_dir().join(format!("strata-status-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(
+        dir.join("b.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("a.json"),
+        r#"{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "a"}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("sub/c.yml"),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: c}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("notes.txt"), "not a manifest").unwrap();
+    let out = strata(&["status", "-f", dir.to_str().unwrap(), "-o", "json"], "");
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["a", "b", "c"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn malformed_input_is_one_line_naming_source_and_document_exit_2() {
+    let cases = [
+        (
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nmetadata: {name: b}\n",
+            "strata: -: document index 1: missing field kind",
+        ),
+        (
+            "apiVersion: v1\nkind: [unclosed\n",
+            "strata: -: document index 0: invalid YAML",
+        ),
+    ];
+    for (input, want) in cases {
+        let out = strata(&["status", "-f", "-"], input);
+        assert_eq!(out.status.code(), Some(2), "{input:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with(want), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = strata(&["status", "-f", "-", "--now", "yesterday"], PENDING_POD);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn unimplemented_commands_say_so_and_exit_2() {
+    for args in [
+        &["render", "course.yaml"][..],
+        &["layers", "graph"][..],
+        &["rollout", "plan", "-f", "x"][..],
+    ] {
+        let out = strata(args, "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("not available yet"),
+            "{args:?}"
+        );
+    }
+}
