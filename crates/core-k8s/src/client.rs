@@ -8,11 +8,19 @@ use crate::{CommonArgs, Error, Result};
 /// Client configuration from, in order: `--kubeconfig`/$KUBECONFIG (with `--context`), else
 /// the in-cluster service account, else `~/.kube/config`.
 pub async fn config(args: &CommonArgs) -> Result<Config> {
+    config_from(args.kubeconfig.as_deref(), args.context.as_deref()).await
+}
+
+/// Client configuration from an optional kubeconfig path and context (see [`config`]).
+pub async fn config_from(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> Result<Config> {
     let options = KubeConfigOptions {
-        context: args.context.clone(),
+        context: context.map(str::to_string),
         ..KubeConfigOptions::default()
     };
-    match (&args.kubeconfig, &args.context) {
+    match (kubeconfig, context) {
         (Some(path), _) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
@@ -31,6 +39,14 @@ pub async fn config(args: &CommonArgs) -> Result<Config> {
 
 /// A client built from [`config`].
 pub async fn client(args: &CommonArgs) -> Result<Client> {
-    let config = config(args).await?;
+    client_from(args.kubeconfig.as_deref(), args.context.as_deref()).await
+}
+
+/// A client built from [`config_from`].
+pub async fn client_from(
+    kubeconfig: Option<&std::path::Path>,
+    context: Option<&str>,
+) -> Result<Client> {
+    let config = config_from(kubeconfig, context).await?;
     Client::try_from(config).map_err(|e| Error::Kubeconfig(format!("building client: {e}")))
 }

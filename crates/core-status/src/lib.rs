@@ -12,6 +12,7 @@ pub mod compute;
 pub mod error;
 pub mod input;
 pub mod object;
+pub mod wait;
 
 pub use aggregate::aggregate;
 pub use compute::{Condition, ConditionType, Evaluation, compute, evaluate};

@@ -61,6 +61,12 @@ pub enum WaitFor {
     Deleted,
 }
 
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum WaitEngine {
+    Watch,
+    Poll,
+}
+
 #[derive(Debug, Args)]
 pub struct WaitArgs {
     /// A file or a directory (read recursively).
@@ -75,6 +81,13 @@ pub struct WaitArgs {
     /// Give up after this long (e.g. 90s, 5m).
     #[arg(long, default_value = "5m")]
     pub timeout: String,
+    /// How to read the cluster: `watch` (one watch per kind and namespace) or `poll` (LIST
+    /// every --poll-interval; needs only `list` permission).
+    #[arg(long, value_enum, default_value_t = WaitEngine::Watch)]
+    pub engine: WaitEngine,
+    /// Interval of the poll engine.
+    #[arg(long, default_value = "2s")]
+    pub poll_interval: String,
     /// Path to a kubeconfig.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -186,7 +199,7 @@ fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Status(args) => crate::status::run(&args),
-        Command::Wait(_) => not_available("wait", "core-status"),
+        Command::Wait(args) => crate::wait::run(&args),
         Command::Render(_) => not_available("render", "the render component"),
         Command::Layers(LayersCommand::Graph { .. }) => {
             not_available("layers graph", "the layer-controller")

@@ -2,6 +2,7 @@
 
 mod cli;
 mod status;
+mod wait;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,891 @@
+//! Waiting for a set of objects in a live cluster to become Current (optionally with Jobs
+//! complete) or to be deleted.
+//!
+//! Two engines share one decision core ([`Tracker`]):
+//! - **watch** (default): one shared watch per (kind, namespace) — not one per object —
+//!   narrowed to the object's name when it is alone in its group;
+//! - **poll**: one LIST per (kind, namespace) every interval, for users whose RBAC allows
+//!   `list` but not `watch`.
+//!
+//! What they add over kstatus' waiters: objects never seen after the initial list are
+//! resolved by a GET (NotFound vs Unknown) instead of staying Unknown; kinds whose CRD is not
+//! served yet are retried until it is; a staleness guard refuses Current from an object whose
+//! generation is older than the one just applied; paused Deployments are not waited on
+//! (Helm's rule); time-dependent rules are re-evaluated every second; a Failed object ends a
+//! wait for Current early.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use core_k8s::apply::{ApiDiscovery, DiscoveryCache, ResolvedKind, parse_api_version};
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::api::{DynamicObject, ListParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::watcher;
+use kube::{Api, Client};
+use serde_json::Value;
+
+use crate::compute::{Evaluation, evaluate};
+use crate::object::{conditions, int_or, lookup, str_or};
+use crate::{Status, aggregate};
+
+/// What to wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitFor {
+    /// Every object Current.
+    Current,
+    /// Every object Current, and every Job complete (a running Job is not enough).
+    CurrentWithJobs,
+    /// Every object gone.
+    Deleted,
+}
+
+impl WaitFor {
+    fn desired(self) -> Status {
+        match self {
+            WaitFor::Current | WaitFor::CurrentWithJobs => Status::Current,
+            WaitFor::Deleted => Status::NotFound,
+        }
+    }
+}
+
+/// Which engine reads the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Watch,
+    Poll { interval: Duration },
+}
+
+/// One object to wait for.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Target {
+    pub api_version: String,
+    pub kind: String,
+    /// Empty for cluster-scoped objects (filled from the default namespace when the kind is
+    /// namespaced and the manifest had none).
+    pub namespace: String,
+    pub name: String,
+    /// The generation just applied, if known: an older generation is never Current.
+    pub min_generation: Option<i64>,
+}
+
+impl Target {
+    /// A target from a manifest.
+    pub fn from_object(object: &Value) -> Self {
+        Self {
+            api_version: str_or(object, &["apiVersion"], "").to_string(),
+            kind: str_or(object, &["kind"], "").to_string(),
+            namespace: str_or(object, &["metadata", "namespace"], "").to_string(),
+            name: str_or(object, &["metadata", "name"], "").to_string(),
+            min_generation: None,
+        }
+    }
+
+    /// `Kind/namespace/name` (or `Kind/name`), as summaries print it.
+    pub fn id(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{}/{}", self.kind, self.name)
+        } else {
+            format!("{}/{}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+
+    fn gvk(&self) -> Option<GroupVersionKind> {
+        let (group, version) = parse_api_version(&self.api_version)?;
+        Some(GroupVersionKind::gvk(group, version, &self.kind))
+    }
+}
+
+/// The latest known state of one target.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetState {
+    pub status: Status,
+    pub message: String,
+    pub reason: Option<String>,
+}
+
+impl TargetState {
+    fn unknown(message: impl Into<String>) -> Self {
+        Self {
+            status: Status::Unknown,
+            message: message.into(),
+            reason: None,
+        }
+    }
+
+    fn not_found() -> Self {
+        Self {
+            status: Status::NotFound,
+            message: "Resource not found".into(),
+            reason: None,
+        }
+    }
+
+    fn from_evaluation(e: Evaluation) -> Self {
+        Self {
+            reason: e.reason().map(str::to_string),
+            status: e.status,
+            message: e.message,
+        }
+    }
+}
+
+/// A view of the wait for progress reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Progress {
+    pub ready: usize,
+    pub total: usize,
+    /// The first not-ready object (in target order) and its state.
+    pub blocking: Option<(Target, TargetState)>,
+}
+
+/// How a wait ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every object reached the desired state.
+    Done,
+    /// An object Failed while waiting for Current.
+    Failed,
+    TimedOut,
+}
+
+/// The result of a wait: the outcome and every object's final state.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub outcome: Outcome,
+    pub states: Vec<(Target, TargetState)>,
+    /// Paused Deployments left out of the wait.
+    pub skipped: Vec<Target>,
+    pub mode: WaitFor,
+}
+
+impl Report {
+    /// One line per object that did not reach the desired state.
+    pub fn summary(&self) -> Vec<String> {
+        let desired = self.mode.desired();
+        self.states
+            .iter()
+            .filter(|(_, s)| s.status != desired)
+            .map(|(t, s)| match self.mode {
+                WaitFor::Deleted => format!(
+                    "resource {} still exists. status: {}, message: {}",
+                    t.id(),
+                    s.status,
+                    s.message
+                ),
+                _ => format!(
+                    "resource {} not ready. status: {}, message: {}",
+                    t.id(),
+                    s.status,
+                    s.message
+                ),
+            })
+            .collect()
+    }
+}
+
+/// The Helm-style Job reader used with `--jobs`: only completion counts.
+fn job_for_completion(object: &Value) -> Option<Evaluation> {
+    let parallelism = int_or(object, &["spec", "parallelism"], 1);
+    let completions = int_or(object, &["spec", "completions"], parallelism);
+    let succeeded = int_or(object, &["status", "succeeded"], 0);
+    let failed = int_or(object, &["status", "failed"], 0);
+    let conds = conditions(object).ok()?;
+    for c in conds.iter().filter(|c| c.status == "True") {
+        match c.type_.as_str() {
+            "Complete" => {
+                return Some(Evaluation::current(format!(
+                    "Job Completed. succeeded: {succeeded}/{completions}"
+                )));
+            }
+            "Failed" => {
+                return Some(Evaluation::failed(
+                    "JobFailed",
+                    format!("Job Failed. failed: {failed}/{completions}"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Some(Evaluation::in_progress("JobInProgress", "Job in progress"))
+}
+
+/// The state of a live object for this wait: kstatus' rules plus the wait's own (Jobs in
+/// `--jobs` mode, the staleness guard).
+pub fn judge(target: &Target, object: &Value, mode: WaitFor, now: Timestamp) -> TargetState {
+    let is_job = crate::object::api_group(&target.api_version) == "batch" && target.kind == "Job";
+    let evaluation = match (mode, is_job) {
+        (WaitFor::CurrentWithJobs, true)
+            if str_or(object, &["metadata", "deletionTimestamp"], "").is_empty() =>
+        {
+            job_for_completion(object).unwrap_or_else(|| evaluate(object, now))
+        }
+        _ => evaluate(object, now),
+    };
+    let mut state = TargetState::from_evaluation(evaluation);
+    if state.status == Status::Current
+        && let Some(min) = target.min_generation
+    {
+        let generation = int_or(object, &["metadata", "generation"], 0);
+        if generation < min {
+            state = TargetState {
+                status: Status::InProgress,
+                message: format!(
+                    "status is from generation {generation}, older than the applied generation {min}"
+                ),
+                reason: Some("StaleGeneration".into()),
+            };
+        }
+    }
+    state
+}
+
+/// Whether Helm would leave this object out of a wait (a paused Deployment).
+pub fn is_paused_deployment(object: &Value) -> bool {
+    matches!(
+        crate::object::api_group(str_or(object, &["apiVersion"], "")),
+        "apps" | "extensions"
+    ) && str_or(object, &["kind"], "") == "Deployment"
+        && lookup(object, &["spec", "paused"]).and_then(Value::as_bool) == Some(true)
+}
+
+/// The decision core shared by both engines: the latest object per target, re-judged on
+/// every change and every tick.
+#[derive(Debug)]
+pub struct Tracker {
+    mode: WaitFor,
+    targets: Vec<Target>,
+    objects: HashMap<usize, Option<Value>>,
+    states: Vec<TargetState>,
+    skipped: Vec<Target>,
+}
+
+impl Tracker {
+    pub fn new(targets: Vec<Target>, mode: WaitFor) -> Self {
+        let states = targets
+            .iter()
+            .map(|_| TargetState::unknown("waiting for the first observation"))
+            .collect();
+        Self {
+            mode,
+            targets,
+            objects: HashMap::new(),
+            states,
+            skipped: Vec::new(),
+        }
+    }
+
+    pub fn targets(&self) -> &[Target] {
+        &self.targets
+    }
+
+    /// Records the object (`None` = confirmed absent) for target `i` and re-judges it.
+    pub fn observe(&mut self, i: usize, mut object: Option<Value>, now: Timestamp) {
+        // Items of a LIST or watch come without apiVersion/kind; without them every object
+        // would fall through to the generic rules (a stuck Deployment would look Current).
+        if let Some(Value::Object(map)) = &mut object {
+            let target = &self.targets[i];
+            map.entry("apiVersion")
+                .or_insert_with(|| target.api_version.clone().into());
+            map.entry("kind")
+                .or_insert_with(|| target.kind.clone().into());
+        }
+        if self.mode != WaitFor::Deleted
+            && let Some(o) = &object
+            && is_paused_deployment(o)
+            && !self.skipped.contains(&self.targets[i])
+        {
+            self.skipped.push(self.targets[i].clone());
+        }
+        self.objects.insert(i, object);
+        self.rejudge(i, now);
+    }
+
+    /// Marks target `i` as not determinable (e.g. its kind is not served yet).
+    pub fn unknown(&mut self, i: usize, message: impl Into<String>) {
+        self.objects.remove(&i);
+        self.states[i] = TargetState::unknown(message);
+    }
+
+    fn rejudge(&mut self, i: usize, now: Timestamp) {
+        self.states[i] = match self.objects.get(&i) {
+            Some(Some(object)) => judge(&self.targets[i], object, self.mode, now),
+            Some(None) => TargetState::not_found(),
+            None => return,
+        };
+    }
+
+    /// Re-evaluates every known object (time-dependent rules such as Pod scheduling).
+    pub fn tick(&mut self, now: Timestamp) {
+        for i in 0..self.targets.len() {
+            self.rejudge(i, now);
+        }
+    }
+
+    fn counted(&self) -> impl Iterator<Item = (usize, &TargetState)> {
+        self.states
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.skipped.contains(&self.targets[*i]))
+    }
+
+    /// Done, failed early, or still waiting (`None`).
+    pub fn outcome(&self) -> Option<Outcome> {
+        let desired = self.mode.desired();
+        let statuses: Vec<Status> = self.counted().map(|(_, s)| s.status).collect();
+        if self.mode != WaitFor::Deleted && statuses.contains(&Status::Failed) {
+            return Some(Outcome::Failed);
+        }
+        (aggregate(statuses, desired) == desired).then_some(Outcome::Done)
+    }
+
+    pub fn progress(&self) -> Progress {
+        let desired = self.mode.desired();
+        let counted: Vec<(usize, &TargetState)> = self.counted().collect();
+        let ready = counted.iter().filter(|(_, s)| s.status == desired).count();
+        let blocking = counted
+            .iter()
+            .find(|(_, s)| s.status != desired)
+            .map(|(i, s)| (self.targets[*i].clone(), (*s).clone()));
+        Progress {
+            ready,
+            total: counted.len(),
+            blocking,
+        }
+    }
+
+    pub fn report(&self, outcome: Outcome) -> Report {
+        Report {
+            outcome,
+            states: self
+                .targets
+                .iter()
+                .cloned()
+                .zip(self.states.iter().cloned())
+                .filter(|(t, _)| !self.skipped.contains(t))
+                .collect(),
+            skipped: self.skipped.clone(),
+            mode: self.mode,
+        }
+    }
+}
+
+/// Options of a wait.
+#[derive(Clone, Debug)]
+pub struct WaitOptions {
+    pub mode: WaitFor,
+    pub engine: Engine,
+    pub timeout: Duration,
+}
+
+/// Targets of one kind in one namespace (`""` = cluster-scoped), read by one watch or LIST.
+#[derive(Debug)]
+struct Group {
+    gvk: GroupVersionKind,
+    namespace: String,
+    members: BTreeMap<String, usize>,
+}
+
+fn group_targets(targets: &[Target]) -> Result<Vec<Group>, crate::StatusError> {
+    let mut groups: BTreeMap<(String, String, String, String), Group> = BTreeMap::new();
+    for (i, t) in targets.iter().enumerate() {
+        let gvk = t.gvk().ok_or_else(|| crate::StatusError::FieldType {
+            field: format!("{}: apiVersion", t.id()),
+            expected: "GROUP/VERSION or VERSION",
+            found: format!("{:?}", t.api_version),
+        })?;
+        let key = (
+            gvk.group.clone(),
+            gvk.version.clone(),
+            gvk.kind.clone(),
+            t.namespace.clone(),
+        );
+        groups
+            .entry(key)
+            .or_insert_with(|| Group {
+                gvk,
+                namespace: t.namespace.clone(),
+                members: BTreeMap::new(),
+            })
+            .members
+            .insert(t.name.clone(), i);
+    }
+    Ok(groups.into_values().collect())
+}
+
+fn api_for(client: &Client, kind: &ResolvedKind, namespace: &str) -> Api<DynamicObject> {
+    if kind.namespaced && !namespace.is_empty() {
+        Api::namespaced_with(client.clone(), namespace, &kind.resource)
+    } else {
+        Api::all_with(client.clone(), &kind.resource)
+    }
+}
+
+enum Update {
+    Seen(usize, Value),
+    Gone(usize),
+    /// The initial list of a group finished; these members were not in it.
+    Listed(Vec<usize>),
+    /// The watch of a group failed (it is restarted by the watcher's backoff).
+    Error(Vec<usize>, String),
+}
+
+/// Fills in the namespace of namespaced targets that had none, and drops the namespace of
+/// cluster-scoped ones (a manifest may carry one by mistake; the API server ignores it).
+async fn normalise_namespaces(
+    client: &Client,
+    discovery: &DiscoveryCache<ApiDiscovery>,
+    targets: &mut [Target],
+) {
+    let default_namespace = client.default_namespace().to_string();
+    for target in targets.iter_mut() {
+        let Some(gvk) = target.gvk() else { continue };
+        if let Ok(kind) = discovery.resolve(&gvk).await {
+            if kind.namespaced && target.namespace.is_empty() {
+                target.namespace = default_namespace.clone();
+            } else if !kind.namespaced {
+                target.namespace.clear();
+            }
+        } else if target.namespace.is_empty() {
+            // Unknown kind (CRD not there yet): guess namespaced, as most CRs are.
+            target.namespace = default_namespace.clone();
+        }
+    }
+}
+
+/// Waits for `targets` per `options`, calling `on_progress` whenever the progress changes.
+pub async fn wait(
+    client: Client,
+    mut targets: Vec<Target>,
+    options: WaitOptions,
+    mut on_progress: impl FnMut(&Progress),
+) -> Result<Report, crate::StatusError> {
+    let discovery = DiscoveryCache::new(ApiDiscovery::new(client.clone()));
+    normalise_namespaces(&client, &discovery, &mut targets).await;
+    let groups = group_targets(&targets)?;
+    let mut tracker = Tracker::new(targets, options.mode);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
+    let stop = tokio_util_free_token();
+    let mut readers = Vec::new();
+    for group in groups {
+        let client = client.clone();
+        let tx = tx.clone();
+        let engine = options.engine;
+        let stop = stop.clone();
+        readers.push(tokio::spawn(async move {
+            run_group(client, group, engine, tx, stop).await;
+        }));
+    }
+    drop(tx);
+
+    let deadline = tokio::time::sleep(options.timeout);
+    tokio::pin!(deadline);
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let mut last_progress = None;
+    let outcome = loop {
+        if let Some(outcome) = tracker.outcome() {
+            break outcome;
+        }
+        let progress = tracker.progress();
+        if last_progress.as_ref() != Some(&progress) {
+            on_progress(&progress);
+            last_progress = Some(progress);
+        }
+        tokio::select! {
+            _ = &mut deadline => break tracker.outcome().unwrap_or(Outcome::TimedOut),
+            _ = ticker.tick() => tracker.tick(Timestamp::now()),
+            update = rx.recv() => match update {
+                Some(Update::Seen(i, object)) => tracker.observe(i, Some(object), Timestamp::now()),
+                Some(Update::Gone(i)) => tracker.observe(i, None, Timestamp::now()),
+                Some(Update::Listed(missing)) => {
+                    for i in missing {
+                        let state = confirm_absent(&client, &discovery, &tracker.targets()[i]).await;
+                        match state {
+                            Ok(Some(object)) => tracker.observe(i, Some(object), Timestamp::now()),
+                            Ok(None) => tracker.observe(i, None, Timestamp::now()),
+                            Err(message) => tracker.unknown(i, message),
+                        }
+                    }
+                }
+                Some(Update::Error(members, message)) => {
+                    for i in members {
+                        tracker.unknown(i, message.clone());
+                    }
+                }
+                None => {
+                    // Every reader ended (only possible when all were stopped); wait out the deadline.
+                    (&mut deadline).await;
+                    break tracker.outcome().unwrap_or(Outcome::TimedOut);
+                }
+            },
+        }
+    };
+    stop.send_replace(true);
+    for reader in readers {
+        reader.abort();
+    }
+    let progress = tracker.progress();
+    if last_progress.as_ref() != Some(&progress) {
+        on_progress(&progress);
+    }
+    Ok(tracker.report(outcome))
+}
+
+/// A stop signal for the readers (a watch channel, so no extra dependency).
+fn tokio_util_free_token() -> tokio::sync::watch::Sender<bool> {
+    tokio::sync::watch::channel(false).0
+}
+
+/// The live GET that settles a target the initial list did not contain: NotFound if the API
+/// says so, the object if it appeared meanwhile, else an error message (Unknown).
+async fn confirm_absent(
+    client: &Client,
+    discovery: &DiscoveryCache<ApiDiscovery>,
+    target: &Target,
+) -> Result<Option<Value>, String> {
+    let gvk = target.gvk().ok_or("invalid apiVersion")?;
+    let kind = discovery.resolve(&gvk).await.map_err(|e| e.to_string())?;
+    let api = api_for(client, &kind, &target.namespace);
+    match api.get_opt(&target.name).await {
+        Ok(Some(object)) => serde_json::to_value(object)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        Ok(None) => Ok(None),
+        Err(e) => Err(format!("reading {}: {e}", target.id())),
+    }
+}
+
+async fn run_group(
+    client: Client,
+    group: Group,
+    engine: Engine,
+    tx: tokio::sync::mpsc::Sender<Update>,
+    stop: tokio::sync::watch::Sender<bool>,
+) {
+    let members: Vec<usize> = group.members.values().copied().collect();
+    // The kind may not be served yet (CRD applied together with its CRs): keep asking.
+    let discovery = DiscoveryCache::new(ApiDiscovery::new(client.clone()));
+    let kind = loop {
+        match discovery.resolve(&group.gvk).await {
+            Ok(kind) => break kind,
+            Err(e) => {
+                if tx
+                    .send(Update::Error(members.clone(), e.to_string()))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    };
+    let api = api_for(&client, &kind, &group.namespace);
+    match engine {
+        Engine::Watch => watch_group(api, &group, &tx).await,
+        Engine::Poll { interval } => poll_group(api, &group, interval, &tx, stop).await,
+    }
+}
+
+async fn watch_group(
+    api: Api<DynamicObject>,
+    group: &Group,
+    tx: &tokio::sync::mpsc::Sender<Update>,
+) {
+    let mut config = watcher::Config::default();
+    if group.members.len() == 1
+        && let Some(name) = group.members.keys().next()
+    {
+        config = config.fields(&format!("metadata.name={name}"));
+    }
+    let members: Vec<usize> = group.members.values().copied().collect();
+    let mut listed = Vec::new();
+    let mut stream = watcher(api, config).boxed();
+    while let Some(event) = stream.next().await {
+        let update = match event {
+            Ok(watcher::Event::Init) => {
+                listed.clear();
+                continue;
+            }
+            Ok(watcher::Event::InitApply(object)) | Ok(watcher::Event::Apply(object)) => {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                let Some(&i) = group.members.get(&name) else {
+                    continue;
+                };
+                listed.push(i);
+                match serde_json::to_value(object) {
+                    Ok(value) => Update::Seen(i, value),
+                    Err(e) => Update::Error(vec![i], e.to_string()),
+                }
+            }
+            Ok(watcher::Event::InitDone) => {
+                let missing = members
+                    .iter()
+                    .copied()
+                    .filter(|i| !listed.contains(i))
+                    .collect();
+                Update::Listed(missing)
+            }
+            Ok(watcher::Event::Delete(object)) => {
+                let name = object.metadata.name.clone().unwrap_or_default();
+                let Some(&i) = group.members.get(&name) else {
+                    continue;
+                };
+                Update::Gone(i)
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "watch error; the watcher retries");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        if tx.send(update).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn poll_group(
+    api: Api<DynamicObject>,
+    group: &Group,
+    interval: Duration,
+    tx: &tokio::sync::mpsc::Sender<Update>,
+    stop: tokio::sync::watch::Sender<bool>,
+) {
+    let members: Vec<usize> = group.members.values().copied().collect();
+    let mut params = ListParams::default();
+    if group.members.len() == 1
+        && let Some(name) = group.members.keys().next()
+    {
+        params = params.fields(&format!("metadata.name={name}"));
+    }
+    let mut stopped = stop.subscribe();
+    loop {
+        let updates: Vec<Update> = match api.list(&params).await {
+            Ok(list) => {
+                let mut seen = Vec::new();
+                let mut updates = Vec::new();
+                for object in list.items {
+                    let name = object.metadata.name.clone().unwrap_or_default();
+                    if let Some(&i) = group.members.get(&name) {
+                        seen.push(i);
+                        match serde_json::to_value(object) {
+                            Ok(value) => updates.push(Update::Seen(i, value)),
+                            Err(e) => updates.push(Update::Error(vec![i], e.to_string())),
+                        }
+                    }
+                }
+                // A LIST is authoritative: whatever it lacks does not exist (no GET needed,
+                // which keeps list-only RBAC sufficient).
+                updates.extend(
+                    members
+                        .iter()
+                        .filter(|i| !seen.contains(i))
+                        .map(|i| Update::Gone(*i)),
+                );
+                updates
+            }
+            Err(e) => vec![Update::Error(members.clone(), e.to_string())],
+        };
+        for update in updates {
+            if tx.send(update).await.is_err() {
+                return;
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stopped.changed() => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn target(kind: &str, name: &str) -> Target {
+        let api_version = match kind {
+            "Job" => "batch/v1",
+            "Deployment" => "apps/v1",
+            _ => "v1",
+        };
+        Target {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: "ns".into(),
+            name: name.into(),
+            min_generation: None,
+        }
+    }
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn waits_until_every_object_is_current() {
+        let mut tracker = Tracker::new(
+            vec![target("ConfigMap", "a"), target("Pod", "p")],
+            WaitFor::Current,
+        );
+        assert_eq!(tracker.outcome(), None);
+        tracker.observe(
+            0,
+            Some(json!({"apiVersion": "v1", "kind": "ConfigMap"})),
+            now(),
+        );
+        let progress = tracker.progress();
+        assert_eq!((progress.ready, progress.total), (1, 2));
+        assert_eq!(
+            progress.blocking.as_ref().map(|(t, _)| t.name.as_str()),
+            Some("p")
+        );
+        tracker.observe(
+            1,
+            Some(json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"}})),
+            now(),
+        );
+        assert_eq!(
+            tracker.progress().blocking.unwrap().1.message,
+            "Pod is running but is not Ready"
+        );
+        tracker.observe(1, Some(json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})), now());
+        assert_eq!(tracker.outcome(), Some(Outcome::Done));
+    }
+
+    #[test]
+    fn listed_objects_without_type_are_judged_by_their_target_kind() {
+        let mut tracker = Tracker::new(vec![target("Deployment", "d")], WaitFor::Current);
+        // What a LIST item looks like: no apiVersion, no kind.
+        tracker.observe(0, Some(json!({"metadata": {"name": "d"}, "spec": {"replicas": 2}, "status": {"replicas": 2, "updatedReplicas": 2}})), now());
+        let state = tracker.progress().blocking.unwrap().1;
+        assert_eq!(
+            (state.status, state.message.as_str()),
+            (Status::InProgress, "Available: 0/2")
+        );
+    }
+
+    #[test]
+    fn a_failed_object_ends_the_wait_for_current() {
+        let mut tracker = Tracker::new(
+            vec![target("Job", "j"), target("ConfigMap", "c")],
+            WaitFor::CurrentWithJobs,
+        );
+        tracker.observe(0, Some(json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}})), now());
+        assert_eq!(tracker.outcome(), Some(Outcome::Failed));
+        let report = tracker.report(Outcome::Failed);
+        assert_eq!(
+            report.summary(),
+            vec![
+                "resource Job/ns/j not ready. status: Failed, message: Job Failed. failed: 2/1",
+                "resource ConfigMap/ns/c not ready. status: Unknown, message: waiting for the first observation",
+            ]
+        );
+    }
+
+    #[test]
+    fn jobs_mode_needs_completion() {
+        let running = json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1}});
+        let t = target("Job", "j");
+        assert_eq!(
+            judge(&t, &running, WaitFor::Current, now()).status,
+            Status::Current
+        );
+        let state = judge(&t, &running, WaitFor::CurrentWithJobs, now());
+        assert_eq!(
+            (state.status, state.message.as_str()),
+            (Status::InProgress, "Job in progress")
+        );
+        let done = json!({"apiVersion": "batch/v1", "kind": "Job", "spec": {"completions": 2}, "status": {"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}});
+        assert_eq!(
+            judge(&t, &done, WaitFor::CurrentWithJobs, now()).message,
+            "Job Completed. succeeded: 2/2"
+        );
+    }
+
+    #[test]
+    fn deletion_wait_treats_terminating_as_not_yet_gone() {
+        let mut tracker = Tracker::new(vec![target("ConfigMap", "a")], WaitFor::Deleted);
+        tracker.observe(0, Some(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}})), now());
+        assert_eq!(tracker.outcome(), None);
+        tracker.observe(0, None, now());
+        assert_eq!(tracker.outcome(), Some(Outcome::Done));
+    }
+
+    #[test]
+    fn paused_deployments_are_not_waited_on() {
+        let mut tracker = Tracker::new(
+            vec![target("Deployment", "d"), target("ConfigMap", "c")],
+            WaitFor::Current,
+        );
+        tracker.observe(0, Some(json!({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"paused": true, "replicas": 3}})), now());
+        tracker.observe(
+            1,
+            Some(json!({"apiVersion": "v1", "kind": "ConfigMap"})),
+            now(),
+        );
+        assert_eq!(tracker.outcome(), Some(Outcome::Done));
+        assert_eq!(tracker.report(Outcome::Done).skipped.len(), 1);
+    }
+
+    #[test]
+    fn stale_generation_is_not_current() {
+        let mut t = target("ConfigMap", "c");
+        t.min_generation = Some(3);
+        let state = judge(
+            &t,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generation": 2}}),
+            WaitFor::Current,
+            now(),
+        );
+        assert_eq!(
+            (state.status, state.reason.as_deref()),
+            (Status::InProgress, Some("StaleGeneration"))
+        );
+        let state = judge(
+            &t,
+            &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generation": 3}}),
+            WaitFor::Current,
+            now(),
+        );
+        assert_eq!(state.status, Status::Current);
+    }
+
+    #[test]
+    fn ticks_re_evaluate_time_dependent_rules() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}});
+        let mut tracker = Tracker::new(vec![target("Pod", "p")], WaitFor::Current);
+        tracker.observe(0, Some(pod), now());
+        assert_eq!(tracker.outcome(), None);
+        tracker.tick("2026-01-01T00:00:20Z".parse().unwrap());
+        assert_eq!(tracker.outcome(), Some(Outcome::Failed));
+    }
+
+    #[test]
+    fn targets_are_grouped_per_kind_and_namespace() {
+        let mut other_ns = target("ConfigMap", "a");
+        other_ns.namespace = "other".into();
+        let groups = group_targets(&[
+            target("ConfigMap", "a"),
+            target("ConfigMap", "b"),
+            other_ns,
+            target("Pod", "p"),
+        ])
+        .unwrap();
+        let shape: Vec<(String, String, usize)> = groups
+            .iter()
+            .map(|g| (g.gvk.kind.clone(), g.namespace.clone(), g.members.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                ("ConfigMap".into(), "ns".into(), 2),
+                ("ConfigMap".into(), "other".into(), 1),
+                ("Pod".into(), "ns".into(), 1)
+            ]
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! `strata wait`: wait in a live cluster until every object in the input is Current (or
+//! deleted), showing progress; non-zero exit with a summary on timeout or failure.
+
+use std::collections::BTreeSet;
+use std::io::{IsTerminal, Write};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use core_status::input::read_sources;
+use core_status::wait::{Engine, Outcome, Progress, Target, WaitFor, WaitOptions, wait};
+
+use crate::cli::{WaitArgs, WaitEngine, WaitFor as WaitForArg, input_error};
+
+/// Exit code when the wait did not succeed (timeout, or a Failed object).
+pub const EXIT_NOT_READY: u8 = 1;
+
+pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
+    let parse = |flag: &str, value: &str| {
+        core_k8s::args::parse_duration(value).map_err(|e| format!("--{flag}: {e}"))
+    };
+    let timeout = match parse("timeout", &args.timeout) {
+        Ok(t) => t,
+        Err(e) => return Ok(input_error(&e)),
+    };
+    let engine = match args.engine {
+        WaitEngine::Watch => Engine::Watch,
+        WaitEngine::Poll => match parse("poll-interval", &args.poll_interval) {
+            Ok(interval) => Engine::Poll {
+                interval: interval.max(Duration::from_millis(100)),
+            },
+            Err(e) => return Ok(input_error(&e)),
+        },
+    };
+    let documents = match read_sources(&args.files) {
+        Ok(d) => d,
+        Err(e) => return Ok(input_error(&e.to_string())),
+    };
+    let mut seen = BTreeSet::new();
+    let targets: Vec<Target> = documents
+        .iter()
+        .map(|d| Target::from_object(&d.object))
+        .filter(|t| seen.insert(t.clone()))
+        .collect();
+    let mode = match (args.wait_for, args.jobs) {
+        (WaitForArg::Deleted, _) => WaitFor::Deleted,
+        (WaitForArg::Current, true) => WaitFor::CurrentWithJobs,
+        (WaitForArg::Current, false) => WaitFor::Current,
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let client =
+            core_k8s::client::client_from(args.kubeconfig.as_deref(), args.context.as_deref())
+                .await?;
+        let started = Instant::now();
+        let mut printer = ProgressPrinter::new(std::io::stderr().is_terminal(), mode);
+        let report = wait(
+            client,
+            targets,
+            WaitOptions {
+                mode,
+                engine,
+                timeout,
+            },
+            |p| printer.show(p),
+        )
+        .await?;
+        printer.finish();
+        let elapsed = started.elapsed().as_secs_f64();
+        for skipped in &report.skipped {
+            eprintln!(
+                "skipped {} (paused Deployments are not waited on)",
+                skipped.id()
+            );
+        }
+        let desired = if mode == WaitFor::Deleted {
+            "deleted"
+        } else {
+            "Current"
+        };
+        match report.outcome {
+            Outcome::Done => {
+                println!(
+                    "all {} objects {desired} after {elapsed:.1}s",
+                    report.states.len()
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Outcome::Failed => {
+                eprintln!("failed after {elapsed:.1}s: an object Failed");
+                for line in report.summary() {
+                    eprintln!("  {line}");
+                }
+                Ok(ExitCode::from(EXIT_NOT_READY))
+            }
+            Outcome::TimedOut => {
+                eprintln!(
+                    "timed out after {}: {} of {} objects not {desired}",
+                    args.timeout,
+                    report.summary().len(),
+                    report.states.len()
+                );
+                for line in report.summary() {
+                    eprintln!("  {line}");
+                }
+                Ok(ExitCode::from(EXIT_NOT_READY))
+            }
+        }
+    })
+}
+
+/// Progress on stderr: a redrawn bar on a terminal, one plain line per change otherwise.
+struct ProgressPrinter {
+    terminal: bool,
+    drawn: bool,
+    mode: WaitFor,
+}
+
+impl ProgressPrinter {
+    fn new(terminal: bool, mode: WaitFor) -> Self {
+        Self {
+            terminal,
+            drawn: false,
+            mode,
+        }
+    }
+
+    fn describe(&self, progress: &Progress) -> String {
+        let verb = if self.mode == WaitFor::Deleted {
+            "deleted"
+        } else {
+            "ready"
+        };
+        match &progress.blocking {
+            Some((target, state)) => format!(
+                "{}/{} {verb}; waiting for {}: {}: {}",
+                progress.ready,
+                progress.total,
+                target.id(),
+                state.status,
+                state.message
+            ),
+            None => format!("{}/{} {verb}", progress.ready, progress.total),
+        }
+    }
+
+    fn show(&mut self, progress: &Progress) {
+        let text = self.describe(progress);
+        let mut err = std::io::stderr();
+        if self.terminal {
+            let width = 20;
+            let filled = (progress.ready * width)
+                .checked_div(progress.total)
+                .unwrap_or(width);
+            let bar = format!("[{}{}]", "#".repeat(filled), "-".repeat(width - filled));
+            let _ = write!(err, "\r\x1b[2K{bar} {text}");
+            self.drawn = true;
+        } else {
+            let _ = writeln!(err, "{text}");
+        }
+        let _ = err.flush();
+    }
+
+    fn finish(&mut self) {
+        if self.drawn {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! `strata wait` against the local control plane: a rolling update followed to Current, a Job
+//! waited to completion, a CR whose CRD is created during the wait, deletion, timeout
+//! summaries, and a Failed object ending the wait early.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use strata_e2e::services::bin_dir;
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster};
+
+fn write_manifest(ns: &str, name: &str, yaml: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("strata-wait-{ns}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn strata_wait(args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin_dir().join("strata"));
+    cmd.arg("wait")
+        .arg("--kubeconfig")
+        .arg(cluster().kubeconfig())
+        .args(args);
+    cmd
+}
+
+async fn run(cmd: Command) -> Output {
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.output().await.unwrap()
+}
+
+fn text(out: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn deployment(ns: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 3
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: web, image: {image}}}]}}
+"
+    )
+}
+
+#[tokio::test]
+async fn follows_a_rolling_update_to_current() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-roll").await?;
+    let v1 = deployment(&ns.name, "example.invalid/web:1");
+    apply_yaml(&client, &ns.name, &v1).await?;
+    let file = write_manifest(&ns.name, "web.yaml", &v1);
+    let out = run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--timeout",
+        "60s",
+    ]))
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("all 1 objects Current"), "{stdout}");
+
+    // Roll to v2 and wait again: the waiter must see the rollout in progress, then Current.
+    let v2 = deployment(&ns.name, "example.invalid/web:2");
+    apply_yaml(&client, &ns.name, &v2).await?;
+    let out = run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--timeout",
+        "60s",
+    ]))
+    .await;
+    let (_, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("waiting for Deployment/") && stderr.contains("InProgress"),
+        "no progress seen:\n{stderr}"
+    );
+    let live = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            &ns.name,
+            "get",
+            "deploy",
+            "web",
+            "-o",
+            "jsonpath={.status.updatedReplicas}/{.status.readyReplicas}",
+        ])
+        .output()?;
+    assert_eq!(String::from_utf8_lossy(&live.stdout), "3/3");
+    Ok(())
+}
+
+#[tokio::test]
+async fn waits_for_a_job_to_complete_with_jobs() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-job").await?;
+    let job = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: migrate, namespace: {}}}
+spec:
+  completions: 2
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{{name: m, image: example.invalid/migrate:1}}]
+",
+        ns.name
+    );
+    let file = write_manifest(&ns.name, "job.yaml", &job);
+    apply_yaml(&client, &ns.name, &job).await?;
+    let out = run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--jobs",
+        "--timeout",
+        "90s",
+    ]))
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let succeeded = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            &ns.name,
+            "get",
+            "job",
+            "migrate",
+            "-o",
+            "jsonpath={.status.succeeded}",
+        ])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&succeeded.stdout),
+        "2",
+        "the wait returned before the Job completed"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn waits_for_a_cr_whose_crd_arrives_during_the_wait() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-crd").await?;
+    let group = format!("{}.wait.strata.dev", ns.name.replace('-', ""));
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: gadgets.{group}}}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: gadgets, singular: gadget, kind: Gadget}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"
+    );
+    let cr = format!(
+        "apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g1, namespace: {}}}\nspec: {{size: 1}}\n",
+        ns.name
+    );
+    let file = write_manifest(&ns.name, "all.yaml", &format!("{crd}---\n{cr}"));
+    // Start waiting before the CRD exists.
+    let waiter = tokio::spawn(run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--timeout",
+        "90s",
+    ])));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    apply_yaml(&client, &ns.name, &crd).await?;
+    strata_e2e::support::eventually("CR applied", Duration::from_secs(30), || async {
+        Ok(apply_yaml(&client, &ns.name, &cr).await.ok())
+    })
+    .await?;
+    // Not Ready yet: the waiter must keep waiting.
+    let status = |ready: &str| {
+        format!(
+            r#"{{"status": {{"conditions": [{{"type": "Ready", "status": "{ready}", "reason": "Test", "message": "set by the test"}}]}}}}"#
+        )
+    };
+    let patch = |ready: &str| {
+        cluster()
+            .kubectl()
+            .args([
+                "-n",
+                &ns.name,
+                "patch",
+                &format!("gadgets.{group}"),
+                "g1",
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &status(ready),
+            ])
+            .output()
+    };
+    assert!(patch("False")?.status.success());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the wait ended while the CR was not Ready"
+    );
+    assert!(patch("True")?.status.success());
+    let out = waiter.await?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("all 2 objects Current"), "{stdout}");
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "crd", &format!("gadgets.{group}"), "--wait=false"])
+        .output();
+    Ok(())
+}
+
+#[tokio::test]
+async fn waits_for_deletion() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-del").await?;
+    let yaml = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: a, namespace: {ns}, finalizers: [strata.dev/test]}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: b, namespace: {ns}}}\n",
+        ns = ns.name
+    );
+    apply_yaml(&client, &ns.name, &yaml).await?;
+    let file = write_manifest(&ns.name, "cms.yaml", &yaml);
+    assert!(
+        cluster()
+            .kubectl()
+            .args([
+                "-n",
+                &ns.name,
+                "delete",
+                "configmap",
+                "a",
+                "b",
+                "--wait=false"
+            ])
+            .output()?
+            .status
+            .success()
+    );
+    let waiter = tokio::spawn(run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--for",
+        "deleted",
+        "--timeout",
+        "60s",
+    ])));
+    // `a` is held by its finalizer: Terminating is not deleted.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the wait ended while a ConfigMap was Terminating"
+    );
+    let unblock = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            &ns.name,
+            "patch",
+            "configmap",
+            "a",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ])
+        .output()?;
+    assert!(unblock.status.success());
+    let out = waiter.await?;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("all 2 objects deleted"), "{stdout}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn timeout_lists_every_object_not_ready_and_why() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-timeout").await?;
+    let yaml = format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: stuck, namespace: {ns}}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: stuck}}}}
+  template:
+    metadata: {{labels: {{app: stuck}}}}
+    spec:
+      nodeSelector: {{topology.kubernetes.io/zone: nowhere}}
+      containers: [{{name: s, image: x}}]
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: fine, namespace: {ns}}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: never-created, namespace: {ns}}}
+",
+        ns = ns.name
+    );
+    apply_yaml(
+        &client,
+        &ns.name,
+        yaml.split(
+            "---
+apiVersion: v1
+kind: Secret",
+        )
+        .next()
+        .unwrap(),
+    )
+    .await?;
+    let file = write_manifest(&ns.name, "stuck.yaml", &yaml);
+    for engine in ["watch", "poll"] {
+        let out = run(strata_wait(&[
+            "-f",
+            file.to_str().unwrap(),
+            "--timeout",
+            "4s",
+            "--engine",
+            engine,
+            "--poll-interval",
+            "500ms",
+        ]))
+        .await;
+        let (_, stderr) = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{engine}: {stderr}");
+        assert!(
+            stderr.contains("timed out after 4s: 2 of 3 objects not Current"),
+            "{engine}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!(
+                "resource Deployment/{}/stuck not ready. status: InProgress, message: ",
+                ns.name
+            )),
+            "{engine}: {stderr}"
+        );
+        assert!(stderr.contains(&format!("resource Secret/{}/never-created not ready. status: NotFound, message: Resource not found", ns.name)), "{engine}: {stderr}");
+        assert!(
+            !stderr.contains("ConfigMap/"),
+            "{engine}: the ready object is not listed: {stderr}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_job_ends_the_wait_early() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-fail").await?;
+    // The pod can never be scheduled, so the Job hits its deadline and is marked Failed.
+    let job = format!(
+        "apiVersion: batch/v1
+kind: Job
+metadata: {{name: doomed, namespace: {}}}
+spec:
+  activeDeadlineSeconds: 2
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      nodeSelector: {{topology.kubernetes.io/zone: nowhere}}
+      containers: [{{name: d, image: x}}]
+",
+        ns.name
+    );
+    apply_yaml(&client, &ns.name, &job).await?;
+    let file = write_manifest(&ns.name, "doomed.yaml", &job);
+    let started = Instant::now();
+    let out = run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--jobs",
+        "--timeout",
+        "120s",
+    ]))
+    .await;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("an object Failed"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "resource Job/{}/doomed not ready. status: Failed, message: Job Failed.",
+            ns.name
+        )),
+        "{stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(100),
+        "the wait ran to its timeout instead of ending early"
+    );
+    Ok(())
+}
