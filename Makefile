@@ -43,8 +43,10 @@ test: lint unit e2e
 demo: build plane-build
 	$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR)
 
+# Benchmarks against the Go anchors, built and measured in the same run; results are written
+# to docs/benchmarks.md. Never part of `make test`.
 bench:
-	@echo "bench: no benchmarks yet; each component issue adds its own (results in docs/benchmarks.md)"
+	bench/run.sh
 
 crds:
 	@echo "crds: no CRD types in the workspace yet (AddonsLayer and the rollout CRDs add them)"

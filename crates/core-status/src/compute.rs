@@ -2,13 +2,16 @@
 //! `docs/core-status.md`): generic checks, a rule per special-cased kind, the `Ready`
 //! fallback, then Current.
 
+use std::borrow::Cow;
+
 use jiff::{SignedDuration, Timestamp};
 use serde_json::Value;
 
 use crate::Status;
 use crate::error::StatusError;
 use crate::object::{
-    ObservedCondition, api_group, conditions, int_or, lookup, str_or, strict_int, strict_str,
+    ObservedCondition, Parts, api_group, conditions_in, int_or, lookup, str_or, strict_int_in,
+    strict_str_in,
 };
 
 /// How long an unschedulable Pod is given before it counts as Failed.
@@ -32,92 +35,106 @@ impl ConditionType {
     }
 }
 
-/// A computed standard condition (its status is always `True`).
+/// Text that is usually a constant: no allocation for the common messages and reasons.
+pub type Text = Cow<'static, str>;
+
+/// A computed standard condition. Its status is always `True` and its message is the
+/// evaluation's message (kstatus never lets them differ).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Condition {
     pub type_: ConditionType,
-    pub reason: String,
-    pub message: String,
+    pub reason: Text,
 }
 
 /// The result of evaluating one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evaluation {
     pub status: Status,
-    pub message: String,
-    pub conditions: Vec<Condition>,
+    pub message: Text,
+    /// Reconciling with InProgress, Stalled with Failed, none otherwise.
+    pub condition: Option<Condition>,
 }
 
 impl Evaluation {
-    pub fn current(message: impl Into<String>) -> Self {
+    pub fn current(message: impl Into<Text>) -> Self {
         Self {
             status: Status::Current,
             message: message.into(),
-            conditions: Vec::new(),
+            condition: None,
         }
     }
 
-    pub fn in_progress(reason: impl Into<String>, message: impl Into<String>) -> Self {
-        let message = message.into();
+    pub fn in_progress(reason: impl Into<Text>, message: impl Into<Text>) -> Self {
         Self {
             status: Status::InProgress,
-            conditions: vec![Condition {
+            message: message.into(),
+            condition: Some(Condition {
                 type_: ConditionType::Reconciling,
                 reason: reason.into(),
-                message: message.clone(),
-            }],
-            message,
+            }),
         }
     }
 
-    pub fn failed(reason: impl Into<String>, message: impl Into<String>) -> Self {
-        let message = message.into();
+    pub fn failed(reason: impl Into<Text>, message: impl Into<Text>) -> Self {
         Self {
             status: Status::Failed,
-            conditions: vec![Condition {
+            message: message.into(),
+            condition: Some(Condition {
                 type_: ConditionType::Stalled,
                 reason: reason.into(),
-                message: message.clone(),
-            }],
-            message,
+            }),
         }
     }
 
     pub fn terminating() -> Self {
-        Self {
-            status: Status::Terminating,
-            message: "Resource scheduled for deletion".into(),
-            conditions: Vec::new(),
-        }
+        Self::with_status(Status::Terminating, "Resource scheduled for deletion")
     }
 
     /// Unknown, carrying the error that prevented a computation.
     pub fn unknown(error: &StatusError) -> Self {
+        Self::with_status(Status::Unknown, error.to_string())
+    }
+
+    fn with_status(status: Status, message: impl Into<Text>) -> Self {
         Self {
-            status: Status::Unknown,
-            message: error.to_string(),
-            conditions: Vec::new(),
+            status,
+            message: message.into(),
+            condition: None,
         }
     }
 
     /// The reason of the computed Reconciling/Stalled condition, if any.
     pub fn reason(&self) -> Option<&str> {
-        self.conditions.first().map(|c| c.reason.as_str())
+        self.condition.as_ref().map(|c| c.reason.as_ref())
     }
+
+    /// The computed conditions as a slice (zero or one).
+    pub fn conditions(&self) -> &[Condition] {
+        self.condition.as_slice()
+    }
+}
+
+/// Copies borrowed text out of the object (reasons and messages of its own conditions).
+fn owned(text: &str) -> Text {
+    Cow::Owned(text.to_string())
 }
 
 /// Computes the status of `object` at `now`. Errors (a wrongly typed field, an unknown Pod
 /// phase) are returned as such; [`evaluate`] turns them into Unknown.
 pub fn compute(object: &Value, now: Timestamp) -> Result<Evaluation, StatusError> {
-    if let Some(result) = generic(object)? {
+    let parts = Parts::new(object);
+    if let Some(result) = generic_metadata(&parts)? {
         return Ok(result);
     }
-    let kind = str_or(object, &["kind"], "");
-    let group = api_group(str_or(object, &["apiVersion"], ""));
-    if let Some(rule) = builtin_rule(group, kind) {
-        return rule(object, now);
+    // Decoded once; every rule reads the same borrowed list.
+    let observed = conditions_in(parts.status)?;
+    if let Some(result) = generic_conditions(&observed) {
+        return Ok(result);
     }
-    ready_fallback(object)
+    if let Some(rule) = builtin_rule(api_group(parts.api_version), parts.kind) {
+        return rule(&parts, &observed, now);
+    }
+    Ok(ready_fallback(&observed))
 }
 
 /// [`compute`], with an error turned into an Unknown result carrying the error.
@@ -125,43 +142,43 @@ pub fn evaluate(object: &Value, now: Timestamp) -> Evaluation {
     compute(object, now).unwrap_or_else(|e| Evaluation::unknown(&e))
 }
 
-type Rule = fn(&Value, Timestamp) -> Result<Evaluation, StatusError>;
+type Rule = fn(&Parts, &[ObservedCondition], Timestamp) -> Result<Evaluation, StatusError>;
 
 /// The special-cased kinds, keyed on group and kind (version ignored, as kstatus does).
 pub fn builtin_rule(group: &str, kind: &str) -> Option<Rule> {
     let rule: Rule = match (group, kind) {
         ("", "ConfigMap") | ("", "Secret") | ("batch", "CronJob") => {
-            |_, _| Ok(Evaluation::current("Resource is always ready"))
+            |_, _, _| Ok(Evaluation::current("Resource is always ready"))
         }
-        ("", "Service") => |o, _| Ok(service(o)),
+        ("", "Service") => |o, _, _| Ok(service(o)),
         ("", "Pod") => pod,
-        ("", "PersistentVolumeClaim") => |o, _| Ok(pvc(o)),
-        ("apps", "StatefulSet") => |o, _| Ok(stateful_set(o)),
-        ("apps" | "extensions", "DaemonSet") => |o, _| daemon_set(o),
-        ("apps" | "extensions", "Deployment") => |o, _| deployment(o),
-        ("apps" | "extensions", "ReplicaSet") => |o, _| replica_set(o),
+        ("", "PersistentVolumeClaim") => |o, _, _| Ok(pvc(o)),
+        ("apps", "StatefulSet") => |o, _, _| Ok(stateful_set(o)),
+        ("apps" | "extensions", "DaemonSet") => |o, _, _| daemon_set(o),
+        ("apps" | "extensions", "Deployment") => |o, c, _| Ok(deployment(o, c)),
+        ("apps" | "extensions", "ReplicaSet") => |o, c, _| Ok(replica_set(o, c)),
         ("policy", "PodDisruptionBudget") => {
-            |_, _| Ok(Evaluation::current("AllowedDisruptions has been computed."))
+            |_, _, _| Ok(Evaluation::current("AllowedDisruptions has been computed."))
         }
-        ("batch", "Job") => |o, _| job(o),
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => |o, _| crd(o),
+        ("batch", "Job") => |o, c, _| Ok(job(o, c)),
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => |_, c, _| Ok(crd(c)),
         _ => return None,
     };
     Some(rule)
 }
 
-/// Deletion, generation and the standard conditions: checked for every kind first.
-fn generic(object: &Value) -> Result<Option<Evaluation>, StatusError> {
-    if let Some(ts) = strict_str(object, &["metadata", "deletionTimestamp"])?
+/// Deletion and generation: checked for every kind first.
+fn generic_metadata(object: &Parts) -> Result<Option<Evaluation>, StatusError> {
+    if let Some(ts) = strict_str_in(object.metadata, "metadata", "deletionTimestamp")?
         && !ts.is_empty()
     {
         return Ok(Some(Evaluation::terminating()));
     }
-    if let Some(observed) = strict_int(object, &["status", "observedGeneration"])?
-        && let Some(generation) = strict_int(object, &["metadata", "generation"])?
+    if let Some(observed) = strict_int_in(object.status, "status", "observedGeneration")?
+        && let Some(generation) = strict_int_in(object.metadata, "metadata", "generation")?
         && generation != observed
     {
-        let kind = str_or(object, &["kind"], "");
+        let kind = object.kind;
         return Ok(Some(Evaluation::in_progress(
             "LatestGenerationNotObserved",
             format!(
@@ -169,43 +186,42 @@ fn generic(object: &Value) -> Result<Option<Evaluation>, StatusError> {
             ),
         )));
     }
-    for condition in conditions(object)? {
-        if condition.status != "True" {
-            continue;
-        }
-        match condition.type_.as_str() {
-            "Reconciling" => {
-                return Ok(Some(Evaluation::in_progress(
-                    condition.reason,
-                    condition.message,
-                )));
-            }
-            "Stalled" => {
-                return Ok(Some(Evaluation::failed(
-                    condition.reason,
-                    condition.message,
-                )));
-            }
-            _ => {}
-        }
-    }
     Ok(None)
 }
 
-fn ready_fallback(object: &Value) -> Result<Evaluation, StatusError> {
-    for condition in conditions(object)? {
-        if condition.type_ != "Ready" {
-            continue;
-        }
-        match condition.status.as_str() {
-            "True" => return Ok(Evaluation::current("Resource is Ready")),
-            "False" | "Unknown" => {
-                return Ok(Evaluation::in_progress(condition.reason, condition.message));
+/// The standard conditions, checked for every kind after the metadata.
+fn generic_conditions(observed: &[ObservedCondition]) -> Option<Evaluation> {
+    for condition in observed.iter().filter(|c| c.status == "True") {
+        match condition.type_ {
+            "Reconciling" => {
+                return Some(Evaluation::in_progress(
+                    owned(condition.reason),
+                    owned(condition.message),
+                ));
+            }
+            "Stalled" => {
+                return Some(Evaluation::failed(
+                    owned(condition.reason),
+                    owned(condition.message),
+                ));
             }
             _ => {}
         }
     }
-    Ok(Evaluation::current("Resource is current"))
+    None
+}
+
+fn ready_fallback(observed: &[ObservedCondition]) -> Evaluation {
+    for condition in observed.iter().filter(|c| c.type_ == "Ready") {
+        match condition.status {
+            "True" => return Evaluation::current("Resource is Ready"),
+            "False" | "Unknown" => {
+                return Evaluation::in_progress(owned(condition.reason), owned(condition.message));
+            }
+            _ => {}
+        }
+    }
+    Evaluation::current("Resource is current")
 }
 
 fn has_true(conditions: &[ObservedCondition], type_: &str) -> bool {
@@ -214,23 +230,23 @@ fn has_true(conditions: &[ObservedCondition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
-fn deployment(o: &Value) -> Result<Evaluation, StatusError> {
-    let spec = int_or(o, &["spec", "replicas"], 1);
-    let replicas = int_or(o, &["status", "replicas"], 0);
-    let updated = int_or(o, &["status", "updatedReplicas"], 0);
-    let ready = int_or(o, &["status", "readyReplicas"], 0);
-    let available = int_or(o, &["status", "availableReplicas"], 0);
+fn deployment(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
+    let spec = int_or(o.spec, &["replicas"], 1);
+    let replicas = int_or(o.status, &["replicas"], 0);
+    let updated = int_or(o.status, &["updatedReplicas"], 0);
+    let ready = int_or(o.status, &["readyReplicas"], 0);
+    let available = int_or(o.status, &["availableReplicas"], 0);
     // Without a progress deadline the controller never reports progress, so don't wait for it.
     let mut progressing =
-        int_or(o, &["spec", "progressDeadlineSeconds"], i64::from(i32::MAX)) == i64::from(i32::MAX);
+        int_or(o.spec, &["progressDeadlineSeconds"], i64::from(i32::MAX)) == i64::from(i32::MAX);
     let mut is_available = false;
-    for c in conditions(o)? {
-        match c.type_.as_str() {
+    for c in observed {
+        match c.type_ {
             "Progressing" if c.reason == "ProgressDeadlineExceeded" => {
-                return Ok(Evaluation::failed(
+                return Evaluation::failed(
                     "ProgressDeadlineExceeded",
                     "Progress deadline exceeded",
-                ));
+                );
             }
             "Progressing" if c.status == "True" && c.reason == "NewReplicaSetAvailable" => {
                 progressing = true
@@ -239,7 +255,7 @@ fn deployment(o: &Value) -> Result<Evaluation, StatusError> {
             _ => {}
         }
     }
-    Ok(if spec > replicas {
+    if spec > replicas {
         Evaluation::in_progress("LessReplicas", format!("Replicas: {replicas}/{spec}"))
     } else if spec > updated {
         Evaluation::in_progress("LessUpdated", format!("Updated: {updated}/{spec}"))
@@ -258,21 +274,21 @@ fn deployment(o: &Value) -> Result<Evaluation, StatusError> {
         Evaluation::in_progress("DeploymentNotAvailable", "Deployment not Available")
     } else {
         Evaluation::current(format!("Deployment is available. Replicas: {replicas}"))
-    })
+    }
 }
 
-fn stateful_set(o: &Value) -> Evaluation {
-    if str_or(o, &["spec", "updateStrategy", "type"], "") == "OnDelete" {
+fn stateful_set(o: &Parts) -> Evaluation {
+    if str_or(o.spec, &["updateStrategy", "type"], "") == "OnDelete" {
         return Evaluation::current("StatefulSet is using the ondelete update strategy");
     }
-    let spec = int_or(o, &["spec", "replicas"], 1);
-    let replicas = int_or(o, &["status", "replicas"], 0);
-    let ready = int_or(o, &["status", "readyReplicas"], 0);
-    let current = int_or(o, &["status", "currentReplicas"], 0);
-    let updated = int_or(o, &["status", "updatedReplicas"], 0);
+    let spec = int_or(o.spec, &["replicas"], 1);
+    let replicas = int_or(o.status, &["replicas"], 0);
+    let ready = int_or(o.status, &["readyReplicas"], 0);
+    let current = int_or(o.status, &["currentReplicas"], 0);
+    let updated = int_or(o.status, &["updatedReplicas"], 0);
     let partition = int_or(
-        o,
-        &["spec", "updateStrategy", "rollingUpdate", "partition"],
+        o.spec,
+        &["updateStrategy", "rollingUpdate", "partition"],
         -1,
     );
     if spec > replicas {
@@ -300,8 +316,7 @@ fn stateful_set(o: &Value) -> Evaluation {
     if spec > current {
         return Evaluation::in_progress("LessCurrent", format!("current: {current}/{spec}"));
     }
-    if str_or(o, &["status", "currentRevision"], "") != str_or(o, &["status", "updateRevision"], "")
-    {
+    if str_or(o.status, &["currentRevision"], "") != str_or(o.status, &["updateRevision"], "") {
         return Evaluation::in_progress(
             "RevisionMismatch",
             "Waiting for updated revision to match current",
@@ -312,21 +327,21 @@ fn stateful_set(o: &Value) -> Evaluation {
     ))
 }
 
-fn daemon_set(o: &Value) -> Result<Evaluation, StatusError> {
-    let kind = str_or(o, &["kind"], "");
-    if strict_int(o, &["metadata", "generation"])?.is_none() {
+fn daemon_set(o: &Parts) -> Result<Evaluation, StatusError> {
+    let kind = o.kind;
+    if strict_int_in(o.metadata, "metadata", "generation")?.is_none() {
         let message = format!("{kind} metadata.generation not found");
         return Ok(Evaluation::in_progress("NoGeneration", message));
     }
-    if strict_int(o, &["status", "observedGeneration"])?.is_none() {
+    if strict_int_in(o.status, "status", "observedGeneration")?.is_none() {
         let message = format!("{kind} status.observedGeneration not found");
         return Ok(Evaluation::in_progress("NoObservedGeneration", message));
     }
-    let desired = int_or(o, &["status", "desiredNumberScheduled"], -1);
-    let current = int_or(o, &["status", "currentNumberScheduled"], 0);
-    let updated = int_or(o, &["status", "updatedNumberScheduled"], 0);
-    let available = int_or(o, &["status", "numberAvailable"], 0);
-    let ready = int_or(o, &["status", "numberReady"], 0);
+    let desired = int_or(o.status, &["desiredNumberScheduled"], -1);
+    let current = int_or(o.status, &["currentNumberScheduled"], 0);
+    let updated = int_or(o.status, &["updatedNumberScheduled"], 0);
+    let available = int_or(o.status, &["numberAvailable"], 0);
+    let ready = int_or(o.status, &["numberReady"], 0);
     Ok(if desired == -1 {
         Evaluation::in_progress("NoDesiredNumber", "Missing .status.desiredNumberScheduled")
     } else if desired > current {
@@ -344,19 +359,16 @@ fn daemon_set(o: &Value) -> Result<Evaluation, StatusError> {
     })
 }
 
-fn replica_set(o: &Value) -> Result<Evaluation, StatusError> {
-    if has_true(&conditions(o)?, "ReplicaFailure") {
-        return Ok(Evaluation::in_progress(
-            "ReplicaFailure",
-            "Replica Failure condition. Check Pods",
-        ));
+fn replica_set(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
+    if has_true(observed, "ReplicaFailure") {
+        return Evaluation::in_progress("ReplicaFailure", "Replica Failure condition. Check Pods");
     }
-    let spec = int_or(o, &["spec", "replicas"], 1);
-    let replicas = int_or(o, &["status", "replicas"], 0);
-    let labelled = int_or(o, &["status", "fullyLabeledReplicas"], 0);
-    let available = int_or(o, &["status", "availableReplicas"], 0);
-    let ready = int_or(o, &["status", "readyReplicas"], 0);
-    Ok(if spec > labelled {
+    let spec = int_or(o.spec, &["replicas"], 1);
+    let replicas = int_or(o.status, &["replicas"], 0);
+    let labelled = int_or(o.status, &["fullyLabeledReplicas"], 0);
+    let available = int_or(o.status, &["availableReplicas"], 0);
+    let ready = int_or(o.status, &["readyReplicas"], 0);
+    if spec > labelled {
         Evaluation::in_progress("LessLabelled", format!("Labelled: {labelled}/{spec}"))
     } else if spec > available {
         Evaluation::in_progress("LessAvailable", format!("Available: {available}/{spec}"))
@@ -369,12 +381,12 @@ fn replica_set(o: &Value) -> Result<Evaluation, StatusError> {
         )
     } else {
         Evaluation::current(format!("ReplicaSet is available. Replicas: {replicas}"))
-    })
+    }
 }
 
 /// Names of containers waiting in CrashLoopBackOff (only `containerStatuses`, as kstatus).
-fn crash_looping(o: &Value) -> Vec<&str> {
-    lookup(o, &["status", "containerStatuses"])
+fn crash_looping<'a>(o: &Parts<'a>) -> Vec<&'a str> {
+    lookup(o.status, &["containerStatuses"])
         .and_then(Value::as_array)
         .map(|statuses| {
             statuses
@@ -387,20 +399,21 @@ fn crash_looping(o: &Value) -> Vec<&str> {
 }
 
 /// Creation time; absent or unparsable counts as infinitely old (Go's zero time).
-fn created(o: &Value) -> Option<Timestamp> {
-    str_or(o, &["metadata", "creationTimestamp"], "")
-        .parse()
-        .ok()
+fn created(o: &Parts) -> Option<Timestamp> {
+    str_or(o.metadata, &["creationTimestamp"], "").parse().ok()
 }
 
-fn pod(o: &Value, now: Timestamp) -> Result<Evaluation, StatusError> {
-    let observed = conditions(o)?;
-    let phase = str_or(o, &["status", "phase"], "");
+fn pod(
+    o: &Parts,
+    observed: &[ObservedCondition],
+    now: Timestamp,
+) -> Result<Evaluation, StatusError> {
+    let phase = str_or(o.status, &["phase"], "");
     Ok(match phase {
         "Succeeded" => Evaluation::current("Pod has completed successfully"),
         "Failed" => Evaluation::current("Pod has completed, but not successfully"),
         "Running" => {
-            if has_true(&observed, "Ready") {
+            if has_true(observed, "Ready") {
                 return Ok(Evaluation::current("Pod is Ready"));
             }
             let looping = crash_looping(o);
@@ -431,8 +444,8 @@ fn pod(o: &Value, now: Timestamp) -> Result<Evaluation, StatusError> {
     })
 }
 
-fn pvc(o: &Value) -> Evaluation {
-    let phase = str_or(o, &["status", "phase"], "unknown");
+fn pvc(o: &Parts) -> Evaluation {
+    let phase = str_or(o.status, &["phase"], "unknown");
     if phase == "Bound" {
         Evaluation::current("PVC is Bound")
     } else {
@@ -440,9 +453,9 @@ fn pvc(o: &Value) -> Evaluation {
     }
 }
 
-fn service(o: &Value) -> Evaluation {
-    if str_or(o, &["spec", "type"], "ClusterIP") == "LoadBalancer"
-        && str_or(o, &["spec", "clusterIP"], "").is_empty()
+fn service(o: &Parts) -> Evaluation {
+    if str_or(o.spec, &["type"], "ClusterIP") == "LoadBalancer"
+        && str_or(o.spec, &["clusterIP"], "").is_empty()
     {
         return Evaluation::in_progress(
             "NoIPAssigned",
@@ -452,51 +465,50 @@ fn service(o: &Value) -> Evaluation {
     Evaluation::current("Service is ready")
 }
 
-fn job(o: &Value) -> Result<Evaluation, StatusError> {
-    let parallelism = int_or(o, &["spec", "parallelism"], 1);
-    let completions = int_or(o, &["spec", "completions"], parallelism);
-    let succeeded = int_or(o, &["status", "succeeded"], 0);
-    let active = int_or(o, &["status", "active"], 0);
-    let failed = int_or(o, &["status", "failed"], 0);
-    let suspend = lookup(o, &["spec", "suspend"]).and_then(Value::as_bool) == Some(true);
-    for c in conditions(o)? {
-        if c.status != "True" {
-            continue;
-        }
-        match c.type_.as_str() {
+fn job(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
+    let parallelism = int_or(o.spec, &["parallelism"], 1);
+    let completions = int_or(o.spec, &["completions"], parallelism);
+    let succeeded = int_or(o.status, &["succeeded"], 0);
+    let active = int_or(o.status, &["active"], 0);
+    let failed = int_or(o.status, &["failed"], 0);
+    let suspend = lookup(o.spec, &["suspend"]).and_then(Value::as_bool) == Some(true);
+    for c in observed.iter().filter(|c| c.status == "True") {
+        match c.type_ {
             "Complete" => {
-                return Ok(Evaluation::current(format!(
+                return Evaluation::current(format!(
                     "Job Completed. succeeded: {succeeded}/{completions}"
-                )));
-            }
-            "Failed" => {
-                return Ok(Evaluation::failed(
-                    "JobFailed",
-                    format!("Job Failed. failed: {failed}/{completions}"),
                 ));
             }
-            "Suspended" if suspend => return Ok(Evaluation::current("Job is suspended")),
+            "Failed" => {
+                return Evaluation::failed(
+                    "JobFailed",
+                    format!("Job Failed. failed: {failed}/{completions}"),
+                );
+            }
+            "Suspended" if suspend => return Evaluation::current("Job is suspended"),
             _ => {}
         }
     }
-    if str_or(o, &["status", "startTime"], "").is_empty() {
-        return Ok(Evaluation::in_progress("JobNotStarted", "Job not started"));
+    if str_or(o.status, &["startTime"], "").is_empty() {
+        return Evaluation::in_progress("JobNotStarted", "Job not started");
     }
-    Ok(Evaluation::current(format!(
+    Evaluation::current(format!(
         "Job in progress. success:{succeeded}, active: {active}, failed: {failed}"
-    )))
+    ))
 }
 
-fn crd(o: &Value) -> Result<Evaluation, StatusError> {
-    for c in conditions(o)? {
-        match (c.type_.as_str(), c.status.as_str()) {
-            ("NamesAccepted", "False") => return Ok(Evaluation::failed(c.reason, c.message)),
-            ("Established", "False") if c.reason != "Installing" => {
-                return Ok(Evaluation::failed(c.reason, c.message));
+fn crd(observed: &[ObservedCondition]) -> Evaluation {
+    for c in observed {
+        match (c.type_, c.status) {
+            ("NamesAccepted", "False") => {
+                return Evaluation::failed(owned(c.reason), owned(c.message));
             }
-            ("Established", "True") => return Ok(Evaluation::current("CRD is established")),
+            ("Established", "False") if c.reason != "Installing" => {
+                return Evaluation::failed(owned(c.reason), owned(c.message));
+            }
+            ("Established", "True") => return Evaluation::current("CRD is established"),
             _ => {}
         }
     }
-    Ok(Evaluation::in_progress("Installing", "Install in progress"))
+    Evaluation::in_progress("Installing", "Install in progress")
 }

@@ -10,8 +10,10 @@ pub mod aggregate;
 pub mod augment;
 pub mod compute;
 pub mod error;
+pub mod health;
 pub mod input;
 pub mod object;
+#[cfg(feature = "wait")]
 pub mod wait;
 
 pub use aggregate::aggregate;

@@ -73,6 +73,58 @@ pub fn strict_str<'a>(object: &'a Value, path: &[&str]) -> Result<Option<&'a str
     }
 }
 
+/// The child `key` of a top-level part (`metadata`, `status`) as a strict value: a null part
+/// or absent key is `None`; a non-map part is an error naming the part.
+fn strict_child<'a>(
+    part: &'a Value,
+    part_name: &str,
+    key: &str,
+) -> Result<Option<&'a Value>, StatusError> {
+    match part {
+        Value::Null => Ok(None),
+        Value::Object(map) => Ok(map.get(key)),
+        other => Err(StatusError::FieldType {
+            field: part_name.to_string(),
+            expected: "a map",
+            found: type_name(other),
+        }),
+    }
+}
+
+/// [`strict_int`] for `part.key`, reading from an already-found top-level part.
+pub fn strict_int_in(part: &Value, part_name: &str, key: &str) -> Result<Option<i64>, StatusError> {
+    match strict_child(part, part_name, key)? {
+        None => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .map(Some)
+            .ok_or_else(|| StatusError::FieldType {
+                field: format!("{part_name}.{key}"),
+                expected: "an integer",
+                found: type_name(value),
+            }),
+    }
+}
+
+/// [`strict_str`] for `part.key`, reading from an already-found top-level part.
+pub fn strict_str_in<'a>(
+    part: &'a Value,
+    part_name: &str,
+    key: &str,
+) -> Result<Option<&'a str>, StatusError> {
+    match strict_child(part, part_name, key)? {
+        None => Ok(None),
+        Some(value) => value
+            .as_str()
+            .map(Some)
+            .ok_or_else(|| StatusError::FieldType {
+                field: format!("{part_name}.{key}"),
+                expected: "a string",
+                found: type_name(value),
+            }),
+    }
+}
+
 /// A counter: an integer at `path`, else `default`.
 pub fn int_or(object: &Value, path: &[&str], default: i64) -> i64 {
     lookup(object, path)
@@ -87,19 +139,25 @@ pub fn str_or<'a>(object: &'a Value, path: &[&str], default: &'a str) -> &'a str
         .unwrap_or(default)
 }
 
-/// One entry of `status.conditions`, as kstatus decodes it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ObservedCondition {
-    pub type_: String,
-    pub status: String,
-    pub reason: String,
-    pub message: String,
+/// One entry of `status.conditions`, as kstatus decodes it (borrowed: decoding allocates
+/// nothing but the list).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ObservedCondition<'a> {
+    pub type_: &'a str,
+    pub status: &'a str,
+    pub reason: &'a str,
+    pub message: &'a str,
 }
 
 /// Decodes `status.conditions`. A non-map `status`, a non-list `conditions`, a non-map entry or
 /// a non-string `type`/`status`/`reason`/`message` is an error; null means absent.
-pub fn conditions(object: &Value) -> Result<Vec<ObservedCondition>, StatusError> {
-    let status = match object.get("status") {
+pub fn conditions(object: &Value) -> Result<Vec<ObservedCondition<'_>>, StatusError> {
+    conditions_in(object.get("status").unwrap_or(&Value::Null))
+}
+
+/// [`conditions`] from an object's `status` value.
+pub fn conditions_in(status: &Value) -> Result<Vec<ObservedCondition<'_>>, StatusError> {
+    let status = match Some(status) {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(status)) => status,
         Some(other) => {
@@ -135,10 +193,10 @@ pub fn conditions(object: &Value) -> Result<Vec<ObservedCondition>, StatusError>
                     });
                 }
             };
-            let field = |name: &str| -> Result<String, StatusError> {
+            let field = |name: &str| -> Result<&str, StatusError> {
                 match entry.get(name) {
-                    None | Some(Value::Null) => Ok(String::new()),
-                    Some(Value::String(s)) => Ok(s.clone()),
+                    None | Some(Value::Null) => Ok(""),
+                    Some(Value::String(s)) => Ok(s.as_str()),
                     Some(other) => Err(StatusError::FieldType {
                         field: format!("status.conditions[{i}].{name}"),
                         expected: "a string",
@@ -216,5 +274,45 @@ mod tests {
             }
         }
         assert!(conditions(&json!({"status": null})).unwrap().is_empty());
+    }
+}
+
+/// The top-level parts of an object, found in one pass over its root, so that rules read
+/// `spec.replicas` without walking from the root again (the dominant cost on large sets).
+#[derive(Clone, Copy, Debug)]
+pub struct Parts<'a> {
+    pub object: &'a Value,
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub metadata: &'a Value,
+    pub spec: &'a Value,
+    pub status: &'a Value,
+}
+
+static NULL: Value = Value::Null;
+
+impl<'a> Parts<'a> {
+    pub fn new(object: &'a Value) -> Self {
+        let mut parts = Parts {
+            object,
+            api_version: "",
+            kind: "",
+            metadata: &NULL,
+            spec: &NULL,
+            status: &NULL,
+        };
+        if let Value::Object(map) = object {
+            for (key, value) in map {
+                match key.as_str() {
+                    "apiVersion" => parts.api_version = value.as_str().unwrap_or(""),
+                    "kind" => parts.kind = value.as_str().unwrap_or(""),
+                    "metadata" => parts.metadata = value,
+                    "spec" => parts.spec = value,
+                    "status" => parts.status = value,
+                    _ => {}
+                }
+            }
+        }
+        parts
     }
 }

@@ -27,6 +27,7 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::compute::{Evaluation, evaluate};
+use crate::health::{HealthRules, evaluate_with};
 use crate::object::{conditions, int_or, lookup, str_or};
 use crate::{Status, aggregate};
 
@@ -126,7 +127,7 @@ impl TargetState {
         Self {
             reason: e.reason().map(str::to_string),
             status: e.status,
-            message: e.message,
+            message: e.message.into_owned(),
         }
     }
 }
@@ -193,7 +194,7 @@ fn job_for_completion(object: &Value) -> Option<Evaluation> {
     let failed = int_or(object, &["status", "failed"], 0);
     let conds = conditions(object).ok()?;
     for c in conds.iter().filter(|c| c.status == "True") {
-        match c.type_.as_str() {
+        match c.type_ {
             "Complete" => {
                 return Some(Evaluation::current(format!(
                     "Job Completed. succeeded: {succeeded}/{completions}"
@@ -211,9 +212,15 @@ fn job_for_completion(object: &Value) -> Option<Evaluation> {
     Some(Evaluation::in_progress("JobInProgress", "Job in progress"))
 }
 
-/// The state of a live object for this wait: kstatus' rules plus the wait's own (Jobs in
-/// `--jobs` mode, the staleness guard).
-pub fn judge(target: &Target, object: &Value, mode: WaitFor, now: Timestamp) -> TargetState {
+/// The state of a live object for this wait: custom health expressions, else kstatus' rules,
+/// plus the wait's own (Jobs in `--jobs` mode, the staleness guard).
+pub fn judge(
+    target: &Target,
+    object: &Value,
+    mode: WaitFor,
+    now: Timestamp,
+    health: &HealthRules,
+) -> TargetState {
     let is_job = crate::object::api_group(&target.api_version) == "batch" && target.kind == "Job";
     let evaluation = match (mode, is_job) {
         (WaitFor::CurrentWithJobs, true)
@@ -221,7 +228,7 @@ pub fn judge(target: &Target, object: &Value, mode: WaitFor, now: Timestamp) -> 
         {
             job_for_completion(object).unwrap_or_else(|| evaluate(object, now))
         }
-        _ => evaluate(object, now),
+        _ => evaluate_with(object, now, health),
     };
     let mut state = TargetState::from_evaluation(evaluation);
     if state.status == Status::Current
@@ -255,6 +262,7 @@ pub fn is_paused_deployment(object: &Value) -> bool {
 #[derive(Debug)]
 pub struct Tracker {
     mode: WaitFor,
+    health: HealthRules,
     targets: Vec<Target>,
     objects: HashMap<usize, Option<Value>>,
     states: Vec<TargetState>,
@@ -263,12 +271,18 @@ pub struct Tracker {
 
 impl Tracker {
     pub fn new(targets: Vec<Target>, mode: WaitFor) -> Self {
+        Self::with_health(targets, mode, HealthRules::default())
+    }
+
+    /// A tracker that judges kinds covered by `health` with those expressions.
+    pub fn with_health(targets: Vec<Target>, mode: WaitFor, health: HealthRules) -> Self {
         let states = targets
             .iter()
             .map(|_| TargetState::unknown("waiting for the first observation"))
             .collect();
         Self {
             mode,
+            health,
             targets,
             objects: HashMap::new(),
             states,
@@ -310,7 +324,7 @@ impl Tracker {
 
     fn rejudge(&mut self, i: usize, now: Timestamp) {
         self.states[i] = match self.objects.get(&i) {
-            Some(Some(object)) => judge(&self.targets[i], object, self.mode, now),
+            Some(Some(object)) => judge(&self.targets[i], object, self.mode, now, &self.health),
             Some(None) => TargetState::not_found(),
             None => return,
         };
@@ -377,6 +391,8 @@ pub struct WaitOptions {
     pub mode: WaitFor,
     pub engine: Engine,
     pub timeout: Duration,
+    /// Custom health expressions for kinds kstatus cannot judge.
+    pub health: HealthRules,
 }
 
 /// Targets of one kind in one namespace (`""` = cluster-scoped), read by one watch or LIST.
@@ -464,7 +480,7 @@ pub async fn wait(
     let discovery = DiscoveryCache::new(ApiDiscovery::new(client.clone()));
     normalise_namespaces(&client, &discovery, &mut targets).await;
     let groups = group_targets(&targets)?;
-    let mut tracker = Tracker::new(targets, options.mode);
+    let mut tracker = Tracker::with_health(targets, options.mode, options.health);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
     let stop = tokio_util_free_token();
     let mut readers = Vec::new();
@@ -790,17 +806,37 @@ mod tests {
         let running = json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1}});
         let t = target("Job", "j");
         assert_eq!(
-            judge(&t, &running, WaitFor::Current, now()).status,
+            judge(
+                &t,
+                &running,
+                WaitFor::Current,
+                now(),
+                &HealthRules::default()
+            )
+            .status,
             Status::Current
         );
-        let state = judge(&t, &running, WaitFor::CurrentWithJobs, now());
+        let state = judge(
+            &t,
+            &running,
+            WaitFor::CurrentWithJobs,
+            now(),
+            &HealthRules::default(),
+        );
         assert_eq!(
             (state.status, state.message.as_str()),
             (Status::InProgress, "Job in progress")
         );
         let done = json!({"apiVersion": "batch/v1", "kind": "Job", "spec": {"completions": 2}, "status": {"succeeded": 2, "conditions": [{"type": "Complete", "status": "True"}]}});
         assert_eq!(
-            judge(&t, &done, WaitFor::CurrentWithJobs, now()).message,
+            judge(
+                &t,
+                &done,
+                WaitFor::CurrentWithJobs,
+                now(),
+                &HealthRules::default()
+            )
+            .message,
             "Job Completed. succeeded: 2/2"
         );
     }
@@ -839,6 +875,7 @@ mod tests {
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generation": 2}}),
             WaitFor::Current,
             now(),
+            &HealthRules::default(),
         );
         assert_eq!(
             (state.status, state.reason.as_deref()),
@@ -849,6 +886,7 @@ mod tests {
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generation": 3}}),
             WaitFor::Current,
             now(),
+            &HealthRules::default(),
         );
         assert_eq!(state.status, Status::Current);
     }

@@ -43,12 +43,12 @@ fn check(cases: Vec<Case>) {
     for case in &cases {
         let got = evaluate(&case.object, now());
         let want = (case.status, case.reason, case.message);
-        let have = (got.status, got.reason(), got.message.as_str());
+        let have = (got.status, got.reason(), got.message.as_ref());
         if want != have {
             failures.push(format!("{}: want {want:?}, got {have:?}", case.name));
         }
         // Conditions follow the status: Reconciling with InProgress, Stalled with Failed.
-        let types: Vec<&str> = got.conditions.iter().map(|c| c.type_.as_str()).collect();
+        let types: Vec<&str> = got.conditions().iter().map(|c| c.type_.as_str()).collect();
         let expected_types: &[&str] = match got.status {
             Status::InProgress => &["Reconciling"],
             Status::Failed => &["Stalled"],

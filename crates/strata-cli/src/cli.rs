@@ -53,6 +53,10 @@ pub struct StatusArgs {
     /// Fix the clock for time-dependent rules (RFC 3339).
     #[arg(long)]
     pub now: Option<String>,
+    /// Custom health expressions for kinds kstatus cannot judge: a YAML list in Flux's
+    /// `healthCheckExprs` format (apiVersion, kind, current, inProgress, failed).
+    #[arg(long, value_name = "FILE")]
+    pub health_exprs: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -88,6 +92,9 @@ pub struct WaitArgs {
     /// Interval of the poll engine.
     #[arg(long, default_value = "2s")]
     pub poll_interval: String,
+    /// Custom health expressions (see `strata status --help`).
+    #[arg(long, value_name = "FILE")]
+    pub health_exprs: Option<PathBuf>,
     /// Path to a kubeconfig.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -189,6 +196,18 @@ pub enum AdmissionCommand {
 pub fn input_error(message: &str) -> ExitCode {
     eprintln!("strata: {message}");
     ExitCode::from(EXIT_NOT_AVAILABLE)
+}
+
+/// Reads `--health-exprs`, if given.
+pub fn health_rules(
+    path: Option<&std::path::Path>,
+) -> Result<core_status::health::HealthRules, String> {
+    let Some(path) = path else {
+        return Ok(core_status::health::HealthRules::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    core_status::health::HealthRules::from_yaml(&path.display().to_string(), &text)
+        .map_err(|e| e.to_string())
 }
 
 fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {

@@ -2,8 +2,9 @@
 
 use std::process::ExitCode;
 
+use core_status::Evaluation;
+use core_status::health::evaluate_with;
 use core_status::input::{Document, read_sources};
-use core_status::{Evaluation, evaluate};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -37,11 +38,18 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(now) => now,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
+    let health = match crate::cli::health_rules(args.health_exprs.as_deref()) {
+        Ok(rules) => rules,
+        Err(e) => return Ok(crate::cli::input_error(&e)),
+    };
     let documents = match read_sources(&args.files) {
         Ok(documents) => documents,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
     };
-    let evaluations: Vec<Evaluation> = documents.iter().map(|d| evaluate(&d.object, now)).collect();
+    let evaluations: Vec<Evaluation> = documents
+        .iter()
+        .map(|d| evaluate_with(&d.object, now, &health))
+        .collect();
     let lines: Vec<StatusLine> = documents
         .iter()
         .zip(&evaluations)

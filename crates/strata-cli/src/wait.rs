@@ -31,6 +31,10 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Ok(input_error(&e)),
         },
     };
+    let health = match crate::cli::health_rules(args.health_exprs.as_deref()) {
+        Ok(rules) => rules,
+        Err(e) => return Ok(input_error(&e)),
+    };
     let documents = match read_sources(&args.files) {
         Ok(d) => d,
         Err(e) => return Ok(input_error(&e.to_string())),
@@ -62,6 +66,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
                 mode,
                 engine,
                 timeout,
+                health,
             },
             |p| printer.show(p),
         )

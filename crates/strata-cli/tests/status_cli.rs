@@ -179,3 +179,50 @@ fn unimplemented_commands_say_so_and_exit_2() {
         );
     }
 }
+
+#[test]
+fn health_expressions_judge_kinds_kstatus_cannot() {
+    let dir = std::env::temp_dir().join(format!("strata-health-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exprs = dir.join("exprs.yaml");
+    std::fs::write(
+        &exprs,
+        "- apiVersion: gateway.networking.k8s.io/v1\n  kind: Gateway\n  current: status.conditions.exists(c, c.type == 'Programmed' && c.status == 'True')\n",
+    )
+    .unwrap();
+    let gateway = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: g}\nstatus:\n  conditions: [{type: Programmed, status: 'False', reason: Pending}]\n";
+    // kstatus alone calls it Current (no Ready, no Reconciling/Stalled).
+    let plain: serde_json::Value =
+        serde_json::from_slice(&strata(&["status", "-f", "-", "-o", "json"], gateway).stdout)
+            .unwrap();
+    assert_eq!(plain[0]["status"], "Current");
+    let out = strata(
+        &[
+            "status",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            "--health-exprs",
+            exprs.to_str().unwrap(),
+        ],
+        gateway,
+    );
+    let judged: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(judged[0]["status"], "InProgress");
+    assert_eq!(judged[0]["reason"], "NoExpressionMatched");
+    // A broken expression file is bad input.
+    std::fs::write(&exprs, "- apiVersion: a/v1\n  current: '('\n").unwrap();
+    let out = strata(
+        &[
+            "status",
+            "-f",
+            "-",
+            "--health-exprs",
+            exprs.to_str().unwrap(),
+        ],
+        gateway,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(dir).unwrap();
+}

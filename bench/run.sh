@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# `make bench`: core-status against Go kstatus on the same corpus, same machine, same run.
+# Builds the Go harness (cached by cli-utils version), builds the Rust harness in release mode,
+# generates a deterministic mixed corpus, runs each harness RUNS times and writes the median
+# run of each to docs/benchmarks.md together with the exact command.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+OBJECTS="${BENCH_OBJECTS:-12000}"
+ITERATIONS="${BENCH_ITERATIONS:-20}"
+RUNS="${BENCH_RUNS:-3}"
+cache="${STRATA_CACHE:-$HOME/.cache/strata}"
+target="${CARGO_TARGET_DIR:-$cache/cargo-target}"
+cli_utils_version="$(awk '$1 == "sigs.k8s.io/cli-utils" {print $2}' bench/kstatus-go/go.mod | sed -n 1p)"
+go_bin="$cache/bin/kstatus-bench-$cli_utils_version/kstatus-bench"
+work="$target/bench"
+mkdir -p "$work"
+
+if [[ ! -x "$go_bin" ]]; then
+  echo "bench: building the Go kstatus harness (cli-utils $cli_utils_version)" >&2
+  mkdir -p "$(dirname "$go_bin")"
+  (cd bench/kstatus-go && GOFLAGS=-mod=mod go build -o "$go_bin.tmp" . && mv "$go_bin.tmp" "$go_bin")
+fi
+echo "bench: building the Rust harness (release)" >&2
+cargo build --release -p core-status --no-default-features --example status_bench >&2
+rust_bin="$target/release/examples/status_bench"
+
+median() { # file with one JSON line per run → the line with the median objects_per_second
+  python3 -c '
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs.sort(key=lambda r: r["objects_per_second"])
+print(json.dumps(runs[len(runs) // 2]))' "$1"
+}
+measure() { # objects iterations label → "go-json rust-json" medians, one per line
+  local n="$1" it="$2" label="$3" corpus="$work/corpus-$1.json"
+  "$rust_bin" gen "$corpus" "$n"
+  : > "$work/go-$label.jsonl"; : > "$work/rust-$label.jsonl"
+  for _ in $(seq 1 "$RUNS"); do
+    "$go_bin" "$corpus" "$it" >> "$work/go-$label.jsonl"
+    "$rust_bin" run "$corpus" "$it" >> "$work/rust-$label.jsonl"
+  done
+  median "$work/go-$label.jsonl"
+  median "$work/rust-$label.jsonl"
+}
+# The required corpus (>= 10,000 objects: bigger than the CPU caches), and a small one that
+# stays cache-resident, which isolates the cost of the rules from memory latency.
+mapfile -t large < <(measure "$OBJECTS" "$ITERATIONS" large)
+mapfile -t small < <(measure 400 $((OBJECTS * ITERATIONS / 400)) small)
+go_result="${large[0]}"; rust_result="${large[1]}"
+echo "go:   $go_result" >&2
+echo "rust: $rust_result" >&2
+echo "go (400 objects):   ${small[0]}" >&2
+echo "rust (400 objects): ${small[1]}" >&2
+
+python3 - "$go_result" "$rust_result" "$OBJECTS" "$ITERATIONS" "$RUNS" "$cli_utils_version" "${small[0]}" "${small[1]}" <<'PY'
+import json, sys, datetime, re, pathlib
+go, rust = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+objects, iterations, runs, version = sys.argv[3:7]
+go_small, rust_small = json.loads(sys.argv[7]), json.loads(sys.argv[8])
+ratio = rust["objects_per_second"] / go["objects_per_second"]
+ratio_small = rust_small["objects_per_second"] / go_small["objects_per_second"]
+same = go["statuses"] == rust["statuses"]
+section = f"""<!-- core-status:begin -->
+## core-status: status of a mixed corpus vs Go kstatus
+
+Command: `make bench` (= `bench/run.sh`, BENCH_OBJECTS={objects} BENCH_ITERATIONS={iterations} BENCH_RUNS={runs});
+median of {runs} runs each, same machine, same run, {datetime.date.today().isoformat()}.
+Corpus: {objects} objects generated deterministically by `crates/core-status/examples/status_bench.rs`
+(every special-cased kind in several states, plus custom resources); parsed before timing.
+Go side: `sigs.k8s.io/cli-utils {version}` `status.Compute` (`bench/kstatus-go`).
+
+| engine | objects/s | peak RSS | statuses (first pass) |
+|---|---:|---:|---|
+| Go kstatus | {go['objects_per_second']:,.0f} | {go['peak_rss_kib']/1024:.1f} MiB | `{json.dumps(go['statuses'], sort_keys=True)}` |
+| Strata core-status | {rust['objects_per_second']:,.0f} | {rust['peak_rss_kib']/1024:.1f} MiB | `{json.dumps(rust['statuses'], sort_keys=True)}` |
+
+**Throughput ratio (Strata / Go): {ratio:.1f}×** (goal ≥ 10×{': met' if ratio >= 10 else ': not met'}). Status counts {'agree' if same else 'DIFFER — see the statuses column'}.
+
+Same corpus generator, 400 objects (cache-resident), {go_small['iterations']} iterations:
+
+| engine | objects/s | peak RSS |
+|---|---:|---:|
+| Go kstatus | {go_small['objects_per_second']:,.0f} | {go_small['peak_rss_kib']/1024:.1f} MiB |
+| Strata core-status | {rust_small['objects_per_second']:,.0f} | {rust_small['peak_rss_kib']/1024:.1f} MiB |
+
+Ratio on the cache-resident set: **{ratio_small:.1f}×**. On the large set both engines spend
+most of their time waiting on memory while walking each object's decoded tree (profiled with
+`perf record`: the first touch of an object's root map dominates the Rust side), so the gap
+narrows; the rules themselves are the ~{ratio_small:.0f}× part.
+<!-- core-status:end -->
+"""
+path = pathlib.Path("docs/benchmarks.md")
+text = path.read_text() if path.exists() else "# Benchmarks\n\nEvery figure here comes from `make bench` on the project's machine (2 cores, 24 GiB), with the anchor measured in the same run.\n\n"
+if "<!-- core-status:begin -->" in text:
+    text = re.sub(r"<!-- core-status:begin -->.*?<!-- core-status:end -->\n", lambda _: section, text, flags=re.S)
+else:
+    text += section
+path.write_text(text)
+print(f"bench: Strata/Go throughput ratio {ratio:.1f}x; written to docs/benchmarks.md", file=sys.stderr)
+PY
