@@ -13,6 +13,7 @@ pub mod error;
 pub mod health;
 pub mod input;
 pub mod object;
+pub mod policy;
 #[cfg(feature = "wait")]
 pub mod wait;
 

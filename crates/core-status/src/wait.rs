@@ -27,8 +27,8 @@ use kube::{Api, Client};
 use serde_json::Value;
 
 use crate::compute::{Evaluation, evaluate};
-use crate::health::{HealthRules, evaluate_with};
 use crate::object::{conditions, int_or, lookup, str_or};
+use crate::policy::Rules;
 use crate::{Status, aggregate};
 
 /// What to wait for.
@@ -219,7 +219,7 @@ pub fn judge(
     object: &Value,
     mode: WaitFor,
     now: Timestamp,
-    health: &HealthRules,
+    rules: &Rules,
 ) -> TargetState {
     let is_job = crate::object::api_group(&target.api_version) == "batch" && target.kind == "Job";
     let evaluation = match (mode, is_job) {
@@ -228,7 +228,7 @@ pub fn judge(
         {
             job_for_completion(object).unwrap_or_else(|| evaluate(object, now))
         }
-        _ => evaluate_with(object, now, health),
+        _ => rules.evaluate(object, now),
     };
     let mut state = TargetState::from_evaluation(evaluation);
     if state.status == Status::Current
@@ -262,7 +262,7 @@ pub fn is_paused_deployment(object: &Value) -> bool {
 #[derive(Debug)]
 pub struct Tracker {
     mode: WaitFor,
-    health: HealthRules,
+    rules: Rules,
     targets: Vec<Target>,
     objects: HashMap<usize, Option<Value>>,
     states: Vec<TargetState>,
@@ -271,18 +271,18 @@ pub struct Tracker {
 
 impl Tracker {
     pub fn new(targets: Vec<Target>, mode: WaitFor) -> Self {
-        Self::with_health(targets, mode, HealthRules::default())
+        Self::with_rules(targets, mode, Rules::default())
     }
 
-    /// A tracker that judges kinds covered by `health` with those expressions.
-    pub fn with_health(targets: Vec<Target>, mode: WaitFor, health: HealthRules) -> Self {
+    /// A tracker that judges with a stricter policy and/or custom health expressions.
+    pub fn with_rules(targets: Vec<Target>, mode: WaitFor, rules: Rules) -> Self {
         let states = targets
             .iter()
             .map(|_| TargetState::unknown("waiting for the first observation"))
             .collect();
         Self {
             mode,
-            health,
+            rules,
             targets,
             objects: HashMap::new(),
             states,
@@ -324,7 +324,7 @@ impl Tracker {
 
     fn rejudge(&mut self, i: usize, now: Timestamp) {
         self.states[i] = match self.objects.get(&i) {
-            Some(Some(object)) => judge(&self.targets[i], object, self.mode, now, &self.health),
+            Some(Some(object)) => judge(&self.targets[i], object, self.mode, now, &self.rules),
             Some(None) => TargetState::not_found(),
             None => return,
         };
@@ -391,8 +391,8 @@ pub struct WaitOptions {
     pub mode: WaitFor,
     pub engine: Engine,
     pub timeout: Duration,
-    /// Custom health expressions for kinds kstatus cannot judge.
-    pub health: HealthRules,
+    /// Stricter policy and custom health expressions.
+    pub rules: Rules,
 }
 
 /// Targets of one kind in one namespace (`""` = cluster-scoped), read by one watch or LIST.
@@ -480,7 +480,7 @@ pub async fn wait(
     let discovery = DiscoveryCache::new(ApiDiscovery::new(client.clone()));
     normalise_namespaces(&client, &discovery, &mut targets).await;
     let groups = group_targets(&targets)?;
-    let mut tracker = Tracker::with_health(targets, options.mode, options.health);
+    let mut tracker = Tracker::with_rules(targets, options.mode, options.rules);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
     let stop = tokio_util_free_token();
     let mut readers = Vec::new();
@@ -806,14 +806,7 @@ mod tests {
         let running = json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1}});
         let t = target("Job", "j");
         assert_eq!(
-            judge(
-                &t,
-                &running,
-                WaitFor::Current,
-                now(),
-                &HealthRules::default()
-            )
-            .status,
+            judge(&t, &running, WaitFor::Current, now(), &Rules::default()).status,
             Status::Current
         );
         let state = judge(
@@ -821,7 +814,7 @@ mod tests {
             &running,
             WaitFor::CurrentWithJobs,
             now(),
-            &HealthRules::default(),
+            &Rules::default(),
         );
         assert_eq!(
             (state.status, state.message.as_str()),
@@ -834,7 +827,7 @@ mod tests {
                 &done,
                 WaitFor::CurrentWithJobs,
                 now(),
-                &HealthRules::default()
+                &Rules::default()
             )
             .message,
             "Job Completed. succeeded: 2/2"
@@ -875,7 +868,7 @@ mod tests {
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generation": 2}}),
             WaitFor::Current,
             now(),
-            &HealthRules::default(),
+            &Rules::default(),
         );
         assert_eq!(
             (state.status, state.reason.as_deref()),
@@ -886,7 +879,7 @@ mod tests {
             &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generation": 3}}),
             WaitFor::Current,
             now(),
-            &HealthRules::default(),
+            &Rules::default(),
         );
         assert_eq!(state.status, Status::Current);
     }

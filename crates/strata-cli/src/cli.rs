@@ -57,6 +57,11 @@ pub struct StatusArgs {
     /// `healthCheckExprs` format (apiVersion, kind, current, inProgress, failed).
     #[arg(long, value_name = "FILE")]
     pub health_exprs: Option<PathBuf>,
+    /// Stricter than kstatus: failed Pods and containers that cannot start are Failed,
+    /// stale conditions and unobserved custom resources are InProgress, and more (see
+    /// docs/core-status.md). Off by default: the default is kstatus exactly.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -95,6 +100,9 @@ pub struct WaitArgs {
     /// Custom health expressions (see `strata status --help`).
     #[arg(long, value_name = "FILE")]
     pub health_exprs: Option<PathBuf>,
+    /// Stricter than kstatus (see `strata status --help`).
+    #[arg(long)]
+    pub strict: bool,
     /// Path to a kubeconfig.
     #[arg(long, env = "KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
@@ -198,16 +206,27 @@ pub fn input_error(message: &str) -> ExitCode {
     ExitCode::from(EXIT_NOT_AVAILABLE)
 }
 
-/// Reads `--health-exprs`, if given.
-pub fn health_rules(
-    path: Option<&std::path::Path>,
-) -> Result<core_status::health::HealthRules, String> {
-    let Some(path) = path else {
-        return Ok(core_status::health::HealthRules::default());
+/// The status rules from `--strict` and `--health-exprs`.
+pub fn status_rules(
+    strict: bool,
+    health_exprs: Option<&std::path::Path>,
+) -> Result<core_status::policy::Rules, String> {
+    use core_status::policy::{Policy, Rules};
+    let policy = if strict {
+        Policy::strict()
+    } else {
+        Policy::kstatus()
+    };
+    let Some(path) = health_exprs else {
+        return Ok(Rules {
+            policy,
+            health: Default::default(),
+        });
     };
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    core_status::health::HealthRules::from_yaml(&path.display().to_string(), &text)
-        .map_err(|e| e.to_string())
+    let health = core_status::health::HealthRules::from_yaml(&path.display().to_string(), &text)
+        .map_err(|e| e.to_string())?;
+    Ok(Rules { policy, health })
 }
 
 fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 
 use core_status::Evaluation;
-use core_status::health::evaluate_with;
 use core_status::input::{Document, read_sources};
 use jiff::Timestamp;
 use serde::Serialize;
@@ -38,7 +37,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(now) => now,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
-    let health = match crate::cli::health_rules(args.health_exprs.as_deref()) {
+    let rules = match crate::cli::status_rules(args.strict, args.health_exprs.as_deref()) {
         Ok(rules) => rules,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
@@ -48,7 +47,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
     };
     let evaluations: Vec<Evaluation> = documents
         .iter()
-        .map(|d| evaluate_with(&d.object, now, &health))
+        .map(|d| rules.evaluate(&d.object, now))
         .collect();
     let lines: Vec<StatusLine> = documents
         .iter()

@@ -31,7 +31,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Ok(input_error(&e)),
         },
     };
-    let health = match crate::cli::health_rules(args.health_exprs.as_deref()) {
+    let rules = match crate::cli::status_rules(args.strict, args.health_exprs.as_deref()) {
         Ok(rules) => rules,
         Err(e) => return Ok(input_error(&e)),
     };
@@ -66,7 +66,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
                 mode,
                 engine,
                 timeout,
-                health,
+                rules,
             },
             |p| printer.show(p),
         )

@@ -226,3 +226,23 @@ fn health_expressions_judge_kinds_kstatus_cannot() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn strict_is_opt_in() {
+    let failed_pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nstatus: {phase: Failed}\n";
+    let default: serde_json::Value =
+        serde_json::from_slice(&strata(&["status", "-f", "-", "-o", "json"], failed_pod).stdout)
+            .unwrap();
+    assert_eq!(
+        default[0]["status"], "Current",
+        "kstatus counts a failed Pod as Current"
+    );
+    let strict: serde_json::Value = serde_json::from_slice(
+        &strata(&["status", "-f", "-", "-o", "json", "--strict"], failed_pod).stdout,
+    )
+    .unwrap();
+    assert_eq!(
+        (strict[0]["status"].as_str(), strict[0]["reason"].as_str()),
+        (Some("Failed"), Some("PodFailed"))
+    );
+}

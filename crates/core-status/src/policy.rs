@@ -1,0 +1,398 @@
+//! Stricter, opt-in judgements on top of kstatus' rules (the anchor note's §13). The default
+//! [`Policy`] changes nothing; each switch only ever makes a result *less* ready, so turning
+//! one on can delay a wait but never end it early with a wrong Current.
+
+use serde_json::Value;
+
+use crate::compute::{Evaluation, compute};
+use crate::error::StatusError;
+use crate::object::{Parts, api_group, int_or, lookup, str_or};
+use crate::{Status, health::HealthRules};
+
+/// Which stricter rules apply.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Pod phase Failed is Failed; containers that cannot start (image pull errors, bad
+    /// config) and crash-looping init containers are Failed.
+    pub pod_failures: bool,
+    /// A condition whose own `observedGeneration` is older than the object's generation is
+    /// stale: the object is InProgress (metav1.Condition semantics).
+    pub condition_generations: bool,
+    /// For kinds without a built-in rule: `Ready=False` with a terminal reason (`…Failed`,
+    /// `Error`) is Failed; `Degraded=True` is Failed; `Available`, `Programmed`, `Accepted`
+    /// or `Synced` = False is InProgress.
+    pub extra_conditions: bool,
+    /// A LoadBalancer Service is InProgress until `status.loadBalancer.ingress` is set.
+    pub load_balancer_ingress: bool,
+    /// An OnDelete StatefulSet is InProgress until every replica is updated and Ready.
+    pub on_delete_rollouts: bool,
+    /// A custom resource with no status at all has not been observed by its controller yet:
+    /// InProgress instead of kstatus' immediate Current.
+    pub require_observed: bool,
+}
+
+impl Policy {
+    /// kstatus' exact behaviour.
+    pub fn kstatus() -> Self {
+        Self::default()
+    }
+
+    /// Every stricter rule.
+    pub fn strict() -> Self {
+        Self {
+            pod_failures: true,
+            condition_generations: true,
+            extra_conditions: true,
+            load_balancer_ingress: true,
+            on_delete_rollouts: true,
+            require_observed: true,
+        }
+    }
+}
+
+const CANNOT_START: &[&str] = &[
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+/// A custom resource: a group that is neither core nor one of Kubernetes' own API groups.
+fn is_custom_resource(group: &str) -> bool {
+    group.contains('.') && !group.ends_with(".k8s.io")
+}
+
+fn waiting_containers(status: &Value, field: &str, reasons: &[&str]) -> Vec<String> {
+    lookup(status, &[field])
+        .and_then(Value::as_array)
+        .map(|list| {
+            list.iter()
+                .filter_map(|cs| {
+                    let reason = str_or(cs, &["state", "waiting", "reason"], "");
+                    reasons
+                        .contains(&reason)
+                        .then(|| format!("{} ({reason})", str_or(cs, &["name"], "")))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn stricter(parts: &Parts, base: Evaluation, policy: &Policy) -> Evaluation {
+    if matches!(
+        base.status,
+        Status::Terminating | Status::Failed | Status::Unknown
+    ) {
+        return base;
+    }
+    let group = api_group(parts.api_version);
+    let builtin = crate::compute::builtin_rule(group, parts.kind).is_some();
+    let conditions = lookup(parts.status, &["conditions"]).and_then(Value::as_array);
+    let condition = |type_: &str| {
+        conditions.and_then(|list| list.iter().find(|c| str_or(c, &["type"], "") == type_))
+    };
+
+    if policy.pod_failures && group.is_empty() && parts.kind == "Pod" {
+        if str_or(parts.status, &["phase"], "") == "Failed" {
+            return Evaluation::failed("PodFailed", "Pod has failed");
+        }
+        let mut stuck = waiting_containers(parts.status, "containerStatuses", CANNOT_START);
+        stuck.extend(waiting_containers(
+            parts.status,
+            "initContainerStatuses",
+            CANNOT_START,
+        ));
+        if !stuck.is_empty() {
+            return Evaluation::failed(
+                "ContainerCannotStart",
+                format!("Containers cannot start: {}", stuck.join(", ")),
+            );
+        }
+        let looping =
+            waiting_containers(parts.status, "initContainerStatuses", &["CrashLoopBackOff"]);
+        if !looping.is_empty() {
+            return Evaluation::failed(
+                "InitContainerCrashLooping",
+                format!("Init containers in CrashLoop state: {}", looping.join(", ")),
+            );
+        }
+    }
+    if policy.extra_conditions && !builtin {
+        if let Some(ready) = condition("Ready")
+            && str_or(ready, &["status"], "") == "False"
+        {
+            let reason = str_or(ready, &["reason"], "");
+            if reason.ends_with("Failed") || reason == "Error" {
+                return Evaluation::failed(
+                    reason.to_string(),
+                    str_or(ready, &["message"], "").to_string(),
+                );
+            }
+        }
+        if let Some(degraded) = condition("Degraded")
+            && str_or(degraded, &["status"], "") == "True"
+        {
+            return Evaluation::failed(
+                "Degraded",
+                str_or(degraded, &["message"], "Degraded").to_string(),
+            );
+        }
+    }
+    if base.status != Status::Current {
+        return base;
+    }
+    if policy.extra_conditions && !builtin {
+        for type_ in ["Available", "Programmed", "Accepted", "Synced"] {
+            if let Some(c) = condition(type_)
+                && str_or(c, &["status"], "") == "False"
+            {
+                return Evaluation::in_progress(
+                    format!("Not{type_}"),
+                    format!("{type_} is False: {}", str_or(c, &["message"], "")),
+                );
+            }
+        }
+    }
+    if policy.condition_generations {
+        let generation = int_or(parts.metadata, &["generation"], 0);
+        let stale = conditions.into_iter().flatten().find(|c| {
+            lookup(c, &["observedGeneration"])
+                .and_then(Value::as_i64)
+                .is_some_and(|g| g < generation)
+        });
+        if let Some(c) = stale {
+            let observed = int_or(c, &["observedGeneration"], 0);
+            return Evaluation::in_progress(
+                "ConditionNotObserved",
+                format!(
+                    "condition {} is from generation {observed}, the object is at generation {generation}",
+                    str_or(c, &["type"], "")
+                ),
+            );
+        }
+    }
+    if policy.load_balancer_ingress
+        && group.is_empty()
+        && parts.kind == "Service"
+        && str_or(parts.spec, &["type"], "") == "LoadBalancer"
+        && lookup(parts.status, &["loadBalancer", "ingress"])
+            .and_then(Value::as_array)
+            .is_none_or(Vec::is_empty)
+    {
+        return Evaluation::in_progress("NoIngress", "LoadBalancer has no ingress yet");
+    }
+    if policy.on_delete_rollouts
+        && group == "apps"
+        && parts.kind == "StatefulSet"
+        && str_or(parts.spec, &["updateStrategy", "type"], "") == "OnDelete"
+    {
+        let spec = int_or(parts.spec, &["replicas"], 1);
+        let updated = int_or(parts.status, &["updatedReplicas"], 0);
+        let ready = int_or(parts.status, &["readyReplicas"], 0);
+        if updated < spec {
+            return Evaluation::in_progress("LessUpdated", format!("updated: {updated}/{spec}"));
+        }
+        if ready < spec {
+            return Evaluation::in_progress("LessReady", format!("Ready: {ready}/{spec}"));
+        }
+    }
+    if policy.require_observed && is_custom_resource(group) {
+        let empty = match parts.status {
+            Value::Null => true,
+            Value::Object(map) => map.is_empty(),
+            _ => false,
+        };
+        if empty {
+            return Evaluation::in_progress(
+                "NotObserved",
+                format!(
+                    "{} has no status yet: its controller has not observed it",
+                    parts.kind
+                ),
+            );
+        }
+    }
+    base
+}
+
+/// Status under a policy, with custom health expressions first.
+pub fn compute_with_policy(
+    object: &Value,
+    now: jiff::Timestamp,
+    policy: &Policy,
+    health: &HealthRules,
+) -> Result<Evaluation, StatusError> {
+    if let Some(result) = health.evaluate(object) {
+        return result;
+    }
+    let base = compute(object, now)?;
+    if *policy == Policy::default() {
+        return Ok(base);
+    }
+    Ok(stricter(&Parts::new(object), base, policy))
+}
+
+/// Everything that decides a status beyond kstatus' defaults.
+#[derive(Clone, Debug, Default)]
+pub struct Rules {
+    pub policy: Policy,
+    pub health: HealthRules,
+}
+
+impl Rules {
+    pub fn evaluate(&self, object: &Value, now: jiff::Timestamp) -> Evaluation {
+        evaluate_with_policy(object, now, &self.policy, &self.health)
+    }
+}
+
+/// [`compute_with_policy`], errors as Unknown.
+pub fn evaluate_with_policy(
+    object: &Value,
+    now: jiff::Timestamp,
+    policy: &Policy,
+    health: &HealthRules,
+) -> Evaluation {
+    compute_with_policy(object, now, policy, health).unwrap_or_else(|e| Evaluation::unknown(&e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    type View = (Status, Option<String>, String);
+
+    fn both(object: Value) -> (View, View) {
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let view = |e: Evaluation| {
+            (
+                e.status,
+                e.reason().map(str::to_string),
+                e.message.to_string(),
+            )
+        };
+        let rules = HealthRules::default();
+        (
+            view(evaluate_with_policy(
+                &object,
+                now,
+                &Policy::kstatus(),
+                &rules,
+            )),
+            view(evaluate_with_policy(
+                &object,
+                now,
+                &Policy::strict(),
+                &rules,
+            )),
+        )
+    }
+
+    #[test]
+    fn default_policy_is_kstatus() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Failed"}});
+        assert_eq!(both(pod).0.0, Status::Current);
+    }
+
+    #[test]
+    fn strict_table() {
+        let cases: Vec<(&str, Value, Status, &str, &str)> = vec![
+            (
+                "failed pod",
+                json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Failed"}}),
+                Status::Failed,
+                "PodFailed",
+                "Pod has failed",
+            ),
+            (
+                "image pull backoff",
+                json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Pending", "containerStatuses": [{"name": "app", "state": {"waiting": {"reason": "ImagePullBackOff"}}}]}}),
+                Status::Failed,
+                "ContainerCannotStart",
+                "Containers cannot start: app (ImagePullBackOff)",
+            ),
+            (
+                "init crash loop",
+                json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Pending", "initContainerStatuses": [{"name": "init", "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}),
+                Status::Failed,
+                "InitContainerCrashLooping",
+                "Init containers in CrashLoop state: init (CrashLoopBackOff)",
+            ),
+            (
+                "terminal Ready=False",
+                json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease", "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "InstallFailed", "message": "timeout"}]}}),
+                Status::Failed,
+                "InstallFailed",
+                "timeout",
+            ),
+            (
+                "gateway not programmed",
+                json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "status": {"conditions": [{"type": "Programmed", "status": "False", "message": "no address"}]}}),
+                Status::InProgress,
+                "NotProgrammed",
+                "Programmed is False: no address",
+            ),
+            (
+                "degraded",
+                json!({"apiVersion": "example.com/v1", "kind": "W", "status": {"conditions": [{"type": "Degraded", "status": "True", "message": "half down"}]}}),
+                Status::Failed,
+                "Degraded",
+                "half down",
+            ),
+            (
+                "stale condition",
+                json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"generation": 3}, "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2}]}}),
+                Status::InProgress,
+                "ConditionNotObserved",
+                "condition Ready is from generation 2, the object is at generation 3",
+            ),
+            (
+                "load balancer without ingress",
+                json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.1"}, "status": {"loadBalancer": {}}}),
+                Status::InProgress,
+                "NoIngress",
+                "LoadBalancer has no ingress yet",
+            ),
+            (
+                "on-delete not rolled",
+                json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"replicas": 3, "updateStrategy": {"type": "OnDelete"}}, "status": {"updatedReplicas": 1, "readyReplicas": 3}}),
+                Status::InProgress,
+                "LessUpdated",
+                "updated: 1/3",
+            ),
+            (
+                "unobserved CR",
+                json!({"apiVersion": "example.com/v1", "kind": "W", "spec": {}}),
+                Status::InProgress,
+                "NotObserved",
+                "W has no status yet: its controller has not observed it",
+            ),
+        ];
+        for (name, object, status, reason, message) in cases {
+            let (default, strict) = both(object);
+            assert_ne!(
+                default, strict,
+                "{name}: strict must differ from kstatus here"
+            );
+            assert_eq!(
+                strict,
+                (status, Some(reason.to_string()), message.to_string()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn strict_leaves_healthy_objects_alone() {
+        for object in [
+            json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role"}),
+            json!({"apiVersion": "example.com/v1", "kind": "W", "metadata": {"generation": 2}, "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2}]}}),
+            json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.1"}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}),
+        ] {
+            let (default, strict) = both(object.clone());
+            assert_eq!(default, strict, "{object}");
+        }
+    }
+}
