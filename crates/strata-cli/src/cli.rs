@@ -245,8 +245,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Layers(LayersCommand::Plan { .. }) => {
             not_available("layers plan", "the layer-controller")
         }
-        Command::Rollout(RolloutCommand::Plan { .. }) => {
-            not_available("rollout plan", "the rollout-operator")
+        Command::Rollout(RolloutCommand::Plan { state, now, .. }) => {
+            crate::rollout::plan(&state, now.as_deref())
         }
         Command::Admission(AdmissionCommand::Review { .. }) => {
             not_available("admission review", "the admission-webhook")

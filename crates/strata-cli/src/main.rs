@@ -1,6 +1,7 @@
 //! `strata`: status, wait, render, layers, rollout and admission commands.
 
 mod cli;
+mod rollout;
 mod status;
 mod wait;
 

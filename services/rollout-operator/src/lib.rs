@@ -1,8 +1,14 @@
 //! rollout-operator: zone-by-zone rollouts of StatefulSet groups and replica coordination.
 //!
-//! This crate owns the rollout decisions. Until the planner lands (its own issue), the
-//! controller watches the StatefulSets that belong to a rollout group — so its cache, readiness,
-//! leadership and metrics are real — and makes no changes.
+//! This crate owns the rollout decisions: [`plan`] is the pure planner (also behind
+//! `strata rollout plan`), [`zpdb`] the zone-aware disruption budget shared with the
+//! admission webhook. The controller shell that executes plans is not wired yet: it watches
+//! the StatefulSets of rollout groups and makes no changes.
+
+pub mod keys;
+pub mod observed;
+pub mod plan;
+pub mod zpdb;
 
 use std::sync::Arc;
 
@@ -17,7 +23,7 @@ use prometheus_client::registry::Registry;
 pub const SERVICE: &str = "rollout-operator";
 
 /// The anchor's label that puts a StatefulSet into a rollout group.
-pub const ROLLOUT_GROUP_LABEL: &str = "rollout-group";
+pub const ROLLOUT_GROUP_LABEL: &str = keys::ROLLOUT_GROUP;
 
 pub async fn run(args: core_k8s::CommonArgs) -> core_k8s::Result<()> {
     core_k8s::runtime::run_service(SERVICE, args, Registry::default(), |ctx| async move {

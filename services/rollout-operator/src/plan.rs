@@ -1,0 +1,551 @@
+//! The pure rollout planner: what ONE reconcile of the operator does, given the observed state
+//! of a namespace and the time. The controller executes the plan; `strata rollout plan` prints
+//! it. Rules follow the anchor (Grafana rollout-operator v0.38) except where noted `FIX`.
+
+use std::collections::BTreeMap;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::keys;
+use crate::observed::{
+    Observed, annotation, key, label, name, natural_cmp, ready_replicas, running_and_ready,
+    spec_replicas, status_replicas,
+};
+use crate::zpdb::{self, Zpdb};
+
+/// A change of a StatefulSet's `spec.replicas`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaChange {
+    pub stateful_set: String,
+    pub from: i32,
+    pub to: i32,
+}
+
+/// What one reconcile does (the `strata rollout plan -o json` contract).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Plan {
+    /// Pods to delete, `namespace/name`, in order.
+    pub delete_pods: Vec<String>,
+    /// StatefulSets whose `status.currentRevision` is set to `status.updateRevision`.
+    pub status_updates: Vec<String>,
+    pub replica_changes: Vec<ReplicaChange>,
+    pub errors: Vec<String>,
+}
+
+/// Waiting reasons that never resolve on their own: an outdated pod stuck in one of them is
+/// replaced even when the max-unavailable budget is used up (it is unavailable anyway).
+const STUCK_REASONS: &[&str] = &[
+    "CrashLoopBackOff",
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+];
+
+fn sts_key(sts: &StatefulSet) -> String {
+    key(sts.metadata.namespace.as_deref(), name(sts))
+}
+
+fn pod_key(pod: &Pod) -> String {
+    key(
+        pod.metadata.namespace.as_deref(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+/// `rollout-max-unavailable`: an integer > 0, or `N%` (1..=100) of `spec.replicas` rounded
+/// down, at least 1; anything else is 1.
+pub fn max_unavailable(sts: &StatefulSet) -> i64 {
+    let Some(raw) = annotation(sts, keys::MAX_UNAVAILABLE).map(str::trim) else {
+        return 1;
+    };
+    if let Some(pct) = raw.strip_suffix('%') {
+        let Ok(pct) = pct.trim().parse::<i64>() else {
+            return 1;
+        };
+        if !(1..=100).contains(&pct) {
+            return 1;
+        }
+        let Some(replicas) = sts.spec.as_ref().and_then(|s| s.replicas) else {
+            return 1;
+        };
+        return (pct * i64::from(replicas) / 100).max(1);
+    }
+    raw.parse::<i64>().ok().filter(|v| *v > 0).unwrap_or(1)
+}
+
+/// `grafana.com/rollout-force-replicas`: a non-negative int32, else ignored.
+pub fn force_replicas(sts: &StatefulSet) -> Option<i32> {
+    annotation(sts, keys::FORCE_REPLICAS)
+        .and_then(|v| v.trim().parse::<i32>().ok())
+        .filter(|v| *v >= 0)
+}
+
+/// Prometheus-style durations (`30m`, `4h`, `1d`, `2w`, `1y`, combinations like `1d12h`).
+pub fn parse_prometheus_duration(text: &str) -> Option<SignedDuration> {
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    let (mut total, mut rest) = (0i64, text);
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit())?;
+        if digits == 0 {
+            return None;
+        }
+        let n: i64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let ms = match &rest[..unit_len] {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            "w" => 604_800_000,
+            "y" => 31_536_000_000,
+            _ => return None,
+        };
+        total = total.checked_add(n.checked_mul(ms)?)?;
+        rest = &rest[unit_len..];
+    }
+    Some(SignedDuration::from_millis(total))
+}
+
+/// The status-and-pods view of "has not-ready pods".
+fn has_not_ready(observed: &Observed, sts: &StatefulSet) -> bool {
+    let pods = observed.pods_of(sts);
+    status_replicas(sts) != ready_replicas(sts)
+        || (pods.len() as i64) < i64::from(status_replicas(sts))
+        || pods.iter().any(|p| !running_and_ready(p))
+}
+
+/// Plans one reconcile of every rollout group in `observed`.
+pub fn plan(observed: &Observed, now: Timestamp) -> Plan {
+    let mut plan = Plan::default();
+    let mut zpdbs = Vec::new();
+    for z in &observed.zpdbs {
+        match zpdb::parse(z) {
+            Ok(parsed) => zpdbs.push(parsed),
+            Err(e) => plan.errors.push(format!(
+                "ZoneAwarePodDisruptionBudget {}: {e}",
+                z.pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            )),
+        }
+    }
+    let mut groups: BTreeMap<&str, Vec<&StatefulSet>> = BTreeMap::new();
+    for sts in &observed.stateful_sets {
+        if let Some(group) = label(&sts.metadata.labels, keys::ROLLOUT_GROUP) {
+            groups.entry(group).or_default().push(sts);
+        }
+    }
+    let mut observed = observed.clone();
+    for (group, mut members) in groups {
+        members.sort_by(|a, b| name(a).cmp(name(b)));
+        plan_group(group, members, &mut observed, &zpdbs, now, &mut plan);
+    }
+    plan
+}
+
+enum Progress {
+    Ongoing,
+    Done,
+}
+
+fn plan_group(
+    group: &str,
+    members: Vec<&StatefulSet>,
+    observed: &mut Observed,
+    zpdbs: &[Zpdb],
+    now: Timestamp,
+    plan: &mut Plan,
+) {
+    let (change, errors) = adjust_replicas(&members, observed, now);
+    plan.errors.extend(
+        errors
+            .into_iter()
+            .map(|e| format!("rollout group {group}: {e}")),
+    );
+    if let Some(change) = change {
+        // The anchor changes one StatefulSet per reconcile and looks again with fresh state.
+        plan.replica_changes.push(change);
+        return;
+    }
+    for sts in &members {
+        let strategy = sts
+            .spec
+            .as_ref()
+            .and_then(|s| s.update_strategy.as_ref())
+            .and_then(|u| u.type_.as_deref())
+            .unwrap_or("RollingUpdate");
+        if strategy != "OnDelete" {
+            plan.errors.push(format!(
+                "StatefulSet {} has {strategy} update strategy while OnDelete is expected, skipping reconcile",
+                sts_key(sts)
+            ));
+            return;
+        }
+    }
+    let not_ready: Vec<&StatefulSet> = members
+        .iter()
+        .copied()
+        .filter(|s| has_not_ready(observed, s))
+        .collect();
+    if not_ready.len() >= 2 {
+        return;
+    }
+    let mut order = members.clone();
+    if let [first] = not_ready.as_slice() {
+        order.retain(|s| name(s) != name(first));
+        order.insert(0, first);
+    }
+    for sts in order {
+        match update_pods(sts, observed, zpdbs, now, plan) {
+            Err(e) => {
+                plan.errors.push(e);
+                return;
+            }
+            Ok(Progress::Ongoing) => return,
+            Ok(Progress::Done) => {}
+        }
+    }
+}
+
+fn update_pods(
+    sts: &StatefulSet,
+    observed: &mut Observed,
+    zpdbs: &[Zpdb],
+    now: Timestamp,
+    plan: &mut Plan,
+) -> Result<Progress, String> {
+    let not_ready = has_not_ready(observed, sts);
+    if annotation(sts, keys::PAUSED) == Some("true") {
+        // FIX (anchor quirk §19.1): a paused StatefulSet with not-ready pods still blocks the
+        // others, so no two zones are ever unavailable at once.
+        return Ok(if not_ready {
+            Progress::Ongoing
+        } else {
+            Progress::Done
+        });
+    }
+    let status = sts.status.as_ref();
+    let current = status
+        .and_then(|s| s.current_revision.as_deref())
+        .unwrap_or_default();
+    let update = status
+        .and_then(|s| s.update_revision.as_deref())
+        .unwrap_or_default();
+    if current.is_empty() {
+        return Err(format!(
+            "StatefulSet {}: currentRevision is empty",
+            sts_key(sts)
+        ));
+    }
+    if update.is_empty() {
+        return Err(format!(
+            "StatefulSet {}: updateRevision is empty",
+            sts_key(sts)
+        ));
+    }
+    let pods = observed.pods_of(sts);
+    let mut outdated: Vec<Pod> = pods
+        .iter()
+        .filter(|p| label(&p.metadata.labels, keys::REVISION_HASH) != Some(update))
+        .map(|p| (*p).clone())
+        .collect();
+    outdated.sort_by(|a, b| {
+        natural_cmp(
+            a.metadata.name.as_deref().unwrap_or_default(),
+            b.metadata.name.as_deref().unwrap_or_default(),
+        )
+    });
+
+    if outdated.is_empty() {
+        if not_ready {
+            return Ok(Progress::Ongoing);
+        }
+        if current != update {
+            plan.status_updates.push(sts_key(sts));
+        }
+        return Ok(Progress::Done);
+    }
+
+    let budget = max_unavailable(sts);
+    // FIX (anchor quirk §19.8): count not-ready from the pods too, so a pod that is already
+    // terminating but still counted Ready in status uses up the budget.
+    let status_not_ready = i64::from(status_replicas(sts) - ready_replicas(sts));
+    let pods_not_ready = pods.iter().filter(|p| !running_and_ready(p)).count() as i64
+        + (i64::from(status_replicas(sts)) - pods.len() as i64).max(0);
+    let num_not_ready = status_not_ready.max(pods_not_ready);
+    let slots = (budget - num_not_ready).min(outdated.len() as i64).max(0) as usize;
+
+    let stuck = |p: &Pod| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter().any(|c| {
+                        c.state
+                            .as_ref()
+                            .and_then(|s| s.waiting.as_ref())
+                            .and_then(|w| w.reason.as_deref())
+                            .is_some_and(|r| STUCK_REASONS.contains(&r))
+                    })
+                })
+    };
+    // Outdated pods stuck in an unrecoverable state are replaced regardless of the budget
+    // (the anchor fixed this after v0.38; without it a crash-looping rollout never recovers).
+    let mut handled = Vec::new();
+    for pod in outdated.iter().filter(|p| stuck(p)) {
+        plan.delete_pods.push(pod_key(pod));
+        observed
+            .recently_evicted
+            .push(pod.metadata.name.clone().unwrap_or_default());
+        handled.push(pod.metadata.name.clone());
+    }
+    if slots == 0 {
+        return Ok(Progress::Ongoing);
+    }
+    let override_max = match outdated.first() {
+        Some(first)
+            if zpdb::covering(first, zpdbs)
+                .iter()
+                .any(|z| z.partition.is_some()) =>
+        {
+            1
+        }
+        _ => budget,
+    };
+    for pod in outdated.iter().take(slots) {
+        if handled.contains(&pod.metadata.name) || pod.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        if zpdb::decide(pod, observed, zpdbs, Some(override_max), now).is_err() {
+            continue;
+        }
+        observed
+            .recently_evicted
+            .push(pod.metadata.name.clone().unwrap_or_default());
+        plan.delete_pods.push(pod_key(pod));
+    }
+    Ok(Progress::Ongoing)
+}
+
+/// Replica coordination: leader/follower, then mirroring. Returns at most one change (the
+/// anchor's pace) and every error met on the way.
+fn adjust_replicas(
+    members: &[&StatefulSet],
+    observed: &Observed,
+    now: Timestamp,
+) -> (Option<ReplicaChange>, Vec<String>) {
+    let mut errors = Vec::new();
+    let change = |sts: &StatefulSet, to: i32| ReplicaChange {
+        stateful_set: sts_key(sts),
+        from: spec_replicas(sts),
+        to,
+    };
+    for sts in members {
+        let current = spec_replicas(sts);
+        let desired = match annotation(sts, keys::DOWNSCALE_LEADER) {
+            Some(leader_name) => {
+                let Some(leader) = members.iter().find(|s| name(s) == leader_name) else {
+                    // FIX (anchor quirk §19.5): one bad StatefulSet no longer stops the others.
+                    errors.push(format!(
+                        "could not find leader for {}: {leader_name}",
+                        name(sts)
+                    ));
+                    continue;
+                };
+                match follower_replicas(sts, leader, members, now) {
+                    Ok(desired) => desired,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+            }
+            // FIX (anchor quirk §19.7): force-replicas also applies to a StatefulSet with no
+            // leader and no reference resource.
+            None if annotation(sts, keys::MIRROR_NAME).is_none() => {
+                force_replicas(sts).unwrap_or(current)
+            }
+            None => current,
+        };
+        if desired != current {
+            return (Some(change(sts, desired)), errors);
+        }
+    }
+    for sts in members {
+        let (Some(ref_name), Some(ref_kind)) = (
+            annotation(sts, keys::MIRROR_NAME).filter(|v| !v.is_empty()),
+            annotation(sts, keys::MIRROR_KIND).filter(|v| !v.is_empty()),
+        ) else {
+            continue;
+        };
+        let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or_default();
+        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+        let reference = observed.references.iter().find(|r| {
+            r.get("kind").and_then(Value::as_str) == Some(ref_kind)
+                && r.pointer("/metadata/name").and_then(Value::as_str) == Some(ref_name)
+                && r.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .map_or("", |v| v.rsplit_once('/').map_or("", |(g, _)| g))
+                    == group
+        });
+        let Some(reference) = reference else {
+            errors.push(format!(
+                "failed to query scale subresource of {ref_kind} {ref_name} for {}: not found",
+                name(sts)
+            ));
+            continue;
+        };
+        let Some(scale_replicas) = reference.pointer("/spec/replicas").and_then(Value::as_i64)
+        else {
+            errors.push(format!("{ref_kind} {ref_name}: scale has no spec.replicas"));
+            continue;
+        };
+        let desired = force_replicas(sts).unwrap_or(scale_replicas as i32);
+        let current = spec_replicas(sts);
+        if desired == current {
+            continue;
+        }
+        let target = if desired < current {
+            match delayed_downscale_target(sts, observed, desired, now) {
+                Ok(target) => target,
+                Err(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            }
+        } else {
+            desired
+        };
+        if target != current {
+            return (Some(change(sts, target)), errors);
+        }
+    }
+    (None, errors)
+}
+
+fn follower_replicas(
+    follower: &StatefulSet,
+    leader: &StatefulSet,
+    members: &[&StatefulSet],
+    now: Timestamp,
+) -> Result<i32, String> {
+    if let Some(forced) = force_replicas(follower) {
+        return Ok(forced);
+    }
+    let (current, leader_replicas) = (spec_replicas(follower), spec_replicas(leader));
+    if leader_replicas > current {
+        let wait_for_leader =
+            annotation(follower, keys::UPSCALE_ONLY_WHEN_LEADER_READY) == Some("true");
+        return Ok(
+            if wait_for_leader && leader_replicas != ready_replicas(leader) {
+                current
+            } else {
+                leader_replicas
+            },
+        );
+    }
+    if leader_replicas == current {
+        return Ok(current);
+    }
+    let mut most_recent: Option<Timestamp> = None;
+    for other in members.iter().filter(|s| name(s) != name(follower)) {
+        if let Some(text) = annotation(other, keys::LAST_DOWNSCALE) {
+            let at: Timestamp = text.parse().map_err(|e| {
+                format!(
+                    "can't parse {} annotation of {}: {e}",
+                    keys::LAST_DOWNSCALE,
+                    name(other)
+                )
+            })?;
+            most_recent = Some(most_recent.map_or(at, |m: Timestamp| m.max(at)));
+        }
+    }
+    let Some(most_recent) = most_recent else {
+        return Ok(leader_replicas);
+    };
+    let min_time = label(
+        &follower.metadata.labels,
+        keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
+    )
+    .ok_or_else(|| {
+        format!(
+            "{} has no {} label",
+            name(follower),
+            keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE
+        )
+    })?;
+    let min_time = core_k8s::args::parse_duration(min_time)
+        .ok()
+        .and_then(|d| SignedDuration::try_from(d).ok())
+        .ok_or_else(|| {
+            format!(
+                "{} label of {} is not a duration: {min_time}",
+                keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
+                name(follower)
+            )
+        })?;
+    Ok(if now.duration_since(most_recent) > min_time {
+        leader_replicas
+    } else {
+        current
+    })
+}
+
+/// The delayed-downscale target: pods being removed report when they were prepared; the
+/// downscale proceeds from the highest ordinal for every pod prepared at least `delay` ago.
+fn delayed_downscale_target(
+    sts: &StatefulSet,
+    observed: &Observed,
+    desired: i32,
+    now: Timestamp,
+) -> Result<i32, String> {
+    let current = spec_replicas(sts);
+    let (Some(delay), Some(_url)) = (
+        annotation(sts, keys::DELAYED_DOWNSCALE).filter(|v| !v.is_empty()),
+        annotation(sts, keys::DELAYED_DOWNSCALE_URL).filter(|v| !v.is_empty()),
+    ) else {
+        return Ok(desired);
+    };
+    let delay = parse_prometheus_duration(delay).ok_or_else(|| {
+        format!(
+            "{}: invalid {} {delay:?}",
+            name(sts),
+            keys::DELAYED_DOWNSCALE
+        )
+    })?;
+    if delay <= SignedDuration::ZERO {
+        return Ok(desired);
+    }
+    let mut allowed = 0;
+    for ordinal in (desired..current).rev() {
+        let pod = format!("{}-{ordinal}", name(sts));
+        let Some(prepared) = observed.prepared_at.get(&pod).filter(|t| **t > 0) else {
+            return Err(format!(
+                "delayed downscale of {}: pod {pod} did not report a preparation time",
+                name(sts)
+            ));
+        };
+        let prepared = Timestamp::from_second(*prepared).map_err(|e| e.to_string())?;
+        if now.duration_since(prepared) < delay {
+            break;
+        }
+        allowed += 1;
+    }
+    Ok(current - allowed)
+}

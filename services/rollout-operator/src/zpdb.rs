@@ -1,0 +1,419 @@
+//! ZoneAwarePodDisruptionBudget: parsing and the eviction decision shared by the rollout
+//! planner (before it deletes a pod) and the pod-eviction webhook.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use regex::Regex;
+use serde_json::Value;
+
+use crate::keys;
+use crate::observed::{Observed, label, name, running_and_ready, spec_replicas, status_replicas};
+
+/// A validated ZPDB.
+#[derive(Clone, Debug)]
+pub struct Zpdb {
+    pub name: String,
+    pub max_unavailable: Option<i64>,
+    pub max_unavailable_percentage: Option<i64>,
+    pub match_labels: BTreeMap<String, String>,
+    pub partition: Option<(Regex, usize)>,
+    pub cross_zone_eviction_delay: Duration,
+}
+
+/// Parses a ZPDB object, with the anchor's validation messages.
+pub fn parse(object: &Value) -> Result<Zpdb, String> {
+    if object.as_object().is_none_or(|m| m.is_empty()) {
+        return Err("unexpected end of JSON input".into());
+    }
+    if object.get("kind").and_then(Value::as_str) != Some("ZoneAwarePodDisruptionBudget") {
+        return Err("unexpected object kind - expecting ZoneAwarePodDisruptionBudget".into());
+    }
+    let spec = object
+        .get("spec")
+        .filter(|s| s.is_object())
+        .ok_or("no spec found in unstructured object")?;
+    let int_field = |field: &str| -> Result<Option<i64>, String> {
+        match spec.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| format!("failed to extract value from config field {field}")),
+        }
+    };
+    let max_unavailable = int_field("maxUnavailable")?;
+    let percentage = int_field("maxUnavailablePercentage")?;
+    if max_unavailable.is_some() && percentage.is_some() {
+        return Err(
+            "invalid value: only one of maxUnavailable or maxUnavailablePercentage may be set"
+                .into(),
+        );
+    }
+    if let Some(v) = max_unavailable.filter(|v| *v < 0) {
+        return Err(format!(
+            "invalid value: max unavailable must be 0 <= val, got {v}"
+        ));
+    }
+    if let Some(v) = percentage.filter(|v| !(0..=100).contains(v)) {
+        return Err(format!(
+            "invalid value: max unavailable percentage must be 0 <= val <= 100, got {v}"
+        ));
+    }
+    let match_labels: BTreeMap<String, String> = spec
+        .pointer("/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                .collect()
+        })
+        .ok_or("invalid value: selector is not found")?;
+    let partition = match spec
+        .get("podNamePartitionRegex")
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+    {
+        None => None,
+        Some(source) => {
+            let regex = Regex::new(&format!("^{source}$"))
+                .map_err(|e| format!("invalid value: regex is not valid, got {e}"))?;
+            let groups = regex.captures_len() - 1;
+            let group = int_field("podNameRegexGroup")?.unwrap_or(1);
+            if groups == 0 {
+                return Err("invalid value: regex is not valid, got regular expression requires at least one subexpression".into());
+            }
+            if groups > 1 && spec.get("podNameRegexGroup").is_none() {
+                return Err("invalid value: regex is not valid, got regular expression has multiple subexpressions and requires podNameRegexGroup to be set".into());
+            }
+            if group < 1 || group as usize > groups {
+                return Err(
+                    "invalid value: regex is not valid, got subexpression index out of range"
+                        .into(),
+                );
+            }
+            Some((regex, group as usize))
+        }
+    };
+    if partition.is_some() && percentage.is_some_and(|p| p > 0) {
+        return Err(
+            "invalid value: max unavailable percentage can not be used with partition awareness"
+                .into(),
+        );
+    }
+    let delay = match spec.get("crossZoneEvictionDelay").and_then(Value::as_str) {
+        None | Some("") => Duration::ZERO,
+        Some(text) => {
+            if text.starts_with('-') {
+                return Err(format!(
+                    "invalid value: crossZoneEvictionDelay must be >= 0, got {text}"
+                ));
+            }
+            core_k8s::args::parse_duration(text).map_err(|_| {
+                format!("invalid value: crossZoneEvictionDelay is not a valid duration, got {text}")
+            })?
+        }
+    };
+    if delay > Duration::ZERO && partition.is_none() {
+        return Err(
+            "invalid value: crossZoneEvictionDelay requires podNamePartitionRegex to be set".into(),
+        );
+    }
+    Ok(Zpdb {
+        name: object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        max_unavailable: if max_unavailable.is_none() && percentage.is_none() {
+            Some(1)
+        } else {
+            max_unavailable
+        },
+        max_unavailable_percentage: percentage,
+        match_labels,
+        partition,
+        cross_zone_eviction_delay: delay,
+    })
+}
+
+fn matches(selector: &BTreeMap<String, String>, labels: &Option<BTreeMap<String, String>>) -> bool {
+    !selector.is_empty()
+        && selector
+            .iter()
+            .all(|(k, v)| label(labels, k) == Some(v.as_str()))
+}
+
+/// A denial: the HTTP-like code the webhook returns and the anchor's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub code: u16,
+    pub message: String,
+}
+
+fn deny(code: u16, message: impl Into<String>) -> Denial {
+    Denial {
+        code,
+        message: message.into(),
+    }
+}
+
+/// The valid ZPDBs covering `pod`.
+pub fn covering<'a>(pod: &Pod, zpdbs: &'a [Zpdb]) -> Vec<&'a Zpdb> {
+    zpdbs
+        .iter()
+        .filter(|z| matches(&z.match_labels, &pod.metadata.labels))
+        .collect()
+}
+
+/// Decides whether `pod` may be evicted (or deleted by the rollout). `override_max` replaces a
+/// zero max-unavailable (the rollout passes its own budget). `Ok(())` allows.
+pub fn decide(
+    pod: &Pod,
+    observed: &Observed,
+    zpdbs: &[Zpdb],
+    override_max: Option<i64>,
+    now: Timestamp,
+) -> Result<(), Denial> {
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default();
+    if matches!(phase, "Succeeded" | "Failed" | "Pending")
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return Ok(());
+    }
+    let zpdb = match covering(pod, zpdbs).as_slice() {
+        [] => return Ok(()),
+        [one] => *one,
+        _ => {
+            return Err(deny(
+                400,
+                "multiple zoned pod disruption budgets found for pod",
+            ));
+        }
+    };
+    let owner = pod
+        .metadata
+        .owner_references
+        .as_ref()
+        .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
+        .ok_or_else(|| deny(500, "unable to find a StatefulSet pod owner"))?;
+    if owner.kind != "StatefulSet" {
+        return Err(deny(
+            500,
+            format!("pod owner is not a StatefulSet, got {}", owner.kind),
+        ));
+    }
+    let owner_sts = observed
+        .stateful_sets
+        .iter()
+        .find(|s| name(s) == owner.name)
+        .ok_or_else(|| {
+            deny(
+                500,
+                format!("unable to find StatefulSet {} by name", owner.name),
+            )
+        })?;
+
+    let mut max_unavailable = match (zpdb.max_unavailable, zpdb.max_unavailable_percentage) {
+        (Some(v), _) if v > 0 => v,
+        (_, Some(pct)) if spec_replicas(owner_sts) > 0 => {
+            let base = i64::from(spec_replicas(owner_sts).min(status_replicas(owner_sts)));
+            if base == 0 {
+                0
+            } else {
+                (pct * base / 100).max(1)
+            }
+        }
+        _ => 0,
+    };
+    if max_unavailable == 0
+        && let Some(v) = override_max
+    {
+        max_unavailable = v;
+    }
+    if max_unavailable <= 0 {
+        return Err(deny(403, "max unavailable = 0"));
+    }
+    let zones: Vec<&StatefulSet> = observed
+        .stateful_sets
+        .iter()
+        .filter(|s| matches(&zpdb.match_labels, &s.metadata.labels))
+        .collect();
+    if zones.len() <= 1 {
+        return Err(deny(400, "minimum number of StatefulSets not found"));
+    }
+    let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+    let partition_of = |n: &str| -> Option<String> {
+        zpdb.partition.as_ref().and_then(|(re, g)| {
+            re.captures(n)
+                .and_then(|c| c.get(*g))
+                .map(|m| m.as_str().to_string())
+        })
+    };
+    let partition = match &zpdb.partition {
+        None => None,
+        Some(_) => Some(partition_of(pod_name).ok_or_else(|| {
+            deny(
+                400,
+                "failed to extract partition from pod Name regular expression",
+            )
+        })?),
+    };
+    let not_ready = |p: &Pod| -> bool {
+        let n = p.metadata.name.as_deref().unwrap_or_default();
+        if observed.recently_evicted.iter().any(|e| e == n) || !running_and_ready(p) {
+            return true;
+        }
+        if partition.is_some() && !zpdb.cross_zone_eviction_delay.is_zero() {
+            let ready_at = p
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(keys::READY_TIME))
+                .and_then(|t| t.parse::<Timestamp>().ok())
+                .unwrap_or(now);
+            let delay = jiff::SignedDuration::try_from(zpdb.cross_zone_eviction_delay)
+                .unwrap_or(jiff::SignedDuration::MAX);
+            return now.duration_since(ready_at) < delay;
+        }
+        false
+    };
+    let describe = |nr: i64, unknown: i64| {
+        if unknown > 0 {
+            format!("{nr} pod(s) not ready, {unknown} pod(s) unknown")
+        } else {
+            format!("{nr} pod(s) not ready")
+        }
+    };
+    match &partition {
+        None => {
+            let mut own = None;
+            for zone in &zones {
+                let pods = observed.pods_of(zone);
+                let nr = pods
+                    .iter()
+                    .filter(|p| p.metadata.name.as_deref() != Some(pod_name) && not_ready(p))
+                    .count() as i64;
+                let unknown = (i64::from(status_replicas(zone).max(spec_replicas(zone)))
+                    - pods.len() as i64)
+                    .max(0);
+                if name(zone) == owner.name {
+                    own = Some((nr, unknown));
+                } else if nr + unknown > 0 {
+                    return Err(deny(
+                        429,
+                        format!("{} in {}", describe(nr, unknown), name(zone)),
+                    ));
+                }
+            }
+            let (nr, unknown) = own.unwrap_or((0, 0));
+            if nr + unknown >= max_unavailable {
+                return Err(deny(
+                    429,
+                    format!("{} in {}", describe(nr, unknown), owner.name),
+                ));
+            }
+        }
+        Some(part) => {
+            let (mut nr, mut unknown) = (0i64, 0i64);
+            for zone in zones.iter().filter(|z| name(z) != owner.name) {
+                let pods: Vec<&Pod> = observed
+                    .pods_of(zone)
+                    .into_iter()
+                    .filter(|p| {
+                        partition_of(p.metadata.name.as_deref().unwrap_or_default()).as_deref()
+                            == Some(part.as_str())
+                    })
+                    .collect();
+                if pods.is_empty() {
+                    unknown += 1;
+                }
+                nr += pods.iter().filter(|p| not_ready(p)).count() as i64;
+            }
+            if nr + unknown >= max_unavailable {
+                return Err(deny(
+                    429,
+                    format!("{} in partition {part}", describe(nr, unknown)),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn validation_messages() {
+        let z = |spec: Value| json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ZoneAwarePodDisruptionBudget", "metadata": {"name": "z"}, "spec": spec});
+        let sel = json!({"matchLabels": {"rollout-group": "ingester"}});
+        let cases = [
+            (json!({}), "unexpected end of JSON input"),
+            (
+                json!({"kind": "Pod", "spec": {}}),
+                "unexpected object kind - expecting ZoneAwarePodDisruptionBudget",
+            ),
+            (
+                json!({"kind": "ZoneAwarePodDisruptionBudget"}),
+                "no spec found in unstructured object",
+            ),
+            (
+                z(json!({"maxUnavailable": 1, "maxUnavailablePercentage": 10, "selector": sel})),
+                "invalid value: only one of maxUnavailable or maxUnavailablePercentage may be set",
+            ),
+            (
+                z(json!({"maxUnavailable": -1, "selector": sel})),
+                "invalid value: max unavailable must be 0 <= val, got -1",
+            ),
+            (
+                z(json!({"maxUnavailablePercentage": 101, "selector": sel})),
+                "invalid value: max unavailable percentage must be 0 <= val <= 100, got 101",
+            ),
+            (
+                z(json!({"maxUnavailable": "1", "selector": sel})),
+                "failed to extract value from config field maxUnavailable",
+            ),
+            (
+                z(json!({"maxUnavailable": 1})),
+                "invalid value: selector is not found",
+            ),
+            (
+                z(json!({"selector": sel, "podNamePartitionRegex": "ingester-[a-z]-[0-9]+"})),
+                "invalid value: regex is not valid, got regular expression requires at least one subexpression",
+            ),
+            (
+                z(json!({"selector": sel, "podNamePartitionRegex": "(a)-(b)"})),
+                "invalid value: regex is not valid, got regular expression has multiple subexpressions and requires podNameRegexGroup to be set",
+            ),
+            (
+                z(json!({"selector": sel, "crossZoneEvictionDelay": "1m"})),
+                "invalid value: crossZoneEvictionDelay requires podNamePartitionRegex to be set",
+            ),
+            (
+                z(json!({"selector": sel, "crossZoneEvictionDelay": "soon"})),
+                "invalid value: crossZoneEvictionDelay is not a valid duration, got soon",
+            ),
+            (
+                z(
+                    json!({"selector": sel, "maxUnavailablePercentage": 10, "podNamePartitionRegex": "x-(\\d+)"}),
+                ),
+                "invalid value: max unavailable percentage can not be used with partition awareness",
+            ),
+        ];
+        for (object, want) in cases {
+            assert_eq!(parse(&object).unwrap_err(), want, "{object}");
+        }
+        let ok = parse(&z(json!({"selector": sel}))).unwrap();
+        assert_eq!(ok.max_unavailable, Some(1), "default max unavailable is 1");
+    }
+}

@@ -1,0 +1,465 @@
+//! Table tests of the rollout planner: one reconcile, given → expect.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use jiff::Timestamp;
+use rollout_operator::observed::Observed;
+use rollout_operator::plan::{
+    Plan, ReplicaChange, max_unavailable, parse_prometheus_duration, plan,
+};
+use serde_json::{Value, json};
+
+const NOW: &str = "2026-01-01T12:00:00Z";
+
+fn sts(zone: &str, replicas: i32, ready: i32, current: &str, update: &str, extra: Value) -> Value {
+    let name = format!("ingester-zone-{zone}");
+    let mut s = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "mimir", "labels": {"rollout-group": "ingester"}, "annotations": {}},
+        "spec": {"replicas": replicas, "serviceName": "ingester", "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": {"name": name}},
+            "template": {"metadata": {"labels": {"name": name, "rollout-group": "ingester"}}, "spec": {"containers": [{"name": "ingester", "image": "x"}]}}},
+        "status": {"replicas": replicas, "readyReplicas": ready, "currentRevision": current, "updateRevision": update}
+    });
+    merge(&mut s, extra);
+    s
+}
+
+fn merge(target: &mut Value, extra: Value) {
+    match (target, extra) {
+        (Value::Object(t), Value::Object(e)) => {
+            for (k, v) in e {
+                merge(t.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (t, e) => *t = e,
+    }
+}
+
+/// A pod of zone `zone`, ordinal `i`, at `revision`; `state` is "ready", "notready",
+/// "terminating" or a waiting reason.
+fn pod(zone: &str, i: usize, revision: &str, state: &str) -> Value {
+    let sts = format!("ingester-zone-{zone}");
+    let (ready, container_state) = match state {
+        "ready" | "terminating" => (true, json!({"running": {}})),
+        "notready" => (false, json!({"running": {}})),
+        reason => (false, json!({"waiting": {"reason": reason}})),
+    };
+    let mut p = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{sts}-{i}"), "namespace": "mimir",
+            "labels": {"name": sts, "rollout-group": "ingester", "controller-revision-hash": revision},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts, "uid": "u", "controller": true}]},
+        "spec": {"containers": [{"name": "ingester", "image": "x"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "ingester", "image": "x", "imageID": "", "restartCount": 0, "ready": ready, "state": container_state}]}
+    });
+    if state == "terminating" {
+        p["metadata"]["deletionTimestamp"] = json!("2026-01-01T11:59:00Z");
+    }
+    p
+}
+
+fn zone(
+    zone: &str,
+    replicas: i32,
+    current: &str,
+    update: &str,
+    pods: &[(&str, &str)],
+    extra: Value,
+) -> Vec<Value> {
+    let ready = pods
+        .iter()
+        .filter(|(_, s)| *s == "ready" || *s == "terminating")
+        .count() as i32;
+    let mut docs = vec![sts(zone, replicas, ready, current, update, extra)];
+    docs.extend(
+        pods.iter()
+            .enumerate()
+            .map(|(i, (rev, state))| pod(zone, i, rev, state)),
+    );
+    docs
+}
+
+fn run(docs: Vec<Value>) -> Plan {
+    run_with(docs, |_| {})
+}
+
+fn run_with(docs: Vec<Value>, tweak: impl FnOnce(&mut Observed)) -> Plan {
+    let mut observed =
+        Observed::from_documents("test", docs.into_iter().enumerate().collect()).unwrap();
+    tweak(&mut observed);
+    plan(&observed, NOW.parse::<Timestamp>().unwrap())
+}
+
+fn deletes(p: &Plan) -> Vec<&str> {
+    p.delete_pods.iter().map(String::as_str).collect()
+}
+
+const UP: (&str, &str) = ("v2", "ready");
+const OLD: (&str, &str) = ("v1", "ready");
+
+#[test]
+fn rolls_one_zone_lowest_ordinal_first_within_budget() {
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[OLD, OLD, OLD],
+        json!({"metadata": {"annotations": {"rollout-max-unavailable": "2"}}}),
+    );
+    docs.extend(zone("b", 3, "v1", "v2", &[OLD, OLD, OLD], json!({})));
+    let p = run(docs);
+    assert_eq!(
+        deletes(&p),
+        vec!["mimir/ingester-zone-a-0", "mimir/ingester-zone-a-1"]
+    );
+    assert!(
+        p.errors.is_empty() && p.status_updates.is_empty() && p.replica_changes.is_empty(),
+        "{p:?}"
+    );
+}
+
+#[test]
+fn natural_order_puts_2_before_10() {
+    let pods: Vec<(&str, &str)> = (0..11)
+        .map(|i| if i == 2 || i == 10 { OLD } else { UP })
+        .collect();
+    let mut docs = zone("a", 11, "v1", "v2", &pods, json!({}));
+    docs.extend(zone("b", 1, "v2", "v2", &[UP], json!({})));
+    assert_eq!(deletes(&run(docs)), vec!["mimir/ingester-zone-a-2"]);
+}
+
+#[test]
+fn the_not_ready_zone_goes_first() {
+    let mut docs = zone("a", 2, "v1", "v2", &[OLD, OLD], json!({}));
+    docs.extend(zone(
+        "b",
+        2,
+        "v1",
+        "v2",
+        &[("v2", "notready"), OLD],
+        json!({"metadata": {"annotations": {"rollout-max-unavailable": "2"}}}),
+    ));
+    assert_eq!(deletes(&run(docs)), vec!["mimir/ingester-zone-b-1"]);
+}
+
+#[test]
+fn two_not_ready_zones_stop_the_group() {
+    let mut docs = zone("a", 2, "v1", "v2", &[("v1", "notready"), OLD], json!({}));
+    docs.extend(zone(
+        "b",
+        2,
+        "v1",
+        "v2",
+        &[("v1", "notready"), OLD],
+        json!({}),
+    ));
+    assert_eq!(run(docs), Plan::default());
+}
+
+#[test]
+fn a_non_on_delete_member_skips_the_group() {
+    let mut docs = zone("a", 1, "v1", "v2", &[OLD], json!({}));
+    docs.extend(zone(
+        "b",
+        1,
+        "v1",
+        "v2",
+        &[OLD],
+        json!({"spec": {"updateStrategy": {"type": "RollingUpdate"}}}),
+    ));
+    let p = run(docs);
+    assert!(p.delete_pods.is_empty());
+    assert_eq!(
+        p.errors,
+        vec![
+            "StatefulSet mimir/ingester-zone-b has RollingUpdate update strategy while OnDelete is expected, skipping reconcile"
+        ]
+    );
+}
+
+#[test]
+fn paused_zone_is_skipped_but_still_blocks_when_not_ready() {
+    let paused = json!({"metadata": {"annotations": {"grafana.com/rollout-paused": "true"}}});
+    let mut docs = zone("a", 1, "v1", "v2", &[OLD], paused.clone());
+    docs.extend(zone("b", 1, "v1", "v2", &[OLD], json!({})));
+    assert_eq!(
+        deletes(&run(docs)),
+        vec!["mimir/ingester-zone-b-0"],
+        "paused zone skipped, next rolled"
+    );
+    // FIX: a paused zone with not-ready pods must not let another zone roll.
+    let mut docs = zone("a", 2, "v1", "v2", &[("v1", "notready"), OLD], paused);
+    docs.extend(zone("b", 1, "v1", "v2", &[OLD], json!({})));
+    assert_eq!(run(docs), Plan::default());
+}
+
+#[test]
+fn terminating_pods_not_yet_in_status_use_the_budget() {
+    // Status still counts the terminating pod as ready (3/3): the anchor would delete another.
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[("v1", "terminating"), OLD, OLD],
+        json!({}),
+    );
+    docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
+    let p = run(docs);
+    assert!(p.delete_pods.is_empty(), "{p:?}");
+}
+
+#[test]
+fn terminating_pods_take_a_slot_but_are_not_deleted_again() {
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[("v1", "terminating"), OLD, OLD],
+        json!({"metadata": {"annotations": {"rollout-max-unavailable": "3"}}}),
+    );
+    docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
+    // Budget 3, one already not ready → 2 slots: the terminating pod-0 (skipped) and pod-1.
+    assert_eq!(deletes(&run(docs)), vec!["mimir/ingester-zone-a-1"]);
+}
+
+#[test]
+fn finished_zone_gets_its_current_revision_advanced() {
+    let mut docs = zone("a", 2, "v1", "v2", &[UP, UP], json!({}));
+    docs.extend(zone("b", 2, "v1", "v2", &[OLD, OLD], json!({})));
+    let p = run(docs);
+    assert_eq!(p.status_updates, vec!["mimir/ingester-zone-a"]);
+    assert_eq!(deletes(&p), vec!["mimir/ingester-zone-b-0"]);
+}
+
+#[test]
+fn empty_update_revision_is_an_error() {
+    let p = run(zone("a", 1, "v1", "", &[OLD], json!({})));
+    assert_eq!(
+        p.errors,
+        vec!["StatefulSet mimir/ingester-zone-a: updateRevision is empty"]
+    );
+}
+
+#[test]
+fn stuck_outdated_pods_are_replaced_beyond_the_budget() {
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[("v1", "CrashLoopBackOff"), ("v1", "ImagePullBackOff"), OLD],
+        json!({}),
+    );
+    docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
+    assert_eq!(
+        deletes(&run(docs)),
+        vec!["mimir/ingester-zone-a-0", "mimir/ingester-zone-a-1"]
+    );
+}
+
+fn follower(extra: Value) -> Vec<Value> {
+    let mut docs = zone("a", 5, "v1", "v1", &[], json!({}));
+    let mut f = json!({"metadata": {"annotations": {"grafana.com/rollout-downscale-leader": "ingester-zone-a"}}});
+    merge(&mut f, extra);
+    docs.extend(zone("b", 3, "v1", "v1", &[], f));
+    docs
+}
+
+#[test]
+fn follower_scales_up_to_the_leader_and_stops_there() {
+    let p = run(follower(json!({})));
+    assert_eq!(
+        p.replica_changes,
+        vec![ReplicaChange {
+            stateful_set: "mimir/ingester-zone-b".into(),
+            from: 3,
+            to: 5
+        }]
+    );
+    assert!(p.delete_pods.is_empty());
+    // Only when the leader is ready, if asked to.
+    let p = run(follower(
+        json!({"metadata": {"annotations": {"grafana.com/rollout-upscale-only-when-leader-ready": "true"}}}),
+    ));
+    assert!(p.replica_changes.is_empty(), "leader has 0/5 ready: {p:?}");
+}
+
+#[test]
+fn follower_downscale_waits_for_min_time_between_zones() {
+    let mut docs = zone(
+        "a",
+        2,
+        "v1",
+        "v1",
+        &[],
+        json!({"metadata": {"annotations": {"grafana.com/last-downscale": "2026-01-01T11:50:00Z"}}}),
+    );
+    let f = json!({"metadata": {"labels": {"grafana.com/min-time-between-zones-downscale": "30m"},
+        "annotations": {"grafana.com/rollout-downscale-leader": "ingester-zone-a"}}});
+    docs.extend(zone("b", 4, "v1", "v1", &[], f.clone()));
+    assert!(
+        run(docs.clone()).replica_changes.is_empty(),
+        "10 min since the last downscale, 30 min required"
+    );
+    docs[0]["metadata"]["annotations"]["grafana.com/last-downscale"] =
+        json!("2026-01-01T11:00:00Z");
+    assert_eq!(run(docs).replica_changes[0].to, 2);
+}
+
+#[test]
+fn missing_leader_is_reported_and_the_rollout_continues() {
+    let mut docs = zone(
+        "a",
+        1,
+        "v1",
+        "v2",
+        &[OLD],
+        json!({"metadata": {"annotations": {"grafana.com/rollout-downscale-leader": "nope"}}}),
+    );
+    docs.extend(zone("b", 1, "v2", "v2", &[UP], json!({})));
+    let p = run(docs);
+    assert_eq!(
+        p.errors,
+        vec!["rollout group ingester: could not find leader for ingester-zone-a: nope"]
+    );
+    assert_eq!(deletes(&p), vec!["mimir/ingester-zone-a-0"]);
+}
+
+#[test]
+fn force_replicas_overrides() {
+    let p = run(follower(
+        json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "1"}}}),
+    ));
+    assert_eq!(p.replica_changes[0].to, 1);
+    // FIX: also without a leader.
+    let p = run(zone(
+        "a",
+        3,
+        "v1",
+        "v1",
+        &[],
+        json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "7"}}}),
+    ));
+    assert_eq!(p.replica_changes[0].to, 7);
+    let p = run(zone(
+        "a",
+        3,
+        "v1",
+        "v1",
+        &[],
+        json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "-1"}}}),
+    ));
+    assert!(p.replica_changes.is_empty(), "negative values are ignored");
+}
+
+fn mirrored(spec_replicas: i64, extra: Value) -> Vec<Value> {
+    let mut ann = json!({"metadata": {"annotations": {
+        "grafana.com/rollout-mirror-replicas-from-resource-name": "ingester-zone-a",
+        "grafana.com/rollout-mirror-replicas-from-resource-kind": "ReplicaTemplate",
+        "grafana.com/rollout-mirror-replicas-from-resource-api-version": "rollout-operator.grafana.com/v1"}}});
+    merge(&mut ann, extra);
+    let mut docs = zone("a", 5, "v1", "v1", &[], ann);
+    docs.push(json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ReplicaTemplate",
+        "metadata": {"name": "ingester-zone-a", "namespace": "mimir"}, "spec": {"replicas": spec_replicas}, "status": {"replicas": 5}}));
+    docs
+}
+
+#[test]
+fn mirrors_the_reference_scale() {
+    assert_eq!(run(mirrored(8, json!({}))).replica_changes[0].to, 8);
+    assert_eq!(
+        run(mirrored(2, json!({}))).replica_changes[0].to,
+        2,
+        "no delay configured: immediate"
+    );
+    let mut docs = mirrored(2, json!({}));
+    docs.pop();
+    let p = run(docs);
+    assert!(p.replica_changes.is_empty());
+    assert_eq!(p.errors, vec!["rollout group ingester: failed to query scale subresource of ReplicaTemplate ingester-zone-a for ingester-zone-a-zone-a: not found".replace("ingester-zone-a-zone-a", "ingester-zone-a")]);
+}
+
+#[test]
+fn delayed_downscale_is_partial_from_the_highest_ordinal() {
+    let delayed = json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "1h",
+        "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod/prepare-delayed-downscale"}}});
+    let two_hours_ago = NOW.parse::<Timestamp>().unwrap().as_second() - 7200;
+    let half_hour_ago = two_hours_ago + 5400;
+    let p = run_with(mirrored(2, delayed.clone()), |o| {
+        o.prepared_at
+            .insert("ingester-zone-a-4".into(), two_hours_ago);
+        o.prepared_at
+            .insert("ingester-zone-a-3".into(), half_hour_ago);
+        o.prepared_at
+            .insert("ingester-zone-a-2".into(), two_hours_ago);
+    });
+    assert_eq!(
+        p.replica_changes,
+        vec![ReplicaChange {
+            stateful_set: "mimir/ingester-zone-a".into(),
+            from: 5,
+            to: 4
+        }]
+    );
+    // Without the pods' answers there is no downscale at all.
+    assert!(run(mirrored(2, delayed)).replica_changes.is_empty());
+}
+
+#[test]
+fn zone_aware_pdb_limits_deletions() {
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[OLD, OLD, OLD],
+        json!({"metadata": {"annotations": {"rollout-max-unavailable": "3"}}}),
+    );
+    docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
+    docs.push(json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ZoneAwarePodDisruptionBudget",
+        "metadata": {"name": "ingester", "namespace": "mimir"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}}));
+    // The operator's budget is 3, the ZPDB's 1: only the first deletion is allowed.
+    assert_eq!(deletes(&run(docs)), vec!["mimir/ingester-zone-a-0"]);
+}
+
+#[test]
+fn max_unavailable_parsing() {
+    let with = |value: Option<&str>, replicas: i32| {
+        let mut s = sts("a", replicas, replicas, "v1", "v1", json!({}));
+        if let Some(v) = value {
+            s["metadata"]["annotations"]["rollout-max-unavailable"] = json!(v);
+        }
+        max_unavailable(&serde_json::from_value(s).unwrap())
+    };
+    let cases = [
+        (None, 10, 1),
+        (Some("3"), 10, 3),
+        (Some(" 2 "), 10, 2),
+        (Some("0"), 10, 1),
+        (Some("-1"), 10, 1),
+        (Some("x"), 10, 1),
+        (Some("25%"), 10, 2),
+        (Some("5%"), 10, 1),
+        (Some("100%"), 10, 10),
+        (Some("0%"), 10, 1),
+        (Some("101%"), 10, 1),
+    ];
+    for (value, replicas, want) in cases {
+        assert_eq!(with(value, replicas), want, "{value:?} of {replicas}");
+    }
+}
+
+#[test]
+fn prometheus_durations() {
+    let secs = |t: &str| parse_prometheus_duration(t).map(|d| d.as_secs());
+    assert_eq!(secs("30m"), Some(1800));
+    assert_eq!(secs("1d12h"), Some(129_600));
+    assert_eq!(secs("2w"), Some(1_209_600));
+    assert_eq!(secs("1y"), Some(31_536_000));
+    assert_eq!(secs("10"), None);
+    assert_eq!(secs("1x"), None);
+}
