@@ -169,7 +169,14 @@ fn unimplemented_commands_say_so_and_exit_2() {
     for args in [
         &["render", "course.yaml"][..],
         &["layers", "graph"][..],
-        &["rollout", "plan", "-f", "x"][..],
+        &[
+            "admission",
+            "review",
+            "-f",
+            "r.json",
+            "--webhook",
+            "no-downscale",
+        ][..],
     ] {
         let out = strata(args, "");
         assert_eq!(out.status.code(), Some(2), "{args:?}");
