@@ -1,0 +1,457 @@
+//! The async shell: watch StatefulSets and Pods, reconcile each dirty rollout group one at a
+//! time on the leader, execute the pure plan.
+//!
+//! Unlike the anchor's fixed 5 s tick over every group, a change to a StatefulSet or Pod marks
+//! only its own group dirty and is acted on at once; a periodic resync remains as a safety net.
+//! Groups are reconciled serially, so two plans never act on one group at the same time.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use core_k8s::Context;
+use core_k8s::events::Severity;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::keys;
+use crate::metrics::Metrics;
+use crate::observed::{Observed, annotation, label};
+use crate::plan::{Plan, plan};
+
+/// How often every group is reconciled even without a change.
+pub const RESYNC: Duration = Duration::from_secs(30);
+
+/// The observed stores.
+#[derive(Clone)]
+struct Stores {
+    stateful_sets: Store<StatefulSet>,
+    pods: Store<Pod>,
+    zpdbs: Store<DynamicObject>,
+}
+
+fn group_of(sts: &StatefulSet) -> Option<String> {
+    label(&sts.metadata.labels, keys::ROLLOUT_GROUP).map(str::to_string)
+}
+
+/// Marks the group of the StatefulSet owning `pod` dirty.
+fn group_of_pod(stores: &Stores, pod: &Pod) -> Option<String> {
+    let owner = pod
+        .owner_references()
+        .iter()
+        .find(|r| r.kind == "StatefulSet")?;
+    stores
+        .stateful_sets
+        .state()
+        .into_iter()
+        .find(|s| s.name_any() == owner.name && s.namespace() == pod.namespace())
+        .and_then(|s| group_of(&s))
+}
+
+/// Keeps a cache ready-flag honest despite kube's single-waker readiness signal.
+fn report_ready<K>(ctx: &Arc<Context>, name: &str, store: Store<K>)
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let ready = ctx.readiness.register(name.to_string());
+    tokio::spawn(async move {
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+                Ok(Ok(())) => return ready.ready(),
+                Ok(Err(_)) => return,
+                Err(_) => continue,
+            }
+        }
+    });
+}
+
+/// Runs the rollout controller until shutdown.
+pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
+    let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<String>();
+
+    let sts_api: Api<StatefulSet> = ctx.watched_api();
+    let (sts_reader, sts_writer) = reflector::store();
+    let sts_stream = reflector(
+        sts_writer,
+        watcher(
+            sts_api,
+            watcher::Config::default().labels(keys::ROLLOUT_GROUP),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let pod_api: Api<Pod> = ctx.watched_api();
+    let (pod_reader, pod_writer) = reflector::store();
+    let pod_stream = reflector(pod_writer, watcher(pod_api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    // ZPDBs are optional: a missing CRD only means no zone-aware budget (the anchor never
+    // became ready without it, §19.10).
+    let zpdb_resource = kube::core::ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(
+            "rollout-operator.grafana.com",
+            "v1",
+            "ZoneAwarePodDisruptionBudget",
+        ),
+        "zoneawarepoddisruptionbudgets",
+    );
+    let zpdb_api: Api<DynamicObject> = match ctx.args.watch_namespace() {
+        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &zpdb_resource),
+        None => Api::all_with(ctx.client.clone(), &zpdb_resource),
+    };
+    let zpdb_writer = reflector::store::Writer::new(zpdb_resource.clone());
+    let zpdb_reader = zpdb_writer.as_reader();
+    let zpdb_stream = reflector(zpdb_writer, watcher(zpdb_api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+
+    report_ready(&ctx, "statefulsets", sts_reader.clone());
+    report_ready(&ctx, "pods", pod_reader.clone());
+    let stores = Stores {
+        stateful_sets: sts_reader,
+        pods: pod_reader,
+        zpdbs: zpdb_reader,
+    };
+
+    let stop = ctx.shutdown.clone();
+    {
+        let tx = dirty_tx.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(sts_stream);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(sts)) => { if let Some(g) = group_of(&sts) { let _ = tx.send(g); } }
+                        Some(Err(e)) => tracing::debug!(error = %e, "statefulset watch error"),
+                        None => return,
+                    }
+                }
+            }
+        });
+    }
+    {
+        let tx = dirty_tx.clone();
+        let stop = stop.clone();
+        let stores = stores.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(pod_stream);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = stream.next() => match next {
+                        Some(Ok(pod)) => { if let Some(g) = group_of_pod(&stores, &pod) { let _ = tx.send(g); } }
+                        Some(Err(e)) => tracing::debug!(error = %e, "pod watch error"),
+                        None => return,
+                    }
+                }
+            }
+        });
+    }
+    {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut stream = std::pin::pin!(zpdb_stream);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = stream.next() => if next.is_none() { return },
+                }
+            }
+        });
+    }
+
+    let mut leadership = ctx.leadership.subscribe();
+    let mut resync = tokio::time::interval(RESYNC);
+    loop {
+        let mut dirty = BTreeSet::new();
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            Some(group) = dirty_rx.recv() => { dirty.insert(group); }
+            _ = resync.tick() => dirty.extend(all_groups(&stores)),
+            changed = leadership.changed() => {
+                if changed.is_err() { break; }
+                dirty.extend(all_groups(&stores));
+            }
+        }
+        // Coalesce a burst of events (a pod deletion touches the pod and its StatefulSet).
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        while let Ok(group) = dirty_rx.try_recv() {
+            dirty.insert(group);
+        }
+        if !ctx.leadership.is_leader() {
+            continue;
+        }
+        for group in dirty {
+            reconcile_group(&ctx, &metrics, &stores, &group).await;
+        }
+    }
+    tracing::info!("rollout controller stopped");
+}
+
+fn all_groups(stores: &Stores) -> BTreeSet<String> {
+    stores
+        .stateful_sets
+        .state()
+        .iter()
+        .filter_map(|s| group_of(s))
+        .collect()
+}
+
+async fn reconcile_group(ctx: &Arc<Context>, metrics: &Metrics, stores: &Stores, group: &str) {
+    let labels = Metrics::labels(group);
+    metrics.group_reconciles.get_or_create(&labels).inc();
+    // Create the failure series at 0 so alerts on its rate work from the first reconcile.
+    let _ = metrics.group_reconciles_failed.get_or_create(&labels);
+    ctx.metrics.reconcile_total.inc();
+    let started = Instant::now();
+    let result = reconcile_group_inner(ctx, metrics, stores, group).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    metrics
+        .group_reconcile_duration
+        .get_or_create(&labels)
+        .observe(elapsed);
+    ctx.metrics.reconcile_duration_seconds.observe(elapsed);
+    match result {
+        Ok(()) => {
+            let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+            metrics
+                .last_successful_group_reconcile
+                .get_or_create(&labels)
+                .set(now);
+        }
+        Err(e) => {
+            metrics.group_reconciles_failed.get_or_create(&labels).inc();
+            ctx.metrics.observe_error(e.category());
+            tracing::warn!(rollout_group = group, error = %e, "reconcile failed");
+        }
+    }
+}
+
+async fn reconcile_group_inner(
+    ctx: &Arc<Context>,
+    metrics: &Metrics,
+    stores: &Stores,
+    group: &str,
+) -> Result<(), core_k8s::Error> {
+    let members: Vec<Arc<StatefulSet>> = stores
+        .stateful_sets
+        .state()
+        .into_iter()
+        .filter(|s| group_of(s).as_deref() == Some(group))
+        .collect();
+    let Some(namespace) = members.first().and_then(|s| s.namespace()) else {
+        return Ok(());
+    };
+    let mut observed = Observed {
+        stateful_sets: members.iter().map(|s| (**s).clone()).collect(),
+        pods: stores
+            .pods
+            .state()
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(&namespace))
+            .map(|p| (**p).clone())
+            .collect(),
+        zpdbs: stores
+            .zpdbs
+            .state()
+            .iter()
+            .filter(|z| z.namespace().as_deref() == Some(&namespace))
+            .filter_map(|z| serde_json::to_value(&**z).ok())
+            .map(|mut v| {
+                v["kind"] = json!("ZoneAwarePodDisruptionBudget");
+                v
+            })
+            .collect(),
+        ..Observed::default()
+    };
+    observed.references = read_references(ctx, &namespace, &observed.stateful_sets).await;
+    let plan = plan(&observed, jiff::Timestamp::now());
+    execute(ctx, metrics, &namespace, &observed, &plan).await?;
+    if plan.errors.is_empty() {
+        Ok(())
+    } else {
+        Err(core_k8s::Error::InvalidObject {
+            object: format!("rollout group {namespace}/{group}"),
+            field: "metadata",
+            reason: plan.errors.join("; "),
+        })
+    }
+}
+
+/// Reads the `scale` of every reference resource the group mirrors from.
+async fn read_references(
+    ctx: &Arc<Context>,
+    namespace: &str,
+    members: &[StatefulSet],
+) -> Vec<Value> {
+    let mut references = Vec::new();
+    for sts in members {
+        let (Some(name), Some(kind)) = (
+            annotation(sts, keys::MIRROR_NAME),
+            annotation(sts, keys::MIRROR_KIND),
+        ) else {
+            continue;
+        };
+        let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or("v1");
+        let Some((group, version)) = core_k8s::apply::parse_api_version(api_version) else {
+            continue;
+        };
+        let Ok(resolved) = ctx
+            .applier
+            .discovery()
+            .resolve(&GroupVersionKind::gvk(group, version, kind))
+            .await
+        else {
+            continue;
+        };
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), namespace, &resolved.resource);
+        match api.get_scale(name).await {
+            Ok(scale) => references.push(json!({
+                "apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": scale.spec.and_then(|s| s.replicas)},
+                "status": {"replicas": scale.status.map(|s| s.replicas)},
+            })),
+            Err(e) => tracing::warn!(reference = %format!("{kind}/{name}"), error = %e, "reading scale failed"),
+        }
+    }
+    references
+}
+
+fn reference(sts: &StatefulSet) -> ObjectReference {
+    sts.object_ref(&())
+}
+
+async fn execute(
+    ctx: &Arc<Context>,
+    metrics: &Metrics,
+    namespace: &str,
+    observed: &Observed,
+    plan: &Plan,
+) -> Result<(), core_k8s::Error> {
+    let params = PatchParams::default();
+    let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
+    let find = |key: &str| {
+        let name = key.rsplit_once('/').map_or(key, |(_, n)| n);
+        observed
+            .stateful_sets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+    };
+    for change in &plan.replica_changes {
+        let Some(sts) = find(&change.stateful_set) else {
+            continue;
+        };
+        // A merge patch of spec.replicas, as the anchor does: users' own apply flows keep
+        // owning the rest of the StatefulSet.
+        sts_api
+            .patch(
+                &sts.name_any(),
+                &params,
+                &Patch::Merge(json!({"spec": {"replicas": change.to}})),
+            )
+            .await
+            .map_err(|e| core_k8s::Error::api(format!("scale {}", change.stateful_set), e))?;
+        tracing::info!(statefulset = %change.stateful_set, from = change.from, to = change.to, "changed replicas");
+        let note = format!("replicas {} -> {}", change.from, change.to);
+        let _ = ctx
+            .events
+            .publish(
+                &reference(sts),
+                Severity::Normal,
+                "ReplicasChanged",
+                "Scale",
+                note,
+            )
+            .await;
+        write_back(ctx, namespace, sts, change.to).await;
+    }
+    let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    for key in &plan.delete_pods {
+        let name = key.rsplit_once('/').map_or(key.as_str(), |(_, n)| n);
+        match pod_api.delete(name, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(e) => return Err(core_k8s::Error::api(format!("delete pod {key}"), e)),
+        }
+        metrics.pods_deleted.inc();
+        tracing::info!(pod = %key, "deleted outdated pod");
+    }
+    for key in &plan.status_updates {
+        let Some(sts) = find(key) else { continue };
+        let update = sts
+            .status
+            .as_ref()
+            .and_then(|s| s.update_revision.clone())
+            .unwrap_or_default();
+        // Only the field we own, not a full-object UpdateStatus (anchor quirk §19.13).
+        sts_api
+            .patch_status(
+                &sts.name_any(),
+                &params,
+                &Patch::Merge(json!({"status": {"currentRevision": update}})),
+            )
+            .await
+            .map_err(|e| core_k8s::Error::api(format!("update status of {key}"), e))?;
+        let _ = ctx
+            .events
+            .publish(
+                &reference(sts),
+                Severity::Normal,
+                "RolloutComplete",
+                "Rollout",
+                format!("all pods at revision {update}"),
+            )
+            .await;
+    }
+    Ok(())
+}
+
+/// Writes the StatefulSet's replicas back to the reference resource's status (for an HPA on
+/// a ReplicaTemplate), unless the StatefulSet opts out.
+async fn write_back(ctx: &Arc<Context>, namespace: &str, sts: &StatefulSet, replicas: i32) {
+    let (Some(name), Some(kind)) = (
+        annotation(sts, keys::MIRROR_NAME),
+        annotation(sts, keys::MIRROR_KIND),
+    ) else {
+        return;
+    };
+    if annotation(sts, keys::MIRROR_WRITE_BACK).is_some_and(|v| v.parse::<bool>() != Ok(true)) {
+        return;
+    }
+    let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or("v1");
+    let Some((group, version)) = core_k8s::apply::parse_api_version(api_version) else {
+        return;
+    };
+    let Ok(resolved) = ctx
+        .applier
+        .discovery()
+        .resolve(&GroupVersionKind::gvk(group, version, kind))
+        .await
+    else {
+        return;
+    };
+    let api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), namespace, &resolved.resource);
+    if let Err(e) = api
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"replicas": replicas}})),
+        )
+        .await
+    {
+        tracing::warn!(reference = %format!("{kind}/{name}"), error = %e, "writing replicas back failed");
+    }
+}
