@@ -54,32 +54,46 @@ fn ready(pod: &Pod) -> bool {
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Per zone: (pods not ready or missing, pods at the update revision and ready).
-async fn snapshot(client: &kube::Client, ns: &str) -> Result<BTreeMap<String, (usize, usize)>> {
-    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+/// Per zone: (pods not ready or missing, ready pods on a revision other than `old[zone]`).
+/// Comparing with the known old revision, not `status.updateRevision`, keeps the view right
+/// while the controller-manager has not yet published the new revision.
+async fn snapshot(
+    client: &kube::Client,
+    ns: &str,
+    old: &BTreeMap<String, String>,
+) -> Result<BTreeMap<String, (usize, usize)>> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let all = pods.list(&ListParams::default()).await?.items;
     let mut out = BTreeMap::new();
     for zone in ZONES {
-        let sts = sts_api.get(&format!("ingester-zone-{zone}")).await?;
-        let update = sts
-            .status
-            .as_ref()
-            .and_then(|s| s.update_revision.clone())
-            .unwrap_or_default();
+        let old_rev = old.get(zone).cloned().unwrap_or_default();
+        let name = format!("ingester-zone-{zone}");
         let mine: Vec<&Pod> = all
             .iter()
-            .filter(|p| {
-                p.labels().get("name").map(String::as_str) == Some(&format!("ingester-zone-{zone}"))
-            })
+            .filter(|p| p.labels().get("name") == Some(&name))
             .collect();
         let not_ready =
             mine.iter().filter(|p| !ready(p)).count() + 3usize.saturating_sub(mine.len());
         let updated = mine
             .iter()
-            .filter(|p| ready(p) && p.labels().get("controller-revision-hash") == Some(&update))
+            .filter(|p| ready(p) && p.labels().get("controller-revision-hash") != Some(&old_rev))
             .count();
         out.insert(zone.to_string(), (not_ready, updated));
+    }
+    Ok(out)
+}
+
+/// The published update revision of every zone.
+async fn revisions(client: &kube::Client, ns: &str) -> Result<BTreeMap<String, String>> {
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let mut out = BTreeMap::new();
+    for zone in ZONES {
+        let st = sts_api
+            .get(&format!("ingester-zone-{zone}"))
+            .await?
+            .status
+            .unwrap_or_default();
+        out.insert(zone.to_string(), st.update_revision.unwrap_or_default());
     }
     Ok(out)
 }
@@ -107,11 +121,17 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
         )
         .await?;
     }
+    let none = BTreeMap::new();
     eventually("9 ready pods", Duration::from_secs(60), || async {
-        let s = snapshot(&client, &ns.name).await?;
+        let s = snapshot(&client, &ns.name, &none).await?;
         Ok(s.values()
             .all(|(nr, up)| *nr == 0 && *up == 3)
             .then_some(()))
+    })
+    .await?;
+    let old = eventually("revisions published", Duration::from_secs(30), || async {
+        let r = revisions(&client, &ns.name).await?;
+        Ok(r.values().all(|v| !v.is_empty()).then_some(r))
     })
     .await?;
 
@@ -148,7 +168,7 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
     let mut max_zones_busy = 0;
     let mut max_not_ready = 0;
     eventually("zone a rolled", Duration::from_secs(60), || async {
-        let s = snapshot(&client, &ns.name).await?;
+        let s = snapshot(&client, &ns.name, &old).await?;
         Ok((s["a"] == (0, 3)).then_some(()))
     })
     .await?;
@@ -174,7 +194,7 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
     }
     // Halted: for several seconds nothing in b or c is touched.
     for _ in 0..20 {
-        let s = snapshot(&client, &ns.name).await?;
+        let s = snapshot(&client, &ns.name, &old).await?;
         assert_eq!(
             (s["b"], s["c"]),
             ((0, 0), (0, 0)),
@@ -191,7 +211,7 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
     .await?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
     loop {
-        let s = snapshot(&client, &ns.name).await?;
+        let s = snapshot(&client, &ns.name, &old).await?;
         let busy = s.values().filter(|(nr, _)| *nr > 0).count();
         max_zones_busy = max_zones_busy.max(busy);
         max_not_ready = max_not_ready.max(s.values().map(|(nr, _)| *nr).max().unwrap_or(0));
@@ -246,4 +266,189 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
 
 fn json_label(value: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {FAKE_READY_LABEL: value}}})
+}
+
+fn start_operator(ns: &str) -> Result<ServiceProcess> {
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    ServiceProcess::spawn_blocking(
+        &bin_dir().join("rollout-operator"),
+        cluster().kubeconfig(),
+        &[
+            "--admin-address",
+            &admin,
+            "--watch-namespace",
+            ns,
+            "--lease-namespace",
+            ns,
+            "--leader-elect=false",
+        ],
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )
+}
+
+fn plain_zone(zone: &str, group: &str, replicas: i32, labels: &str, annotations: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {group}-zone-{zone}
+  labels: {{rollout-group: {group}{labels}}}
+  annotations: {{{annotations}}}
+spec:
+  replicas: {replicas}
+  serviceName: {group}
+  podManagementPolicy: Parallel
+  updateStrategy: {{type: OnDelete}}
+  selector: {{matchLabels: {{name: {group}-zone-{zone}}}}}
+  template:
+    metadata: {{labels: {{name: {group}-zone-{zone}}}}}
+    spec: {{containers: [{{name: c, image: x}}]}}
+"#
+    )
+}
+
+async fn replicas(api: &Api<StatefulSet>, name: &str) -> Result<i32> {
+    Ok(api
+        .get(name)
+        .await?
+        .spec
+        .and_then(|s| s.replicas)
+        .unwrap_or(1))
+}
+
+#[tokio::test]
+async fn a_follower_zone_scales_down_only_after_the_minimum_time() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "follower").await?;
+    let just_now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let follow = r#""grafana.com/rollout-downscale-leader": store-zone-a"#;
+    apply_yaml(&client, &ns.name, &plain_zone("a", "store", 3, "", "")).await?;
+    // Zone b must wait 8 s after zone c's last downscale; zone c has no such constraint.
+    apply_yaml(
+        &client,
+        &ns.name,
+        &plain_zone(
+            "b",
+            "store",
+            3,
+            r#", "grafana.com/min-time-between-zones-downscale": 8s"#,
+            follow,
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &plain_zone(
+            "c",
+            "store",
+            3,
+            "",
+            &format!(r#"{follow}, "grafana.com/last-downscale": "{just_now}""#),
+        ),
+    )
+    .await?;
+    let _operator = start_operator(&ns.name)?;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    sts.patch(
+        "store-zone-a",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})),
+    )
+    .await?;
+    let started = std::time::Instant::now();
+    eventually(
+        "zone c follows at once",
+        Duration::from_secs(20),
+        || async { Ok((replicas(&sts, "store-zone-c").await? == 1).then_some(())) },
+    )
+    .await?;
+    assert_eq!(
+        replicas(&sts, "store-zone-b").await?,
+        3,
+        "zone b must still wait"
+    );
+    eventually(
+        "zone b follows after the minimum time",
+        Duration::from_secs(30),
+        || async { Ok((replicas(&sts, "store-zone-b").await? == 1).then_some(())) },
+    )
+    .await?;
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "zone b scaled down before its minimum time: {:?}",
+        started.elapsed()
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn replicas_mirror_a_replica_template_and_are_written_back() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "mirror").await?;
+    let crd = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/crds/replica-templates.yaml"),
+    )?;
+    apply_yaml(&client, &ns.name, &crd).await?;
+    let template = "apiVersion: rollout-operator.grafana.com/v1\nkind: ReplicaTemplate\nmetadata: {name: querier}\nspec: {replicas: 2, labelSelector: name=querier-zone-a}\n";
+    eventually(
+        "ReplicaTemplate served",
+        Duration::from_secs(30),
+        || async { Ok(apply_yaml(&client, &ns.name, template).await.ok()) },
+    )
+    .await?;
+    let mirror = r#""grafana.com/rollout-mirror-replicas-from-resource-name": querier, "grafana.com/rollout-mirror-replicas-from-resource-kind": ReplicaTemplate, "grafana.com/rollout-mirror-replicas-from-resource-api-version": rollout-operator.grafana.com/v1"#;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &plain_zone("a", "querier", 1, "", mirror),
+    )
+    .await?;
+    let _operator = start_operator(&ns.name)?;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    eventually("mirrored to 2", Duration::from_secs(30), || async {
+        Ok((replicas(&sts, "querier-zone-a").await? == 2).then_some(()))
+    })
+    .await?;
+    // Scale the template through its scale subresource, as an HPA would.
+    let out = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            &ns.name,
+            "scale",
+            "replicatemplates.rollout-operator.grafana.com/querier",
+            "--replicas=4",
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually("mirrored to 4", Duration::from_secs(30), || async {
+        Ok((replicas(&sts, "querier-zone-a").await? == 4).then_some(()))
+    })
+    .await?;
+    // The StatefulSet's replicas are written back to the template's status.
+    eventually("written back", Duration::from_secs(30), || async {
+        let out = cluster()
+            .kubectl()
+            .args([
+                "-n",
+                &ns.name,
+                "get",
+                "replicatemplates.rollout-operator.grafana.com",
+                "querier",
+                "-o",
+                "jsonpath={.status.replicas}",
+            ])
+            .output()?;
+        Ok((String::from_utf8_lossy(&out.stdout) == "4").then_some(()))
+    })
+    .await?;
+    Ok(())
 }

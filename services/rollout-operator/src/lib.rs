@@ -4,6 +4,7 @@
 //! `strata rollout plan`), [`zpdb`] the zone-aware disruption budget shared with the
 //! admission webhook, [`reconcile`] the event-driven shell that executes plans.
 
+pub mod crd;
 pub mod keys;
 pub mod metrics;
 pub mod observed;

@@ -36,6 +36,17 @@ pub struct Plan {
     pub status_updates: Vec<String>,
     pub replica_changes: Vec<ReplicaChange>,
     pub errors: Vec<String>,
+    /// When a decision waits for time to pass (min time between zone downscales, a delayed
+    /// downscale), the controller looks again after this long instead of at the next resync.
+    #[serde(skip)]
+    pub recheck_after: Option<SignedDuration>,
+}
+
+impl Plan {
+    fn recheck(&mut self, after: SignedDuration) {
+        let after = after.max(SignedDuration::from_millis(1));
+        self.recheck_after = Some(self.recheck_after.map_or(after, |d| d.min(after)));
+    }
 }
 
 /// Waiting reasons that never resolve on their own: an outdated pod stuck in one of them is
@@ -121,11 +132,19 @@ pub fn parse_prometheus_duration(text: &str) -> Option<SignedDuration> {
     Some(SignedDuration::from_millis(total))
 }
 
+/// How many pods a StatefulSet should have. FIX: the anchor used `status.replicas` alone, but
+/// right after a pod is deleted the status can already say N-1/N-1 Ready while the pod is not
+/// recreated yet — and the next zone would start. Counting against `spec.replicas` too closes
+/// that window.
+fn expected_pods(sts: &StatefulSet) -> i64 {
+    i64::from(status_replicas(sts).max(spec_replicas(sts)))
+}
+
 /// The status-and-pods view of "has not-ready pods".
 fn has_not_ready(observed: &Observed, sts: &StatefulSet) -> bool {
     let pods = observed.pods_of(sts);
     status_replicas(sts) != ready_replicas(sts)
-        || (pods.len() as i64) < i64::from(status_replicas(sts))
+        || (pods.len() as i64) < expected_pods(sts)
         || pods.iter().any(|p| !running_and_ready(p))
 }
 
@@ -171,7 +190,7 @@ fn plan_group(
     now: Timestamp,
     plan: &mut Plan,
 ) {
-    let (change, errors) = adjust_replicas(&members, observed, now);
+    let (change, errors) = adjust_replicas(&members, observed, now, plan);
     plan.errors.extend(
         errors
             .into_iter()
@@ -285,8 +304,19 @@ fn update_pods(
     // FIX (anchor quirk §19.8): count not-ready from the pods too, so a pod that is already
     // terminating but still counted Ready in status uses up the budget.
     let status_not_ready = i64::from(status_replicas(sts) - ready_replicas(sts));
-    let pods_not_ready = pods.iter().filter(|p| !running_and_ready(p)).count() as i64
-        + (i64::from(status_replicas(sts)) - pods.len() as i64).max(0);
+    // A pod we just deleted may still look Running and Ready in a lagging cache: it counts
+    // as not ready until it is seen replaced.
+    let already_deleted = observed.recently_evicted.clone();
+    let recently_deleted = |p: &Pod| {
+        already_deleted
+            .iter()
+            .any(|e| Some(e.as_str()) == p.metadata.name.as_deref())
+    };
+    let pods_not_ready = pods
+        .iter()
+        .filter(|p| !running_and_ready(p) || recently_deleted(p))
+        .count() as i64
+        + (expected_pods(sts) - pods.len() as i64).max(0);
     let num_not_ready = status_not_ready.max(pods_not_ready);
     let slots = (budget - num_not_ready).min(outdated.len() as i64).max(0) as usize;
 
@@ -329,7 +359,10 @@ fn update_pods(
         _ => budget,
     };
     for pod in outdated.iter().take(slots) {
-        if handled.contains(&pod.metadata.name) || pod.metadata.deletion_timestamp.is_some() {
+        if handled.contains(&pod.metadata.name)
+            || pod.metadata.deletion_timestamp.is_some()
+            || recently_deleted(pod)
+        {
             continue;
         }
         if zpdb::decide(pod, observed, zpdbs, Some(override_max), now).is_err() {
@@ -349,6 +382,7 @@ fn adjust_replicas(
     members: &[&StatefulSet],
     observed: &Observed,
     now: Timestamp,
+    plan: &mut Plan,
 ) -> (Option<ReplicaChange>, Vec<String>) {
     let mut errors = Vec::new();
     let change = |sts: &StatefulSet, to: i32| ReplicaChange {
@@ -368,7 +402,7 @@ fn adjust_replicas(
                     ));
                     continue;
                 };
-                match follower_replicas(sts, leader, members, now) {
+                match follower_replicas(sts, leader, members, now, plan) {
                     Ok(desired) => desired,
                     Err(e) => {
                         errors.push(e);
@@ -422,7 +456,7 @@ fn adjust_replicas(
             continue;
         }
         let target = if desired < current {
-            match delayed_downscale_target(sts, observed, desired, now) {
+            match delayed_downscale_target(sts, observed, desired, now, plan) {
                 Ok(target) => target,
                 Err(e) => {
                     errors.push(e);
@@ -444,6 +478,7 @@ fn follower_replicas(
     leader: &StatefulSet,
     members: &[&StatefulSet],
     now: Timestamp,
+    plan: &mut Plan,
 ) -> Result<i32, String> {
     if let Some(forced) = force_replicas(follower) {
         return Ok(forced);
@@ -500,11 +535,12 @@ fn follower_replicas(
                 name(follower)
             )
         })?;
-    Ok(if now.duration_since(most_recent) > min_time {
-        leader_replicas
-    } else {
-        current
-    })
+    let elapsed = now.duration_since(most_recent);
+    if elapsed > min_time {
+        return Ok(leader_replicas);
+    }
+    plan.recheck(min_time - elapsed + SignedDuration::from_millis(1));
+    Ok(current)
 }
 
 /// The delayed-downscale target: pods being removed report when they were prepared; the
@@ -514,6 +550,7 @@ fn delayed_downscale_target(
     observed: &Observed,
     desired: i32,
     now: Timestamp,
+    plan: &mut Plan,
 ) -> Result<i32, String> {
     let current = spec_replicas(sts);
     let (Some(delay), Some(_url)) = (
@@ -543,6 +580,7 @@ fn delayed_downscale_target(
         };
         let prepared = Timestamp::from_second(*prepared).map_err(|e| e.to_string())?;
         if now.duration_since(prepared) < delay {
+            plan.recheck(delay - now.duration_since(prepared));
             break;
         }
         allowed += 1;

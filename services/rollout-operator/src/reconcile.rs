@@ -30,6 +30,39 @@ use crate::plan::{Plan, plan};
 /// How often every group is reconciled even without a change.
 pub const RESYNC: Duration = Duration::from_secs(30);
 
+/// Pods this replica deleted recently, by `namespace/name`: their uid and when. Caches can lag
+/// behind a deletion; until the pod is seen replaced (a new uid) it counts as not ready, as the
+/// anchor's two-minute recently-evicted memory does.
+#[derive(Default)]
+struct RecentlyDeleted(std::collections::HashMap<String, (Option<String>, Instant)>);
+
+const RECENT_FOR: Duration = Duration::from_secs(120);
+
+impl RecentlyDeleted {
+    fn remember(&mut self, key: String, uid: Option<String>) {
+        self.0.insert(key, (uid, Instant::now()));
+    }
+
+    /// Names of pods of `namespace` that are still the ones we deleted.
+    fn still_visible(&mut self, namespace: &str, pods: &[Pod]) -> Vec<String> {
+        self.0.retain(|_, (_, at)| at.elapsed() < RECENT_FOR);
+        let mut out = Vec::new();
+        for pod in pods {
+            let key = format!("{namespace}/{}", pod.name_any());
+            match self.0.get(&key) {
+                Some((uid, _)) if uid.is_some() && *uid == pod.metadata.uid => {
+                    out.push(pod.name_any())
+                }
+                Some(_) => {
+                    self.0.remove(&key);
+                }
+                None => {}
+            }
+        }
+        out
+    }
+}
+
 /// The observed stores.
 #[derive(Clone)]
 struct Stores {
@@ -171,6 +204,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
         });
     }
 
+    let mut recent = RecentlyDeleted::default();
     let mut leadership = ctx.leadership.subscribe();
     let mut resync = tokio::time::interval(RESYNC);
     loop {
@@ -193,7 +227,15 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
             continue;
         }
         for group in dirty {
-            reconcile_group(&ctx, &metrics, &stores, &group).await;
+            if let Some(after) = reconcile_group(&ctx, &metrics, &stores, &mut recent, &group).await
+            {
+                // A decision waits for time to pass: look again right when it may change.
+                let tx = dirty_tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(after.unsigned_abs() + Duration::from_millis(50)).await;
+                    let _ = tx.send(group);
+                });
+            }
         }
     }
     tracing::info!("rollout controller stopped");
@@ -208,14 +250,21 @@ fn all_groups(stores: &Stores) -> BTreeSet<String> {
         .collect()
 }
 
-async fn reconcile_group(ctx: &Arc<Context>, metrics: &Metrics, stores: &Stores, group: &str) {
+/// Reconciles one group; returns when to look again if a decision is waiting on the clock.
+async fn reconcile_group(
+    ctx: &Arc<Context>,
+    metrics: &Metrics,
+    stores: &Stores,
+    recent: &mut RecentlyDeleted,
+    group: &str,
+) -> Option<jiff::SignedDuration> {
     let labels = Metrics::labels(group);
     metrics.group_reconciles.get_or_create(&labels).inc();
     // Create the failure series at 0 so alerts on its rate work from the first reconcile.
     let _ = metrics.group_reconciles_failed.get_or_create(&labels);
     ctx.metrics.reconcile_total.inc();
     let started = Instant::now();
-    let result = reconcile_group_inner(ctx, metrics, stores, group).await;
+    let result = reconcile_group_inner(ctx, metrics, stores, recent, group).await;
     let elapsed = started.elapsed().as_secs_f64();
     metrics
         .group_reconcile_duration
@@ -223,17 +272,19 @@ async fn reconcile_group(ctx: &Arc<Context>, metrics: &Metrics, stores: &Stores,
         .observe(elapsed);
     ctx.metrics.reconcile_duration_seconds.observe(elapsed);
     match result {
-        Ok(()) => {
+        Ok(recheck) => {
             let now = jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
             metrics
                 .last_successful_group_reconcile
                 .get_or_create(&labels)
                 .set(now);
+            recheck
         }
         Err(e) => {
             metrics.group_reconciles_failed.get_or_create(&labels).inc();
             ctx.metrics.observe_error(e.category());
             tracing::warn!(rollout_group = group, error = %e, "reconcile failed");
+            None
         }
     }
 }
@@ -242,8 +293,9 @@ async fn reconcile_group_inner(
     ctx: &Arc<Context>,
     metrics: &Metrics,
     stores: &Stores,
+    recent: &mut RecentlyDeleted,
     group: &str,
-) -> Result<(), core_k8s::Error> {
+) -> Result<Option<jiff::SignedDuration>, core_k8s::Error> {
     let members: Vec<Arc<StatefulSet>> = stores
         .stateful_sets
         .state()
@@ -251,7 +303,7 @@ async fn reconcile_group_inner(
         .filter(|s| group_of(s).as_deref() == Some(group))
         .collect();
     let Some(namespace) = members.first().and_then(|s| s.namespace()) else {
-        return Ok(());
+        return Ok(None);
     };
     let mut observed = Observed {
         stateful_sets: members.iter().map(|s| (**s).clone()).collect(),
@@ -276,10 +328,11 @@ async fn reconcile_group_inner(
         ..Observed::default()
     };
     observed.references = read_references(ctx, &namespace, &observed.stateful_sets).await;
+    observed.recently_evicted = recent.still_visible(&namespace, &observed.pods);
     let plan = plan(&observed, jiff::Timestamp::now());
-    execute(ctx, metrics, &namespace, &observed, &plan).await?;
+    execute(ctx, metrics, &namespace, &observed, &plan, recent).await?;
     if plan.errors.is_empty() {
-        Ok(())
+        Ok(plan.recheck_after)
     } else {
         Err(core_k8s::Error::InvalidObject {
             object: format!("rollout group {namespace}/{group}"),
@@ -339,6 +392,7 @@ async fn execute(
     namespace: &str,
     observed: &Observed,
     plan: &Plan,
+    recent: &mut RecentlyDeleted,
 ) -> Result<(), core_k8s::Error> {
     let params = PatchParams::default();
     let sts_api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), namespace);
@@ -380,6 +434,12 @@ async fn execute(
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     for key in &plan.delete_pods {
         let name = key.rsplit_once('/').map_or(key.as_str(), |(_, n)| n);
+        let uid = observed
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.metadata.uid.clone());
+        recent.remember(key.clone(), uid);
         match pod_api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}

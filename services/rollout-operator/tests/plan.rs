@@ -463,3 +463,38 @@ fn prometheus_durations() {
     assert_eq!(secs("10"), None);
     assert_eq!(secs("1x"), None);
 }
+
+#[test]
+fn a_blocked_downscale_asks_to_be_looked_at_again_when_it_may_proceed() {
+    let mut docs = zone(
+        "a",
+        2,
+        "v1",
+        "v1",
+        &[],
+        json!({"metadata": {"annotations": {"grafana.com/last-downscale": "2026-01-01T11:50:00Z"}}}),
+    );
+    let f = json!({"metadata": {"labels": {"grafana.com/min-time-between-zones-downscale": "30m"},
+        "annotations": {"grafana.com/rollout-downscale-leader": "ingester-zone-a"}}});
+    docs.extend(zone("b", 4, "v1", "v1", &[], f));
+    let p = run(docs);
+    assert!(p.replica_changes.is_empty());
+    let after = p.recheck_after.expect("a recheck time").as_secs();
+    assert_eq!(after, 1200, "20 minutes left of the 30");
+}
+
+#[test]
+fn a_zone_whose_deleted_pod_is_not_back_yet_still_blocks_the_next() {
+    // Zone a: spec 3, status already shrank to 2/2 Ready, only two pods exist (the third was
+    // just deleted and is not recreated yet). Zone b must not start.
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[UP, UP],
+        json!({"status": {"replicas": 2, "readyReplicas": 2}}),
+    );
+    docs.extend(zone("b", 3, "v1", "v2", &[OLD, OLD, OLD], json!({})));
+    assert_eq!(run(docs), Plan::default());
+}
