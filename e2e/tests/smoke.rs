@@ -409,3 +409,36 @@ webhooks:
         out
     }
 }
+
+/// Every manifest we ship is accepted by the API server (server-side dry run, so the schemas
+/// of the real API server check them, CRDs included).
+#[tokio::test]
+async fn shipped_manifests_pass_a_server_side_dry_run() -> Result<()> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
+    let mut files = Vec::new();
+    for dir in ["crds", "rollout-operator"] {
+        for entry in std::fs::read_dir(root.join(dir))? {
+            files.push(entry?.path());
+        }
+    }
+    assert!(files.len() >= 4, "{files:?}");
+    // The namespace may exist from an earlier run; either way it exists afterwards.
+    let _ = cluster()
+        .kubectl()
+        .args(["create", "namespace", "strata-system"])
+        .output()?;
+    for file in files {
+        let out = cluster()
+            .kubectl()
+            .args(["apply", "--server-side", "--dry-run=server", "-f"])
+            .arg(&file)
+            .output()?;
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}

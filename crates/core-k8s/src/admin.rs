@@ -90,6 +90,8 @@ pub fn router(registry: Arc<Registry>, readiness: Readiness) -> Router {
         .route("/livez", get(|| async { "ok\n" }))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        // The Grafana rollout-operator's readiness path, so its manifests' probes keep working.
+        .route("/ready", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(AdminState {
             registry,

@@ -5,6 +5,7 @@
 //! admission webhook, [`reconcile`] the event-driven shell that executes plans.
 
 pub mod crd;
+pub mod flags;
 pub mod keys;
 pub mod metrics;
 pub mod observed;

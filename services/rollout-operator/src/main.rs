@@ -11,7 +11,12 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     core_k8s::install_crypto_provider();
-    let args = Args::parse();
+    // Accept the Grafana image's flags so its manifests work unchanged.
+    let (argv, warnings) = rollout_operator::flags::translate(std::env::args().collect());
+    let args = Args::parse_from(argv);
+    for warning in warnings {
+        eprintln!("rollout-operator: {warning}");
+    }
     rollout_operator::run(args.common).await?;
     Ok(())
 }
