@@ -155,6 +155,34 @@ fn main() {
             let corpus: Vec<Value> = (0..n).map(|i| object(i, &mut rng)).collect();
             std::fs::write(&args[2], serde_json::to_vec(&corpus).unwrap()).unwrap();
         }
+        Some("run") if args.get(4).map(String::as_str) == Some("decode") => {
+            // End to end, as `strata status` does: decode the file, then compute every status.
+            let iterations: usize = args[3].parse().unwrap();
+            let raw = std::fs::read(&args[2]).unwrap();
+            let now = jiff::Timestamp::now();
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            let (mut total, mut objects) = (0usize, 0usize);
+            let start = Instant::now();
+            for it in 0..iterations {
+                let corpus: Vec<Value> = serde_json::from_slice(&raw).unwrap();
+                objects = corpus.len();
+                for object in &corpus {
+                    let evaluation = core_status::evaluate(object, now);
+                    if it == 0 {
+                        *counts.entry(evaluation.status.to_string()).or_default() += 1;
+                    }
+                    std::hint::black_box(&evaluation);
+                }
+                total += corpus.len();
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            println!(
+                "{{\"engine\":\"strata-core-status-decode\",\"objects\":{objects},\"iterations\":{iterations},\"seconds\":{seconds:.6},\"objects_per_second\":{:.0},\"peak_rss_kib\":{},\"statuses\":{}}}",
+                total as f64 / seconds,
+                peak_rss_kib(),
+                serde_json::to_string(&counts).unwrap()
+            );
+        }
         Some("run") => {
             let iterations: usize = args[3].parse().unwrap();
             let corpus: Vec<Value> =
@@ -182,7 +210,7 @@ fn main() {
             );
         }
         _ => {
-            eprintln!("usage: status_bench gen OUT.json N | run CORPUS.json ITERATIONS");
+            eprintln!("usage: status_bench gen OUT.json N | run CORPUS.json ITERATIONS [decode]");
             std::process::exit(2);
         }
     }
