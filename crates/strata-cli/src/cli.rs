@@ -248,9 +248,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rollout(RolloutCommand::Plan { state, now, .. }) => {
             crate::rollout::plan(&state, now.as_deref())
         }
-        Command::Admission(AdmissionCommand::Review { .. }) => {
-            not_available("admission review", "the admission-webhook")
-        }
+        Command::Admission(AdmissionCommand::Review {
+            review,
+            state,
+            now,
+            webhook,
+        }) => crate::admission::review(&review, state.as_deref(), now.as_deref(), webhook),
     }
 }
 

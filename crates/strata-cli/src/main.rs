@@ -1,5 +1,6 @@
 //! `strata`: status, wait, render, layers, rollout and admission commands.
 
+mod admission;
 mod cli;
 mod rollout;
 mod status;

@@ -175,7 +175,7 @@ fn unimplemented_commands_say_so_and_exit_2() {
             "-f",
             "r.json",
             "--webhook",
-            "no-downscale",
+            "addonslayer-validation",
         ][..],
     ] {
         let out = strata(args, "");

@@ -6,6 +6,9 @@
 //! real, and changes nothing. Serving admission requests will need no leadership: every
 //! replica serves.
 
+pub mod review;
+pub mod webhooks;
+
 use std::sync::Arc;
 
 use core_k8s::Context;

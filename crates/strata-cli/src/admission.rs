@@ -1,0 +1,75 @@
+//! `strata admission review`: one AdmissionReview through a webhook, offline. Prints the
+//! AdmissionReview response; the calls the webhook would make (HTTP to pods, patches) are
+//! listed under a top-level `sideEffects` key instead of being performed.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use admission_webhook::review::Review;
+use admission_webhook::webhooks::{Cluster, Webhook as Endpoint, decide};
+use core_status::input::read_sources;
+use rollout_operator::observed::Observed;
+
+use crate::cli::{Webhook, input_error};
+use crate::status::parse_now;
+
+pub fn review(
+    file: &Path,
+    state: Option<&Path>,
+    now: Option<&str>,
+    webhook: Webhook,
+) -> anyhow::Result<ExitCode> {
+    let endpoint = match webhook {
+        Webhook::NoDownscale => Endpoint::NoDownscale,
+        Webhook::PrepareDownscale => Endpoint::PrepareDownscale,
+        Webhook::PodEviction => Endpoint::PodEviction,
+        Webhook::ZpdbValidation => Endpoint::ZpdbValidation,
+        Webhook::AddonslayerValidation => {
+            eprintln!(
+                "strata admission review: addonslayer-validation is not available yet (comes with the layer-controller)"
+            );
+            return Ok(ExitCode::from(crate::cli::EXIT_NOT_AVAILABLE));
+        }
+    };
+    let now = match parse_now(now) {
+        Ok(now) => now,
+        Err(e) => return Ok(input_error(&e)),
+    };
+    let body = match std::fs::read(file) {
+        Ok(body) => body,
+        Err(e) => return Ok(input_error(&format!("{}: {e}", file.display()))),
+    };
+    let review = match Review::parse(&body) {
+        Ok(review) => review,
+        Err(e) => {
+            return Ok(input_error(&format!(
+                "{}: not an AdmissionReview: {e}",
+                file.display()
+            )));
+        }
+    };
+    let observed = match state {
+        None => Observed::default(),
+        Some(path) => {
+            let source = path.display().to_string();
+            let documents = match read_sources(std::slice::from_ref(&source)) {
+                Ok(d) => d,
+                Err(e) => return Ok(input_error(&e.to_string())),
+            };
+            match Observed::from_documents(
+                &source,
+                documents.into_iter().map(|d| (d.index, d.object)).collect(),
+            ) {
+                Ok(o) => o,
+                Err(e) => return Ok(input_error(&e.to_string())),
+            }
+        }
+    };
+    let decision = decide(endpoint, &review, &Cluster::new(observed), now);
+    let mut out = review.respond(&decision);
+    if !decision.side_effects.is_empty() {
+        out["sideEffects"] = serde_json::json!(decision.side_effects);
+    }
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(ExitCode::SUCCESS)
+}

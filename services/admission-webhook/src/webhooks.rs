@@ -1,0 +1,475 @@
+//! The anchor's admission rules, as pure functions of the review, the cluster state they read
+//! and the time. The TLS server and `strata admission review` both call these; side effects
+//! (HTTP calls to pods, the last-downscale patch) are returned, not performed.
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use serde_json::Value;
+
+use rollout_operator::observed::{Observed, annotation, label, running_and_ready};
+use rollout_operator::{keys, zpdb};
+
+use crate::review::{Decision, Review};
+
+pub const NO_DOWNSCALE_LABEL: &str = "grafana.com/no-downscale";
+pub const PREPARE_DOWNSCALE_LABEL: &str = "grafana.com/prepare-downscale";
+pub const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
+pub const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
+
+/// The webhooks, by endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Webhook {
+    NoDownscale,
+    PrepareDownscale,
+    PodEviction,
+    ZpdbValidation,
+}
+
+impl Webhook {
+    pub fn path(self) -> &'static str {
+        match self {
+            Webhook::NoDownscale => "/admission/no-downscale",
+            Webhook::PrepareDownscale => "/admission/prepare-downscale",
+            Webhook::PodEviction => "/admission/pod-eviction",
+            Webhook::ZpdbValidation => "/admission/zpdb-validation",
+        }
+    }
+}
+
+/// What the handlers may read besides the request.
+#[derive(Clone, Debug, Default)]
+pub struct Cluster {
+    pub state: Observed,
+    /// Suffix of pod host names (the anchor's default keeps the trailing dot).
+    pub cluster_domain: String,
+}
+
+impl Cluster {
+    pub fn new(state: Observed) -> Self {
+        Self {
+            state,
+            cluster_domain: "cluster.local.".into(),
+        }
+    }
+}
+
+/// Runs one review through a webhook.
+pub fn decide(webhook: Webhook, review: &Review, cluster: &Cluster, now: Timestamp) -> Decision {
+    match webhook {
+        Webhook::NoDownscale => no_downscale(review, cluster),
+        Webhook::PrepareDownscale => prepare_downscale(review, cluster, now),
+        Webhook::PodEviction => pod_eviction(review, cluster, now),
+        Webhook::ZpdbValidation => zpdb_validation(review),
+    }
+}
+
+/// `spec.replicas` of a supported kind: `Ok(None)` when unset, `Err` for another kind.
+fn replicas_of(object: &Value) -> Result<Option<i64>, String> {
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match (api_version, kind) {
+        ("apps/v1", "Deployment" | "StatefulSet" | "ReplicaSet") | ("autoscaling/v1", "Scale") => {
+            Ok(object.pointer("/spec/replicas").and_then(Value::as_i64))
+        }
+        _ => Err(format!("unsupported type {api_version}/{kind}")),
+    }
+}
+
+/// Old and new replicas of an UPDATE, or the decision that ends the review early.
+fn replica_change(review: &Review) -> Result<(i64, i64), Decision> {
+    let old = match review.request.get("oldObject").filter(|o| o.is_object()) {
+        None => {
+            return Err(Decision::allow_with_warning(
+                "can't decode old object, allowing the change, err: no old object",
+            ));
+        }
+        Some(o) => o,
+    };
+    let new = review
+        .request
+        .get("object")
+        .filter(|o| o.is_object())
+        .ok_or_else(|| {
+            Decision::allow_with_warning(
+                "can't decode new object, allowing the change, err: no object",
+            )
+        })?;
+    let old = replicas_of(old)
+        .map_err(|e| Decision::allow_with_warning(format!("{e}, allowing the change")))?;
+    let new = replicas_of(new)
+        .map_err(|e| Decision::allow_with_warning(format!("{e}, allowing the change")))?;
+    match (old, new) {
+        (None, None) => Err(Decision::allow()),
+        (None, Some(_)) => Err(Decision::allow_with_warning(
+            "old replicas is nil, allowing the change",
+        )),
+        (Some(_), None) => Err(Decision::allow_with_warning(
+            "new replicas is nil, allowing the change",
+        )),
+        (Some(old), Some(new)) if old <= new => Err(Decision::allow()),
+        (Some(old), Some(new)) => Ok((old, new)),
+    }
+}
+
+fn prefix(review: &Review, old: i64, new: i64) -> String {
+    let resource = review
+        .request
+        .pointer("/resource/resource")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    format!(
+        "downscale of {resource}/{} in {} from {old} to {new} replicas",
+        review.field("name"),
+        review.field("namespace")
+    )
+}
+
+/// The labels of the object being scaled: the old object itself, or for a `/scale` request
+/// the parent read from the cluster.
+fn target_labels(
+    review: &Review,
+    cluster: &Cluster,
+) -> Result<Option<serde_json::Map<String, Value>>, String> {
+    let old = review
+        .request
+        .get("oldObject")
+        .cloned()
+        .unwrap_or(Value::Null);
+    if old.get("kind").and_then(Value::as_str) != Some("Scale") {
+        return Ok(old
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .cloned());
+    }
+    let resource = review
+        .request
+        .pointer("/resource/resource")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let (name, namespace) = (review.field("name"), review.field("namespace"));
+    let not_found = || {
+        format!(
+            "can't get {resource}/{name} in namespace {namespace}, allowing the change: not found"
+        )
+    };
+    let parent = match resource {
+        "statefulsets" => cluster
+            .state
+            .stateful_sets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+            .and_then(|s| serde_json::to_value(s).ok()),
+        "deployments" | "replicasets" => {
+            let kind = if resource == "deployments" {
+                "Deployment"
+            } else {
+                "ReplicaSet"
+            };
+            cluster
+                .state
+                .references
+                .iter()
+                .find(|o| {
+                    o.get("kind").and_then(Value::as_str) == Some(kind)
+                        && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+                })
+                .cloned()
+        }
+        _ => {
+            return Err(format!(
+                "can't get {resource}/{name} in namespace {namespace}, allowing the change: unsupported resource"
+            ));
+        }
+    };
+    let parent = parent.ok_or_else(not_found)?;
+    Ok(parent
+        .pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .cloned())
+}
+
+/// `/admission/no-downscale`: fail-open; denies a decrease of replicas of an object labelled
+/// `grafana.com/no-downscale=true`, for the object and its `/scale` subresource (dry runs too).
+pub fn no_downscale(review: &Review, cluster: &Cluster) -> Decision {
+    let (old, new) = match replica_change(review) {
+        Ok(change) => change,
+        Err(decision) => return decision,
+    };
+    let labels = match target_labels(review, cluster) {
+        Ok(labels) => labels,
+        Err(warning) => return Decision::allow_with_warning(warning),
+    };
+    if labels
+        .as_ref()
+        .and_then(|l| l.get(NO_DOWNSCALE_LABEL))
+        .and_then(Value::as_str)
+        != Some("true")
+    {
+        return Decision::allow();
+    }
+    Decision::deny(format!(
+        "{} is not allowed because it has the label '{NO_DOWNSCALE_LABEL}=true'",
+        prefix(review, old, new)
+    ))
+}
+
+/// Go's `time.Duration` text (`30m0s`, `1h0m0s`, `10s`, `1.5s`), as the anchor prints it.
+pub fn go_duration(d: SignedDuration) -> String {
+    let total_ms = d.as_millis();
+    if total_ms == 0 {
+        return "0s".into();
+    }
+    let (h, rest) = (total_ms / 3_600_000, total_ms % 3_600_000);
+    let (m, rest) = (rest / 60_000, rest % 60_000);
+    let (s, ms) = (rest / 1000, rest % 1000);
+    let secs = if ms == 0 {
+        format!("{s}s")
+    } else {
+        format!("{s}.{}s", format!("{ms:03}").trim_end_matches('0'))
+    };
+    match (h, m) {
+        (0, 0) => secs,
+        (0, m) => format!("{m}m{secs}"),
+        (h, m) => format!("{h}h{m}m{secs}"),
+    }
+}
+
+/// `/admission/prepare-downscale` (annotation mode): before a StatefulSet shrinks, check the
+/// zone rules, then ask the pods going away to prepare, and record the downscale time.
+pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> Decision {
+    if review.request.get("dryRun").and_then(Value::as_bool) == Some(true) {
+        return Decision::allow();
+    }
+    let (old, new) = match replica_change(review) {
+        Ok(change) => change,
+        Err(decision) => return decision,
+    };
+    let old_object = review
+        .request
+        .get("oldObject")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let sts: StatefulSet = if old_object.get("kind").and_then(Value::as_str) == Some("StatefulSet")
+    {
+        match serde_json::from_value(old_object) {
+            Ok(s) => s,
+            Err(e) => return Decision::allow_with_warning(format!("{e}, allowing the change")),
+        }
+    } else {
+        let resource = review
+            .request
+            .pointer("/resource/resource")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if resource != "statefulsets" {
+            return Decision::allow_with_warning(format!(
+                "unsupported resource {resource}, allowing the change"
+            ));
+        }
+        match cluster
+            .state
+            .stateful_sets
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(review.field("name")))
+        {
+            Some(s) => s.clone(),
+            None => {
+                return Decision::allow_with_warning(format!(
+                    "statefulsets {:?} not found, allowing the change",
+                    review.field("name")
+                ));
+            }
+        }
+    };
+    if label(&sts.metadata.labels, PREPARE_DOWNSCALE_LABEL) != Some("true") {
+        return Decision::allow();
+    }
+    let not_allowed = |why: String| {
+        Decision::deny(format!(
+            "{} is not allowed because {why}",
+            prefix(review, old, new)
+        ))
+    };
+    let port = annotation(&sts, PREPARE_PORT).unwrap_or_default();
+    if port.is_empty() {
+        return not_allowed(format!(
+            "the {PREPARE_PORT} annotation is not set or empty."
+        ));
+    }
+    let path = annotation(&sts, PREPARE_PATH).unwrap_or_default();
+    if path.is_empty() {
+        return not_allowed(format!(
+            "the {PREPARE_PATH} annotation is not set or empty."
+        ));
+    }
+    let service = sts
+        .spec
+        .as_ref()
+        .map(|s| s.service_name.clone().unwrap_or_default())
+        .unwrap_or_default();
+    if service.is_empty() {
+        return not_allowed("the serviceName is not set or empty.".into());
+    }
+    let name = sts.metadata.name.clone().unwrap_or_default();
+    if let Some(group) = label(&sts.metadata.labels, keys::ROLLOUT_GROUP).filter(|g| !g.is_empty())
+    {
+        let others: Vec<&StatefulSet> = cluster
+            .state
+            .stateful_sets
+            .iter()
+            .filter(|s| {
+                label(&s.metadata.labels, keys::ROLLOUT_GROUP) == Some(group)
+                    && s.metadata.name.as_deref() != Some(&name)
+            })
+            .collect();
+        for other in &others {
+            let (Some(last), Some(min_time)) = (
+                annotation(other, keys::LAST_DOWNSCALE),
+                label(
+                    &other.metadata.labels,
+                    keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
+                ),
+            ) else {
+                continue;
+            };
+            let (Ok(last), Some(min_time)) = (
+                last.parse::<Timestamp>(),
+                core_k8s::args::parse_duration(min_time)
+                    .ok()
+                    .and_then(|d| SignedDuration::try_from(d).ok()),
+            ) else {
+                return not_allowed("parsing downscale annotations failed.".into());
+            };
+            if now.duration_since(last) < min_time {
+                return not_allowed(format!(
+                    "statefulset {} was downscaled at {} and is labelled to wait {} between zone downscales",
+                    other.metadata.name.as_deref().unwrap_or_default(),
+                    last.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    go_duration(min_time)
+                ));
+            }
+        }
+        for other in &others {
+            let ready = cluster
+                .state
+                .pods_of(other)
+                .iter()
+                .filter(|p| running_and_ready(p))
+                .count() as i32;
+            let status = other.status.clone().unwrap_or_default();
+            let updated = status.updated_replicas.unwrap_or(0);
+            if status.replicas != ready || updated != ready {
+                return not_allowed(format!(
+                    "statefulset {} has {} non-updated replicas and {} non-ready replicas",
+                    other.metadata.name.as_deref().unwrap_or_default(),
+                    status.replicas - updated,
+                    status.replicas - ready
+                ));
+            }
+        }
+    }
+    let namespace = review.field("namespace");
+    let mut decision = Decision::allow_with_message(format!(
+        "{} is allowed -- all pods successfully prepared for shutdown.",
+        prefix(review, old, new)
+    ));
+    for ordinal in (new..old).rev() {
+        decision.side_effects.push(format!(
+            "POST http://{name}-{ordinal}.{service}.{namespace}.svc.{}:{port}/{path}",
+            cluster.cluster_domain
+        ));
+    }
+    decision.side_effects.push(format!(
+        "PATCH statefulsets/{name} in {namespace}: {}={}",
+        keys::LAST_DOWNSCALE,
+        now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    ));
+    decision
+}
+
+/// `/admission/pod-eviction`: the zone-aware disruption budget.
+pub fn pod_eviction(review: &Review, cluster: &Cluster, now: Timestamp) -> Decision {
+    let operation = review.field("operation");
+    if operation != "CREATE" {
+        return Decision::deny_with_code(
+            400,
+            format!("request operation is not create, got: {operation}"),
+        );
+    }
+    let sub = review.field("subResource");
+    if sub != "eviction" {
+        return Decision::deny_with_code(
+            400,
+            format!("request SubResource is not eviction, got: {sub}"),
+        );
+    }
+    let (name, namespace) = (review.field("name"), review.field("namespace"));
+    if name.is_empty() || namespace.is_empty() {
+        return Decision::deny_with_code(
+            400,
+            "request did not include both a namespace and a name",
+        );
+    }
+    let Some(pod) = cluster
+        .state
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name))
+    else {
+        return Decision::deny_with_code(400, format!("pods \"{name}\" not found"));
+    };
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default();
+    if matches!(phase, "Succeeded" | "Failed" | "Pending")
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return Decision::allow_with_warning("pod is not ready");
+    }
+    let zpdbs: Vec<zpdb::Zpdb> = cluster
+        .state
+        .zpdbs
+        .iter()
+        .filter_map(|z| zpdb::parse(z).ok())
+        .collect();
+    match zpdb::decide(pod, &cluster.state, &zpdbs, None, now) {
+        Ok(()) => Decision::allow(),
+        Err(denial) => Decision::deny_with_code(denial.code, denial.message),
+    }
+}
+
+/// `/admission/zpdb-validation`: the same parser the eviction path uses.
+pub fn zpdb_validation(review: &Review) -> Decision {
+    let object = review.request.get("object").cloned().unwrap_or(Value::Null);
+    match zpdb::parse(&object) {
+        Ok(_) => Decision::allow(),
+        Err(message) => Decision::deny_with_code(400, message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        for (ms, want) in [
+            (0, "0s"),
+            (10_000, "10s"),
+            (1_800_000, "30m0s"),
+            (3_600_000, "1h0m0s"),
+            (5_400_000, "1h30m0s"),
+            (1_500, "1.5s"),
+        ] {
+            assert_eq!(go_duration(SignedDuration::from_millis(ms)), want);
+        }
+    }
+}

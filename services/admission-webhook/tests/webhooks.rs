@@ -1,0 +1,402 @@
+//! Golden tests: real AdmissionReview requests in, the exact response out.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use admission_webhook::review::Review;
+use admission_webhook::webhooks::{Cluster, Webhook, decide};
+use jiff::Timestamp;
+use rollout_operator::observed::Observed;
+use serde_json::{Value, json};
+
+const NOW: &str = "2026-01-01T12:00:00Z";
+
+fn sts(name: &str, replicas: i64, labels: Value, annotations: Value, status: Value) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "mimir", "labels": labels, "annotations": annotations},
+        "spec": {"replicas": replicas, "serviceName": "ingester", "selector": {"matchLabels": {"name": name}},
+            "template": {"metadata": {"labels": {"name": name}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}},
+        "status": status})
+}
+
+fn update(resource: &str, old: Value, new: Value) -> Value {
+    let sub = if old["kind"] == "Scale" { "scale" } else { "" };
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "operation": "UPDATE",
+        "kind": {"group": "apps", "version": "v1", "kind": old["kind"]},
+        "resource": {"group": "apps", "version": "v1", "resource": resource}, "subResource": sub,
+        "name": old["metadata"]["name"], "namespace": "mimir", "oldObject": old, "object": new}})
+}
+
+fn scale(name: &str, replicas: i64) -> Value {
+    json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name, "namespace": "mimir"}, "spec": {"replicas": replicas}})
+}
+
+fn run(webhook: Webhook, review: Value, state: Vec<Value>) -> (Value, Vec<String>) {
+    let review = Review::parse(&serde_json::to_vec(&review).unwrap()).unwrap();
+    let cluster = Cluster::new(
+        Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
+    );
+    let decision = decide(
+        webhook,
+        &review,
+        &cluster,
+        NOW.parse::<Timestamp>().unwrap(),
+    );
+    (
+        review.respond(&decision)["response"].clone(),
+        decision.side_effects,
+    )
+}
+
+const UID: &str = "705ab4f5-6393-11e8-b7cc-42010a800002";
+
+#[test]
+fn no_downscale() {
+    let labelled = json!({"grafana.com/no-downscale": "true"});
+    let down = |labels: Value| {
+        update(
+            "statefulsets",
+            sts("ingester-zone-a", 3, labels.clone(), json!({}), json!({})),
+            sts("ingester-zone-a", 2, labels, json!({}), json!({})),
+        )
+    };
+    let deny = json!({"uid": UID, "allowed": false, "status": {"message": "downscale of statefulsets/ingester-zone-a in mimir from 3 to 2 replicas is not allowed because it has the label 'grafana.com/no-downscale=true'"}});
+    assert_eq!(
+        run(Webhook::NoDownscale, down(labelled.clone()), vec![]).0,
+        deny
+    );
+    assert_eq!(
+        run(Webhook::NoDownscale, down(json!({})), vec![]).0,
+        json!({"uid": UID, "allowed": true})
+    );
+    let up = update(
+        "statefulsets",
+        sts("ingester-zone-a", 2, labelled.clone(), json!({}), json!({})),
+        sts("ingester-zone-a", 3, labelled.clone(), json!({}), json!({})),
+    );
+    assert_eq!(
+        run(Webhook::NoDownscale, up, vec![]).0,
+        json!({"uid": UID, "allowed": true})
+    );
+    // The /scale subresource: labels come from the parent in the cluster.
+    let parent = sts("ingester-zone-a", 3, labelled, json!({}), json!({}));
+    assert_eq!(
+        run(
+            Webhook::NoDownscale,
+            update(
+                "statefulsets",
+                scale("ingester-zone-a", 3),
+                scale("ingester-zone-a", 2)
+            ),
+            vec![parent]
+        )
+        .0,
+        deny
+    );
+    let (missing, _) = run(
+        Webhook::NoDownscale,
+        update(
+            "statefulsets",
+            scale("ingester-zone-a", 3),
+            scale("ingester-zone-a", 2),
+        ),
+        vec![],
+    );
+    assert_eq!(missing["allowed"], true);
+    assert_eq!(
+        missing["warnings"][0],
+        "can't get statefulsets/ingester-zone-a in namespace mimir, allowing the change: not found"
+    );
+    // Fail-open on what it cannot judge.
+    let mut nil = down(json!({"grafana.com/no-downscale": "true"}));
+    nil["request"]["object"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("replicas");
+    assert_eq!(
+        run(Webhook::NoDownscale, nil, vec![]).0["warnings"][0],
+        "new replicas is nil, allowing the change"
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+    assert_eq!(
+        run(
+            Webhook::NoDownscale,
+            update("pods", pod.clone(), pod),
+            vec![]
+        )
+        .0["allowed"],
+        true
+    );
+}
+
+fn prepared(labels: Value, annotations: Value) -> Value {
+    sts(
+        "ingester-zone-a",
+        3,
+        labels,
+        annotations,
+        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}),
+    )
+}
+
+#[test]
+fn prepare_downscale_checks_then_lists_its_calls() {
+    let labels = json!({"grafana.com/prepare-downscale": "true", "rollout-group": "ingester"});
+    let annotations = json!({"grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80"});
+    let review = |labels: Value, annotations: Value| {
+        let mut new = prepared(labels.clone(), annotations.clone());
+        new["spec"]["replicas"] = json!(1);
+        update("statefulsets", prepared(labels, annotations), new)
+    };
+    let (response, effects) = run(
+        Webhook::PrepareDownscale,
+        review(labels.clone(), annotations.clone()),
+        vec![],
+    );
+    assert_eq!(
+        response,
+        json!({"uid": UID, "allowed": true, "status": {"message": "downscale of statefulsets/ingester-zone-a in mimir from 3 to 1 replicas is allowed -- all pods successfully prepared for shutdown."}})
+    );
+    assert_eq!(
+        effects,
+        vec![
+            "POST http://ingester-zone-a-2.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown",
+            "POST http://ingester-zone-a-1.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown",
+            "PATCH statefulsets/ingester-zone-a in mimir: grafana.com/last-downscale=2026-01-01T12:00:00Z",
+        ]
+    );
+    let msg = |r: (Value, Vec<String>)| {
+        r.0["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let prefix = "downscale of statefulsets/ingester-zone-a in mimir from 3 to 1 replicas is not allowed because ";
+    assert_eq!(
+        msg(run(
+            Webhook::PrepareDownscale,
+            review(
+                labels.clone(),
+                json!({"grafana.com/prepare-downscale-http-path": "x"})
+            ),
+            vec![]
+        )),
+        format!(
+            "{prefix}the grafana.com/prepare-downscale-http-port annotation is not set or empty."
+        )
+    );
+    assert_eq!(
+        msg(run(
+            Webhook::PrepareDownscale,
+            review(
+                labels.clone(),
+                json!({"grafana.com/prepare-downscale-http-port": "80"})
+            ),
+            vec![]
+        )),
+        format!(
+            "{prefix}the grafana.com/prepare-downscale-http-path annotation is not set or empty."
+        )
+    );
+    // A sibling zone downscaled 10 minutes ago and asks for 30 minutes between zones.
+    let sibling = sts(
+        "ingester-zone-b",
+        3,
+        json!({"rollout-group": "ingester", "grafana.com/min-time-between-zones-downscale": "30m"}),
+        json!({"grafana.com/last-downscale": "2026-01-01T11:50:00Z"}),
+        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}),
+    );
+    assert_eq!(
+        msg(run(
+            Webhook::PrepareDownscale,
+            review(labels.clone(), annotations.clone()),
+            vec![sibling]
+        )),
+        format!(
+            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01T11:50:00Z and is labelled to wait 30m0s between zone downscales"
+        )
+    );
+    // A sibling zone is not fully updated and ready (no ready pods in the state).
+    let busy = sts(
+        "ingester-zone-b",
+        3,
+        json!({"rollout-group": "ingester"}),
+        json!({}),
+        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 2}),
+    );
+    assert_eq!(
+        msg(run(
+            Webhook::PrepareDownscale,
+            review(labels.clone(), annotations.clone()),
+            vec![busy]
+        )),
+        format!(
+            "{prefix}statefulset ingester-zone-b has 1 non-updated replicas and 3 non-ready replicas"
+        )
+    );
+    // Dry runs and unlabelled StatefulSets are left alone.
+    let mut dry = review(labels, annotations.clone());
+    dry["request"]["dryRun"] = json!(true);
+    assert_eq!(
+        run(Webhook::PrepareDownscale, dry, vec![]),
+        (json!({"uid": UID, "allowed": true}), vec![])
+    );
+    assert_eq!(
+        run(
+            Webhook::PrepareDownscale,
+            review(json!({}), annotations),
+            vec![]
+        )
+        .1,
+        Vec::<String>::new()
+    );
+}
+
+fn eviction(pod: &str, operation: &str, sub: &str) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": UID, "operation": operation, "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": sub,
+        "name": pod, "namespace": "mimir", "object": {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": "mimir"}}}})
+}
+
+fn zone_pod(zone: &str, i: usize, ready: bool) -> Value {
+    let sts = format!("ingester-zone-{zone}");
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{sts}-{i}"), "namespace": "mimir", "labels": {"name": sts, "rollout-group": "ingester"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts, "uid": "u", "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Running", "containerStatuses": [{"name": "c", "image": "x", "imageID": "", "restartCount": 0, "ready": ready, "state": {"running": {}}}]}})
+}
+
+fn zones(not_ready: &[(&str, usize)]) -> Vec<Value> {
+    let mut state = vec![
+        json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ZoneAwarePodDisruptionBudget",
+        "metadata": {"name": "ingester", "namespace": "mimir"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}}),
+    ];
+    for zone in ["a", "b", "c"] {
+        state.push(sts(
+            &format!("ingester-zone-{zone}"),
+            2,
+            json!({"rollout-group": "ingester"}),
+            json!({}),
+            json!({"replicas": 2, "readyReplicas": 2}),
+        ));
+        for i in 0..2 {
+            state.push(zone_pod(zone, i, !not_ready.contains(&(zone, i))));
+        }
+    }
+    state
+}
+
+#[test]
+fn pod_eviction_counts_zones() {
+    let code_msg = |r: (Value, Vec<String>)| {
+        (
+            r.0["allowed"].as_bool().unwrap(),
+            r.0["status"]["code"].as_u64(),
+            r.0["status"]["message"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(
+        code_msg(run(
+            Webhook::PodEviction,
+            eviction("ingester-zone-a-0", "CREATE", "eviction"),
+            zones(&[])
+        )),
+        (true, None, None)
+    );
+    // Another zone is already disrupted: evicting here would disrupt two zones.
+    assert_eq!(
+        code_msg(run(
+            Webhook::PodEviction,
+            eviction("ingester-zone-a-0", "CREATE", "eviction"),
+            zones(&[("b", 1)])
+        )),
+        (
+            false,
+            Some(429),
+            Some("1 pod(s) not ready in ingester-zone-b".into())
+        )
+    );
+    // The own zone already uses its budget of 1.
+    assert_eq!(
+        code_msg(run(
+            Webhook::PodEviction,
+            eviction("ingester-zone-a-0", "CREATE", "eviction"),
+            zones(&[("a", 1)])
+        )),
+        (
+            false,
+            Some(429),
+            Some("1 pod(s) not ready in ingester-zone-a".into())
+        )
+    );
+    assert_eq!(
+        code_msg(run(
+            Webhook::PodEviction,
+            eviction("ingester-zone-a-0", "UPDATE", "eviction"),
+            zones(&[])
+        )),
+        (
+            false,
+            Some(400),
+            Some("request operation is not create, got: UPDATE".into())
+        )
+    );
+    assert_eq!(
+        code_msg(run(
+            Webhook::PodEviction,
+            eviction("ingester-zone-a-0", "CREATE", "status"),
+            zones(&[])
+        )),
+        (
+            false,
+            Some(400),
+            Some("request SubResource is not eviction, got: status".into())
+        )
+    );
+    assert_eq!(
+        code_msg(run(
+            Webhook::PodEviction,
+            eviction("nope", "CREATE", "eviction"),
+            zones(&[])
+        )),
+        (false, Some(400), Some("pods \"nope\" not found".into()))
+    );
+    let (not_ready, _) = run(
+        Webhook::PodEviction,
+        eviction("ingester-zone-b-1", "CREATE", "eviction"),
+        zones(&[("b", 1)]),
+    );
+    assert_eq!(
+        not_ready["allowed"], true,
+        "a NotReady pod is Running: counted; here it's its own zone's only not-ready pod"
+    );
+}
+
+#[test]
+fn zpdb_validation() {
+    let review = |spec: Value| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": UID, "operation": "CREATE", "name": "z", "namespace": "mimir",
+        "object": {"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ZoneAwarePodDisruptionBudget", "metadata": {"name": "z"}, "spec": spec}}})
+    };
+    assert_eq!(
+        run(
+            Webhook::ZpdbValidation,
+            review(json!({"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}})),
+            vec![]
+        )
+        .0,
+        json!({"uid": UID, "allowed": true})
+    );
+    assert_eq!(
+        run(
+            Webhook::ZpdbValidation,
+            review(json!({"maxUnavailable": -1, "selector": {"matchLabels": {"a": "b"}}})),
+            vec![]
+        )
+        .0,
+        json!({"uid": UID, "allowed": false, "status": {"code": 400, "message": "invalid value: max unavailable must be 0 <= val, got -1"}})
+    );
+}
