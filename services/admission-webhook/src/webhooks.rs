@@ -424,14 +424,7 @@ pub fn pod_eviction(review: &Review, cluster: &Cluster, now: Timestamp) -> Decis
     else {
         return Decision::deny_with_code(400, format!("pods \"{name}\" not found"));
     };
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default();
-    if matches!(phase, "Succeeded" | "Failed" | "Pending")
-        || pod.metadata.deletion_timestamp.is_some()
-    {
+    if zpdb::not_running(pod) {
         return Decision::allow_with_warning("pod is not ready");
     }
     let zpdbs: Vec<zpdb::Zpdb> = cluster

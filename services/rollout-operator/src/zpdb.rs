@@ -169,6 +169,17 @@ pub fn covering<'a>(pod: &Pod, zpdbs: &'a [Zpdb]) -> Vec<&'a Zpdb> {
         .collect()
 }
 
+/// A pod that is not running (finished, pending or terminating) never counts against a
+/// budget: evicting it disrupts nothing.
+pub fn not_running(pod: &Pod) -> bool {
+    let phase = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or_default();
+    matches!(phase, "Succeeded" | "Failed" | "Pending") || pod.metadata.deletion_timestamp.is_some()
+}
+
 /// Decides whether `pod` may be evicted (or deleted by the rollout). `override_max` replaces a
 /// zero max-unavailable (the rollout passes its own budget). `Ok(())` allows.
 pub fn decide(
@@ -178,14 +189,7 @@ pub fn decide(
     override_max: Option<i64>,
     now: Timestamp,
 ) -> Result<(), Denial> {
-    let phase = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .unwrap_or_default();
-    if matches!(phase, "Succeeded" | "Failed" | "Pending")
-        || pod.metadata.deletion_timestamp.is_some()
-    {
+    if not_running(pod) {
         return Ok(());
     }
     let zpdb = match covering(pod, zpdbs).as_slice() {
