@@ -17,17 +17,23 @@ use strata_e2e::support::{TestNamespace, cluster, eventually, http_get, parse_op
 
 fn start(service: &str, lease_namespace: &str, identity: &str) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);
+    let tls = format!("127.0.0.1:{}", free_port()?);
+    let mut args = vec![
+        "--admin-address",
+        &admin,
+        "--lease-namespace",
+        lease_namespace,
+        "--identity",
+        identity,
+    ];
+    if service == "admission-webhook" {
+        // Two replicas on one host need their own TLS ports.
+        args.extend(["--tls-address", &tls]);
+    }
     ServiceProcess::spawn_blocking(
         &bin_dir().join(service),
         cluster().kubeconfig(),
-        &[
-            "--admin-address",
-            &admin,
-            "--lease-namespace",
-            lease_namespace,
-            "--identity",
-            identity,
-        ],
+        &args,
         &std::env::temp_dir().join("strata-e2e-logs"),
     )
 }

@@ -1,43 +1,189 @@
 //! admission-webhook: the TLS admission server kube-apiserver calls.
 //!
-//! This crate owns the webhooks and their certificates. Until those land (their own issue),
-//! the leader-elected part — which will inject the CA bundle — watches the webhook
-//! configurations labelled for injection, so its cache, readiness, leadership and metrics are
-//! real, and changes nothing. Serving admission requests will need no leadership: every
-//! replica serves.
+//! [`webhooks`] holds the decisions (pure, also behind `strata admission review`), [`server`]
+//! the HTTPS shell every replica runs, [`certs`] the self-managed certificates shared through
+//! a Secret, and [`inject`] the leader-only CA injection into webhook configurations.
 
+pub mod certs;
+pub mod inject;
 pub mod review;
+pub mod server;
 pub mod webhooks;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
+use axum_server::tls_rustls::RustlsConfig;
 use core_k8s::Context;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use kube::runtime::controller::Action;
-use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
 use prometheus_client::registry::Registry;
+use tokio::sync::watch;
 
 /// The service name: Lease `admission-webhook-leader`, metrics `admission_webhook_*`.
 pub const SERVICE: &str = "admission-webhook";
 
 /// The anchor's label asking for the CA bundle to be injected into a webhook configuration.
-pub const INJECT_CA_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
+pub const INJECT_CA_LABEL: &str = inject::INJECT_LABEL;
 
-pub async fn run(args: core_k8s::CommonArgs) -> core_k8s::Result<()> {
-    core_k8s::runtime::run_service(SERVICE, args, Registry::default(), |ctx| async move {
-        let api: Api<ValidatingWebhookConfiguration> = Api::all(ctx.client.clone());
-        let config = watcher::Config::default().labels(&format!("{INJECT_CA_LABEL}=true"));
-        core_k8s::controller::run(ctx, "webhook-configurations", api, config, reconcile).await;
-    })
-    .await
+/// Flags of the webhook server.
+#[derive(Clone, Debug, clap::Args)]
+pub struct WebhookArgs {
+    /// HTTPS address of the admission server.
+    #[arg(long, default_value = ":8443", value_parser = core_k8s::args::parse_listen_address)]
+    pub tls_address: SocketAddr,
+    /// Serve this certificate (PEM) instead of a self-managed one; needs --tls-key-file. The
+    /// CA is then not injected: put your own caBundle in the webhook configurations.
+    #[arg(long, requires = "tls_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_key_file: Option<PathBuf>,
+    /// Secret (in the pod's namespace) holding the self-managed CA and certificate.
+    #[arg(long, default_value = "strata-admission-webhook-certificate")]
+    pub tls_secret_name: String,
+    /// Name of the Service in front of the webhook: the certificate covers its DNS names.
+    #[arg(long, default_value = "admission-webhook")]
+    pub service_name: String,
+    /// More names or IP addresses for the certificate, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tls_extra_names: Vec<String>,
+    /// Validity of the serving certificate; it is renewed a third of this before expiry.
+    #[arg(long, default_value = "8760h", value_parser = core_k8s::args::parse_duration)]
+    pub cert_validity: Duration,
+    /// How often the certificate is checked for renewal.
+    #[arg(long, default_value = "1h", value_parser = core_k8s::args::parse_duration)]
+    pub cert_check_interval: Duration,
+    /// Cluster DNS domain for pod addresses (prepare-downscale calls).
+    #[arg(long, default_value = "cluster.local.")]
+    pub cluster_domain: String,
+    /// Timeout of one call to a pod.
+    #[arg(long, default_value = "5s", value_parser = core_k8s::args::parse_duration)]
+    pub pod_timeout: Duration,
+    /// TEST ONLY: send every pod call to this host:port (a local stand-in for the pods).
+    #[arg(long, hide = true)]
+    pub pod_address_override: Option<String>,
 }
 
-async fn reconcile(
-    config: Arc<ValidatingWebhookConfiguration>,
-    _ctx: Arc<Context>,
-) -> Result<Action, core_k8s::Error> {
-    let webhooks = config.webhooks.as_ref().map_or(0, Vec::len);
-    tracing::debug!(configuration = %config.name_any(), webhooks, "observed webhook configuration");
-    Ok(Action::await_change())
+async fn load_or_issue(ctx: &Context, args: &WebhookArgs, namespace: &str) -> certs::Bundle {
+    let names = certs::names(&args.service_name, namespace, &args.tls_extra_names);
+    loop {
+        match certs::ensure(
+            &ctx.client,
+            namespace,
+            &args.tls_secret_name,
+            &names,
+            args.cert_validity,
+        )
+        .await
+        {
+            Ok(bundle) => return bundle,
+            Err(e) => {
+                tracing::warn!(error = %e, secret = %args.tls_secret_name, "certificate not available yet; retrying");
+                tokio::select! {
+                    _ = ctx.shutdown.cancelled() => return certs::generate(&names, args.cert_validity, jiff::Timestamp::now()).unwrap_or_else(|_| unreachable_bundle()),
+                    _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Only used when shutting down before any certificate existed: never served.
+fn unreachable_bundle() -> certs::Bundle {
+    certs::Bundle {
+        ca_pem: String::new(),
+        ca_key_pem: String::new(),
+        cert_pem: String::new(),
+        key_pem: String::new(),
+        not_after: jiff::Timestamp::UNIX_EPOCH,
+        names: Vec::new(),
+    }
+}
+
+async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
+    let namespace = ctx.args.lease_namespace();
+    let ready = ctx.readiness.register("certificate");
+    let (ca_tx, ca_rx) = watch::channel(String::new());
+    let tls = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => match RustlsConfig::from_pem_file(cert, key).await {
+            Ok(tls) => tls,
+            Err(e) => {
+                tracing::error!(error = %e, "reading --tls-cert-file/--tls-key-file");
+                return;
+            }
+        },
+        _ => {
+            let bundle = load_or_issue(&ctx, &args, &namespace).await;
+            if ctx.shutdown.is_cancelled() {
+                return;
+            }
+            ca_tx.send_replace(bundle.ca_pem.clone());
+            let tls = match RustlsConfig::from_pem(
+                bundle.cert_pem.clone().into_bytes(),
+                bundle.key_pem.clone().into_bytes(),
+            )
+            .await
+            {
+                Ok(tls) => tls,
+                Err(e) => {
+                    tracing::error!(error = %e, "loading the serving certificate");
+                    return;
+                }
+            };
+            // Renew before expiry and hot-swap without a restart: in-flight and new
+            // connections keep working; the CA (and so the injected caBundle) stays the same.
+            let (ctx2, args2, tls2, ns2) =
+                (ctx.clone(), args.clone(), tls.clone(), namespace.clone());
+            tokio::spawn(async move {
+                let mut current = bundle;
+                loop {
+                    tokio::select! {
+                        _ = ctx2.shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(args2.cert_check_interval) => {}
+                    }
+                    let next = load_or_issue(&ctx2, &args2, &ns2).await;
+                    if next.cert_pem != current.cert_pem {
+                        match tls2
+                            .reload_from_pem(
+                                next.cert_pem.clone().into_bytes(),
+                                next.key_pem.clone().into_bytes(),
+                            )
+                            .await
+                        {
+                            Ok(()) => {
+                                tracing::info!(not_after = %next.not_after, "serving certificate reloaded")
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %e, "reloading the serving certificate failed")
+                            }
+                        }
+                        if next.ca_pem != current.ca_pem {
+                            ca_tx.send_replace(next.ca_pem.clone());
+                        }
+                        current = next;
+                    }
+                }
+            });
+            tls
+        }
+    };
+    ready.ready();
+    let app = Arc::new(server::App {
+        client: ctx.client.clone(),
+        cluster_domain: args.cluster_domain.clone(),
+        pod_address_override: args.pod_address_override.clone(),
+        http: server::reqwest_free::Http::new(args.pod_timeout),
+    });
+    tracing::info!(address = %args.tls_address, "admission server listening");
+    let serving = server::serve(args.tls_address, tls, app, ctx.shutdown.clone());
+    let injecting = inject::run(ctx.clone(), ca_rx);
+    let (served, ()) = futures::join!(serving, injecting);
+    if let Err(e) = served {
+        tracing::error!(error = %e, address = %args.tls_address, "admission server failed");
+    }
+}
+
+pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
+    core_k8s::runtime::run_service(SERVICE, common, Registry::default(), |ctx| serve(ctx, args))
+        .await
 }

@@ -1,0 +1,163 @@
+//! CA injection: every Validating/MutatingWebhookConfiguration labelled
+//! `grafana.com/inject-rollout-operator-ca=true` and `grafana.com/namespace=<our namespace>`
+//! gets our CA in every webhook's `clientConfig.caBundle` — continuously, so configurations
+//! created later (or whose caBundle someone removed) are fixed too. Only the leader writes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use core_k8s::Context;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use tokio::sync::watch;
+
+pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
+pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
+
+/// The label selector of the configurations we own the caBundle of.
+pub fn selector(namespace: &str) -> String {
+    format!("{INJECT_LABEL}=true,{NAMESPACE_LABEL}={namespace}")
+}
+
+/// The strategic-merge patch that sets `caBundle` on the webhooks whose bundle differs
+/// (webhooks merge by name), or `None` when all are current.
+pub fn patch_for(
+    webhooks: &[(String, Option<Vec<u8>>)],
+    ca_pem: &str,
+) -> Option<serde_json::Value> {
+    let stale: Vec<serde_json::Value> = webhooks
+        .iter()
+        .filter(|(_, bundle)| bundle.as_deref() != Some(ca_pem.as_bytes()))
+        .map(|(name, _)| json!({"name": name, "clientConfig": {"caBundle": base64::engine::general_purpose::STANDARD.encode(ca_pem)}}))
+        .collect();
+    (!stale.is_empty()).then(|| json!({"webhooks": stale}))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("injecting the CA into {0}: {1}")]
+pub struct InjectError(String, #[source] kube::Error);
+
+impl core_k8s::controller::ReconcileError for InjectError {
+    fn category(&self) -> &'static str {
+        "inject_ca"
+    }
+}
+
+/// Runs both injection controllers until shutdown.
+pub async fn run(ctx: Arc<Context>, ca: watch::Receiver<String>) {
+    let namespace = ctx.args.lease_namespace();
+    let config = watcher::Config::default().labels(&selector(&namespace));
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(ctx.client.clone());
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
+    let ca_v = ca.clone();
+    let ca_m = ca;
+    let v = core_k8s::controller::run(
+        ctx.clone(),
+        "validating-webhook-configurations",
+        validating,
+        config.clone(),
+        move |object: Arc<ValidatingWebhookConfiguration>, ctx: Arc<Context>| {
+            let ca = ca_v.borrow().clone();
+            async move {
+                let webhooks: Vec<(String, Option<Vec<u8>>)> = object
+                    .webhooks
+                    .iter()
+                    .flatten()
+                    .map(|w| {
+                        (
+                            w.name.clone(),
+                            w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+                        )
+                    })
+                    .collect();
+                apply::<ValidatingWebhookConfiguration>(&ctx, &object.name_any(), &webhooks, &ca)
+                    .await
+            }
+        },
+    );
+    let m = core_k8s::controller::run(
+        ctx.clone(),
+        "mutating-webhook-configurations",
+        mutating,
+        config,
+        move |object: Arc<MutatingWebhookConfiguration>, ctx: Arc<Context>| {
+            let ca = ca_m.borrow().clone();
+            async move {
+                let webhooks: Vec<(String, Option<Vec<u8>>)> = object
+                    .webhooks
+                    .iter()
+                    .flatten()
+                    .map(|w| {
+                        (
+                            w.name.clone(),
+                            w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+                        )
+                    })
+                    .collect();
+                apply::<MutatingWebhookConfiguration>(&ctx, &object.name_any(), &webhooks, &ca)
+                    .await
+            }
+        },
+    );
+    futures::join!(v, m);
+}
+
+async fn apply<K>(
+    ctx: &Context,
+    name: &str,
+    webhooks: &[(String, Option<Vec<u8>>)],
+    ca: &str,
+) -> Result<Action, InjectError>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    if !ca.is_empty()
+        && let Some(patch) = patch_for(webhooks, ca)
+    {
+        let api: Api<K> = Api::all(ctx.client.clone());
+        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+            .await
+            .map_err(|e| InjectError(name.to_string(), e))?;
+        tracing::info!(configuration = name, kind = %K::kind(&()), "injected the CA bundle");
+    }
+    // A CA change is rare (it lives for years); a periodic look covers it.
+    Ok(Action::requeue(Duration::from_secs(60)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patches_only_stale_webhooks() {
+        let ca = "-----BEGIN CERTIFICATE-----\nX\n-----END CERTIFICATE-----\n";
+        let hooks = vec![
+            ("a".to_string(), Some(ca.as_bytes().to_vec())),
+            ("b".to_string(), None),
+            ("c".to_string(), Some(b"old".to_vec())),
+        ];
+        let patch = patch_for(&hooks, ca).unwrap();
+        let names: Vec<&str> = patch["webhooks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, vec!["b", "c"]);
+        assert_eq!(patch_for(&hooks[..1], ca), None);
+        assert_eq!(
+            selector("strata-system"),
+            "grafana.com/inject-rollout-operator-ca=true,grafana.com/namespace=strata-system"
+        );
+    }
+}

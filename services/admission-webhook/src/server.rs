@@ -1,0 +1,324 @@
+//! The HTTPS admission server: every replica serves, no leadership needed. Decisions come
+//! from [`crate::webhooks`]; this shell reads what they need from the API server, performs
+//! the prepare-downscale calls and patch, and answers.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum_server::tls_rustls::RustlsConfig;
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::review::{Decision, Review};
+use crate::webhooks::{Cluster, Webhook, decide};
+use rollout_operator::keys;
+use rollout_operator::observed::Observed;
+
+/// How long a handler may take: under kube-apiserver's default 10 s webhook timeout.
+pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// Shared by the handlers.
+#[derive(Clone)]
+pub struct App {
+    pub client: Client,
+    pub cluster_domain: String,
+    /// Test-only: send every pod call to this `host:port` instead of the pod's DNS name.
+    pub pod_address_override: Option<String>,
+    pub http: reqwest_free::Http,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("cluster_domain", &self.cluster_domain)
+            .finish()
+    }
+}
+
+pub mod reqwest_free {
+    #![allow(clippy::module_name_repetitions)]
+    //! A tiny HTTP/1 client for the pods' prepare endpoints (plain HTTP inside the cluster).
+    use std::time::Duration;
+
+    use axum::body::Bytes;
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::client::legacy::Client;
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::rt::TokioExecutor;
+
+    #[derive(Clone)]
+    pub struct Http {
+        client: Client<HttpConnector, Empty<Bytes>>,
+        timeout: Duration,
+    }
+
+    impl std::fmt::Debug for Http {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Http")
+                .field("timeout", &self.timeout)
+                .finish()
+        }
+    }
+
+    impl Http {
+        pub fn new(timeout: Duration) -> Self {
+            Self {
+                client: Client::builder(TokioExecutor::new()).build_http(),
+                timeout,
+            }
+        }
+
+        /// Sends `method url` with no body; Ok(status) or a transport error message.
+        pub async fn call(&self, method: &str, url: &str) -> Result<u16, String> {
+            let request = http::Request::builder()
+                .method(method)
+                .uri(url)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(Empty::<Bytes>::new())
+                .map_err(|e| e.to_string())?;
+            let response = tokio::time::timeout(self.timeout, self.client.request(request))
+                .await
+                .map_err(|_| format!("{method} {url}: timed out"))?
+                .map_err(|e| format!("{method} {url}: {e}"))?;
+            let status = response.status().as_u16();
+            let _ = response.into_body().collect().await;
+            Ok(status)
+        }
+    }
+}
+
+fn bad_request(message: String) -> Response {
+    (StatusCode::BAD_REQUEST, message).into_response()
+}
+
+async fn handle(app: Arc<App>, webhook: Webhook, headers: HeaderMap, body: Bytes) -> Response {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if content_type != "application/json" {
+        return bad_request(format!(
+            "wrong content type {content_type:?}, expected application/json"
+        ));
+    }
+    let review = match Review::parse(&body) {
+        Ok(review) => review,
+        Err(e) => return bad_request(format!("invalid AdmissionReview: {e}")),
+    };
+    let decision =
+        match tokio::time::timeout(HANDLER_TIMEOUT, review_live(&app, webhook, &review)).await {
+            Ok(decision) => decision,
+            Err(_) => Decision::deny_with_code(500, "timed out deciding"),
+        };
+    axum::Json(review.respond(&decision)).into_response()
+}
+
+/// Reads what the webhook needs, decides, and performs its side effects.
+async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
+    let namespace = review.field("namespace").to_string();
+    let mut state = Observed::default();
+    match webhook {
+        Webhook::NoDownscale | Webhook::PrepareDownscale => {
+            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
+            if let Ok(list) = sts.list(&ListParams::default()).await {
+                state.stateful_sets = list.items;
+            }
+            if webhook == Webhook::PrepareDownscale {
+                let pods: Api<Pod> = Api::namespaced(app.client.clone(), &namespace);
+                if let Ok(list) = pods.list(&ListParams::default()).await {
+                    state.pods = list.items;
+                }
+            }
+            let resource = review
+                .request
+                .pointer("/resource/resource")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if webhook == Webhook::NoDownscale && matches!(resource, "deployments" | "replicasets")
+            {
+                let kind = if resource == "deployments" {
+                    "Deployment"
+                } else {
+                    "ReplicaSet"
+                };
+                let ar = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("apps", "v1", kind),
+                    resource,
+                );
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(app.client.clone(), &namespace, &ar);
+                if let Ok(Some(object)) = api.get_opt(review.field("name")).await
+                    && let Ok(mut value) = serde_json::to_value(object)
+                {
+                    value["kind"] = json!(kind);
+                    state.references.push(value);
+                }
+            }
+        }
+        Webhook::PodEviction => {
+            let pods: Api<Pod> = Api::namespaced(app.client.clone(), &namespace);
+            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
+            if let Ok(list) = pods.list(&ListParams::default()).await {
+                state.pods = list.items;
+            }
+            if let Ok(list) = sts.list(&ListParams::default()).await {
+                state.stateful_sets = list.items;
+            }
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(
+                    "rollout-operator.grafana.com",
+                    "v1",
+                    "ZoneAwarePodDisruptionBudget",
+                ),
+                "zoneawarepoddisruptionbudgets",
+            );
+            let zpdbs: Api<DynamicObject> =
+                Api::namespaced_with(app.client.clone(), &namespace, &ar);
+            if let Ok(list) = zpdbs.list(&ListParams::default()).await {
+                state.zpdbs = list
+                    .items
+                    .into_iter()
+                    .filter_map(|z| serde_json::to_value(z).ok())
+                    .map(|mut v| {
+                        v["kind"] = json!("ZoneAwarePodDisruptionBudget");
+                        v
+                    })
+                    .collect();
+            }
+        }
+        Webhook::ZpdbValidation => {}
+    }
+    let mut cluster = Cluster::new(state);
+    cluster.cluster_domain = app.cluster_domain.clone();
+    let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
+    if webhook == Webhook::PrepareDownscale && decision.allowed && !decision.side_effects.is_empty()
+    {
+        return prepare(app, review, decision).await;
+    }
+    decision
+}
+
+fn rewrite(app: &App, url: &str) -> String {
+    match (&app.pod_address_override, url.strip_prefix("http://")) {
+        (Some(addr), Some(rest)) => match rest.split_once('/') {
+            Some((_, path)) => format!("http://{addr}/{path}"),
+            None => format!("http://{addr}/"),
+        },
+        _ => url.to_string(),
+    }
+}
+
+/// POSTs to every pod going away; on any failure DELETEs them all and denies. Then records
+/// the downscale time on the StatefulSet.
+async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
+    let urls: Vec<String> = decision
+        .side_effects
+        .iter()
+        .filter_map(|e| e.strip_prefix("POST "))
+        .map(|u| rewrite(app, u))
+        .collect();
+    let denied = |why: &str| {
+        let message = decision.message.clone().unwrap_or_default();
+        let prefix = message.split(" is allowed").next().unwrap_or_default();
+        Decision::deny(format!("{prefix} is not allowed because {why}"))
+    };
+    let results = call_all(&app.http, "POST", &urls).await;
+    let undo = || call_all(&app.http, "DELETE", &urls);
+    if results
+        .iter()
+        .any(|r| !matches!(r, Ok(code) if (200..300).contains(code)))
+    {
+        for r in results
+            .iter()
+            .filter(|r| !matches!(r, Ok(c) if (200..300).contains(c)))
+        {
+            tracing::warn!(result = ?r, "prepare-downscale call failed");
+        }
+        let _ = undo().await;
+        return denied("one or more pods failed to prepare for shutdown.");
+    }
+    let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), review.field("namespace"));
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let patch = json!({"metadata": {"annotations": {keys::LAST_DOWNSCALE: now}}});
+    if let Err(e) = sts
+        .patch(
+            review.field("name"),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, "recording last-downscale failed");
+        let _ = undo().await;
+        return denied("adding an annotation to the statefulset failed.");
+    }
+    decision
+}
+
+/// Calls every URL, at most 32 at a time.
+async fn call_all(
+    http: &reqwest_free::Http,
+    method: &'static str,
+    urls: &[String],
+) -> Vec<Result<u16, String>> {
+    let calls = urls.iter().cloned().map(|url| {
+        let http = http.clone();
+        async move { http.call(method, &url).await }
+    });
+    futures::stream::iter(calls)
+        .buffer_unordered(32)
+        .collect()
+        .await
+}
+
+/// The routes; `/admission/addonslayer-validation` arrives with the AddonsLayer API.
+pub fn router(app: Arc<App>) -> Router {
+    let route = |webhook: Webhook| {
+        let app = app.clone();
+        post(move |headers: HeaderMap, body: Bytes| handle(app.clone(), webhook, headers, body))
+    };
+    Router::new()
+        .route(Webhook::NoDownscale.path(), route(Webhook::NoDownscale))
+        .route(
+            Webhook::PrepareDownscale.path(),
+            route(Webhook::PrepareDownscale),
+        )
+        .route(Webhook::PodEviction.path(), route(Webhook::PodEviction))
+        .route(
+            Webhook::ZpdbValidation.path(),
+            route(Webhook::ZpdbValidation),
+        )
+        .with_state(())
+}
+
+/// Serves until `stop`, draining in-flight requests for up to 2 s.
+pub async fn serve(
+    address: SocketAddr,
+    tls: RustlsConfig,
+    app: Arc<App>,
+    stop: tokio_util::sync::CancellationToken,
+) -> std::io::Result<()> {
+    let handle = axum_server::Handle::new();
+    let shutdown = handle.clone();
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        shutdown.graceful_shutdown(Some(Duration::from_secs(2)));
+    });
+    axum_server::bind_rustls(address, tls)
+        .handle(handle)
+        .serve(router(app).into_make_service())
+        .await
+}
