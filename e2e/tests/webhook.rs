@@ -416,3 +416,120 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
     drop(server);
     Ok(())
 }
+
+#[tokio::test]
+async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "evict").await?;
+    let crd = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/crds/zone-aware-pod-disruption-budget.yaml"),
+    )?;
+    apply_yaml(&client, &ns.name, &crd).await?;
+    let zpdb = "apiVersion: rollout-operator.grafana.com/v1\nkind: ZoneAwarePodDisruptionBudget\nmetadata: {name: ingester}\nspec: {maxUnavailable: 1, selector: {matchLabels: {rollout-group: ingester}}}\n";
+    eventually("ZPDB served", Duration::from_secs(30), || async {
+        Ok(apply_yaml(&client, &ns.name, zpdb).await.ok())
+    })
+    .await?;
+    for zone in ["a", "b", "c"] {
+        let yaml = format!(
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: ingester-zone-{zone}, labels: {{rollout-group: ingester}}}}\nspec:\n  replicas: 2\n  serviceName: ingester\n  podManagementPolicy: Parallel\n  selector: {{matchLabels: {{name: ingester-zone-{zone}}}}}\n  template:\n    metadata: {{labels: {{name: ingester-zone-{zone}, rollout-group: ingester}}}}\n    spec: {{nodeSelector: {{topology.kubernetes.io/zone: zone-{zone}}}, containers: [{{name: c, image: x}}]}}\n"
+        );
+        apply_yaml(&client, &ns.name, &yaml).await?;
+    }
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns.name);
+    eventually("6 ready pods", Duration::from_secs(60), || async {
+        let list = pods.list(&Default::default()).await?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .count();
+        Ok((ready == 6).then_some(()))
+    })
+    .await?;
+    // Zone b is already disrupted.
+    pods.patch("ingester-zone-b-1", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"labels": {strata_e2e::plane::FAKE_READY_LABEL: "false"}}}))).await?;
+    eventually("zone b pod NotReady", Duration::from_secs(20), || async {
+        let p = pods.get("ingester-zone-b-1").await?;
+        Ok(p.status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "False"))
+            .then_some(()))
+    })
+    .await?;
+
+    let port = free_port()?;
+    let server = start(&ns.name, port, &[])?;
+    let name = format!("{}-eviction", ns.name);
+    let rules = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
+    apply_yaml(
+        &client,
+        &ns.name,
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            &name,
+            &ns.name,
+            port,
+            "/admission/pod-eviction",
+            rules,
+        ),
+    )
+    .await?;
+    ca_injected(&name, "ValidatingWebhookConfiguration").await?;
+    // Through kubectl: kube-client retries 429 answers with backoff, kubectl reports them.
+    let evict = |pod: &str| {
+        let body = format!(
+            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"{pod}","namespace":"{}"}}}}"#,
+            ns.name
+        );
+        let file = std::env::temp_dir().join(format!("eviction-{}-{pod}.json", ns.name));
+        std::fs::write(&file, body).unwrap();
+        cluster()
+            .kubectl()
+            .args([
+                "-v=6",
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/{}/pods/{pod}/eviction", ns.name),
+                "-f",
+            ])
+            .arg(&file)
+            .output()
+            .unwrap()
+    };
+    let denial = eventually("eviction denied", Duration::from_secs(30), || async {
+        let out = evict("ingester-zone-a-0");
+        anyhow::ensure!(
+            !out.status.success(),
+            "an eviction that disrupts a second zone was allowed"
+        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        Ok(err
+            .contains("1 pod(s) not ready in ingester-zone-b")
+            .then_some(err))
+    })
+    .await?;
+    assert!(
+        denial.contains("status=\"429 Too Many Requests\""),
+        "the denial carries HTTP 429: {denial}"
+    );
+    // The NotReady pod itself may go: that disrupts nothing more.
+    let out = evict("ingester-zone-b-1");
+    assert!(
+        out.status.success(),
+        "evicting the NotReady pod: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "validatingwebhookconfiguration", &name])
+        .output();
+    drop(server);
+    Ok(())
+}
