@@ -4,9 +4,11 @@
 //! take over the moment the Lease frees. On shutdown the leader releases the Lease explicitly,
 //! so its successor does not wait for the Lease to expire.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::watch;
@@ -29,6 +31,41 @@ pub fn renew_grace(duration: Duration) -> u64 {
 #[derive(Clone, Debug)]
 pub struct Leadership {
     rx: watch::Receiver<bool>,
+    fence: Option<Arc<Fence>>,
+}
+
+/// Re-reads the Lease before an action: the Lease in the API server, not this process's
+/// belief, decides who may act. Two processes can both believe they lead for a moment (a
+/// renewal that stalled, two first acquisitions racing); only the one the Lease names passes.
+struct Fence {
+    api: Api<Lease>,
+    lease: String,
+    identity: String,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("lease", &self.lease)
+            .field("identity", &self.identity)
+            .finish()
+    }
+}
+
+/// Whether a Lease names `identity` as holder and has not expired at `now`.
+pub fn lease_holds(lease: &Lease, identity: &str, now: jiff::Timestamp) -> bool {
+    let Some(spec) = lease.spec.as_ref() else {
+        return false;
+    };
+    if spec.holder_identity.as_deref() != Some(identity) {
+        return false;
+    }
+    let (Some(renewed), Some(duration)) = (spec.renew_time.as_ref(), spec.lease_duration_seconds)
+    else {
+        return false;
+    };
+    let expires = renewed.0.as_second().saturating_add(i64::from(duration));
+    now.as_second() < expires
 }
 
 impl Leadership {
@@ -37,11 +74,36 @@ impl Leadership {
         let (tx, rx) = watch::channel(true);
         // Keep the channel open for the life of the process.
         std::mem::forget(tx);
-        Self { rx }
+        Self { rx, fence: None }
     }
 
     pub fn is_leader(&self) -> bool {
         *self.rx.borrow()
+    }
+
+    /// Confirms leadership against the API server right before a destructive action.
+    /// Without leader election this is [`Leadership::is_leader`].
+    pub async fn confirm(&self) -> bool {
+        if !self.is_leader() {
+            return false;
+        }
+        let Some(fence) = &self.fence else {
+            return true;
+        };
+        match fence.api.get_opt(&fence.lease).await {
+            Ok(Some(lease)) => {
+                let holds = lease_holds(&lease, &fence.identity, jiff::Timestamp::now());
+                if !holds {
+                    tracing::warn!(lease = %fence.lease, identity = %fence.identity, "believed to lead but the Lease says otherwise; not acting");
+                }
+                holds
+            }
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(lease = %fence.lease, error = %e, "cannot confirm leadership; not acting");
+                false
+            }
+        }
     }
 
     /// A receiver to await changes on.
@@ -69,7 +131,7 @@ pub async fn elect(
 ) -> Result<(Leadership, JoinHandle<()>)> {
     let lease = lease_name(&config.service);
     let duration = config.duration.as_secs().max(2);
-    let manager = LeaseManagerBuilder::new(client, &lease)
+    let manager = LeaseManagerBuilder::new(client.clone(), &lease)
         .with_namespace(&config.namespace)
         .with_identity(&config.identity)
         .with_duration(duration)
@@ -83,8 +145,19 @@ pub async fn elect(
         })?;
     let (tx, rx) = watch::channel(false);
     gauge.set(0);
+    let fence = Arc::new(Fence {
+        api: Api::namespaced(client, &config.namespace),
+        lease: lease.clone(),
+        identity: config.identity.clone(),
+    });
     let task = tokio::spawn(contend(manager, lease, config.identity, tx, gauge, stop));
-    Ok((Leadership { rx }, task))
+    Ok((
+        Leadership {
+            rx,
+            fence: Some(fence),
+        },
+        task,
+    ))
 }
 
 async fn contend(
@@ -143,6 +216,32 @@ mod tests {
         assert_eq!(renew_grace(Duration::from_secs(10)), 3);
         assert_eq!(renew_grace(Duration::from_secs(2)), 1);
         assert_eq!(renew_grace(Duration::from_secs(60)), 20);
+    }
+
+    #[test]
+    fn lease_holder_and_expiry() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let lease = |holder: &str, renewed: &str| Lease {
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some(holder.to_string()),
+                renew_time: Some(MicroTime(renewed.parse().unwrap())),
+                lease_duration_seconds: Some(10),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let now: jiff::Timestamp = "2026-01-01T00:00:05Z".parse().unwrap();
+        assert!(lease_holds(&lease("me", "2026-01-01T00:00:00Z"), "me", now));
+        assert!(!lease_holds(
+            &lease("other", "2026-01-01T00:00:00Z"),
+            "me",
+            now
+        ));
+        assert!(
+            !lease_holds(&lease("me", "2025-12-31T23:59:50Z"), "me", now),
+            "expired"
+        );
+        assert!(!lease_holds(&Lease::default(), "me", now));
     }
 
     #[test]

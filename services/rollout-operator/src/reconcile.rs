@@ -330,6 +330,13 @@ async fn reconcile_group_inner(
     observed.references = read_references(ctx, &namespace, &observed.stateful_sets).await;
     observed.recently_evicted = recent.still_visible(&namespace, &observed.pods);
     let plan = plan(&observed, jiff::Timestamp::now());
+    let acts = !(plan.delete_pods.is_empty()
+        && plan.status_updates.is_empty()
+        && plan.replica_changes.is_empty());
+    // Fencing: only the replica the Lease names may change anything.
+    if acts && !ctx.leadership.confirm().await {
+        return Ok(None);
+    }
     execute(ctx, metrics, &namespace, &observed, &plan, recent).await?;
     if plan.errors.is_empty() {
         Ok(plan.recheck_after)
