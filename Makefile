@@ -50,7 +50,7 @@ bench:
 
 # Regenerates manifests/crds/ from the Rust CRD types; `make test` fails when it is stale.
 crds:
-	STRATA_UPDATE_CRDS=1 $(CARGO) test -p rollout-operator --test crds
+	STRATA_UPDATE_CRDS=1 $(CARGO) test -p rollout-operator -p layer-controller --test crds
 
 fmt:
 	$(CARGO) fmt --all

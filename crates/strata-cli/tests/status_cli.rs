@@ -169,14 +169,7 @@ fn unimplemented_commands_say_so_and_exit_2() {
     for args in [
         &["render", "course.yaml"][..],
         &["layers", "graph"][..],
-        &[
-            "admission",
-            "review",
-            "-f",
-            "r.json",
-            "--webhook",
-            "addonslayer-validation",
-        ][..],
+        &["layers", "plan", "base"][..],
     ] {
         let out = strata(args, "");
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -198,6 +198,24 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             }
         }
         Webhook::ZpdbValidation => {}
+        Webhook::AddonsLayerValidation => {
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("strata.dev", "v1alpha1", "AddonsLayer"),
+                "addonslayers",
+            );
+            let api: Api<DynamicObject> = Api::all_with(app.client.clone(), &ar);
+            if let Ok(list) = api.list(&ListParams::default()).await {
+                state.references = list
+                    .items
+                    .into_iter()
+                    .filter_map(|l| serde_json::to_value(l).ok())
+                    .map(|mut v| {
+                        v["kind"] = json!("AddonsLayer");
+                        v
+                    })
+                    .collect();
+            }
+        }
     }
     let mut cluster = Cluster::new(state);
     cluster.cluster_domain = app.cluster_domain.clone();
@@ -284,7 +302,7 @@ async fn call_all(
         .await
 }
 
-/// The routes; `/admission/addonslayer-validation` arrives with the AddonsLayer API.
+/// The routes.
 pub fn router(app: Arc<App>) -> Router {
     let route = |webhook: Webhook| {
         let app = app.clone();

@@ -23,6 +23,7 @@ pub enum Webhook {
     PrepareDownscale,
     PodEviction,
     ZpdbValidation,
+    AddonsLayerValidation,
 }
 
 impl Webhook {
@@ -32,6 +33,7 @@ impl Webhook {
             Webhook::PrepareDownscale => "/admission/prepare-downscale",
             Webhook::PodEviction => "/admission/pod-eviction",
             Webhook::ZpdbValidation => "/admission/zpdb-validation",
+            Webhook::AddonsLayerValidation => "/admission/addonslayer-validation",
         }
     }
 }
@@ -60,6 +62,7 @@ pub fn decide(webhook: Webhook, review: &Review, cluster: &Cluster, now: Timesta
         Webhook::PrepareDownscale => prepare_downscale(review, cluster, now),
         Webhook::PodEviction => pod_eviction(review, cluster, now),
         Webhook::ZpdbValidation => zpdb_validation(review),
+        Webhook::AddonsLayerValidation => addonslayer_validation(review, cluster),
     }
 }
 
@@ -465,4 +468,98 @@ mod tests {
             assert_eq!(go_duration(SignedDuration::from_millis(ms)), want);
         }
     }
+}
+
+/// `/admission/addonslayer-validation`: Strata's own. Rejects an AddonsLayer whose
+/// `dependsOn` entries, versions or durations do not parse, that depends on itself, or that
+/// would close a dependency cycle with the layers that exist — naming the field or the cycle.
+pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
+    use layer_controller::crd::AddonsLayer;
+    use layer_controller::deps::{Version, cycle_through, parse_dependency};
+    use std::collections::{BTreeMap, BTreeSet};
+
+    if !matches!(review.field("operation"), "CREATE" | "UPDATE") {
+        return Decision::allow();
+    }
+    let object = review.request.get("object").cloned().unwrap_or(Value::Null);
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or(review.field("name"))
+        .to_string();
+    let deny =
+        |message: String| Decision::deny_with_code(400, format!("AddonsLayer {name}: {message}"));
+    let layer: AddonsLayer = match serde_json::from_value(object) {
+        Ok(layer) => layer,
+        Err(e) => return deny(format!("spec: {e}")),
+    };
+    let spec = &layer.spec;
+    if !spec.source.path.starts_with("./") {
+        return deny(format!(
+            "spec.source.path: {:?} must start with ./",
+            spec.source.path
+        ));
+    }
+    if let Some(required) = &spec.prereqs.k8s_version
+        && !required.is_empty()
+        && Version::parse(required).is_none()
+    {
+        return deny(format!(
+            "spec.prereqs.k8sVersion: {required:?} is not a version like v1.29 or 1.30.2"
+        ));
+    }
+    for (field, value) in [("interval", &spec.interval), ("timeout", &spec.timeout)] {
+        if let Some(text) = value
+            && core_k8s::args::parse_duration(text).is_err()
+        {
+            return deny(format!(
+                "spec.{field}: {text:?} is not a duration like 30s, 5m or 1h"
+            ));
+        }
+    }
+    let mut mine = BTreeSet::new();
+    for (i, entry) in spec.prereqs.depends_on.iter().enumerate() {
+        match parse_dependency(entry) {
+            Err(e) => return deny(format!("spec.prereqs.dependsOn[{i}]: {e}")),
+            Ok(dep) if dep.layer == name => {
+                return deny(format!(
+                    "spec.prereqs.dependsOn[{i}]: a layer cannot depend on itself"
+                ));
+            }
+            Ok(dep) => {
+                mine.insert(dep.layer);
+            }
+        }
+    }
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for other in cluster
+        .state
+        .references
+        .iter()
+        .filter(|o| o.get("kind").and_then(Value::as_str) == Some("AddonsLayer"))
+    {
+        let Some(other_name) = other.pointer("/metadata/name").and_then(Value::as_str) else {
+            continue;
+        };
+        if other_name == name {
+            continue;
+        }
+        let deps = other
+            .pointer("/spec/prereqs/dependsOn")
+            .and_then(Value::as_array)
+            .map(|list| {
+                list.iter()
+                    .filter_map(Value::as_str)
+                    .filter_map(|e| parse_dependency(e).ok())
+                    .map(|d| d.layer)
+                    .collect()
+            })
+            .unwrap_or_default();
+        graph.insert(other_name.to_string(), deps);
+    }
+    graph.insert(name.clone(), mine);
+    if let Some(cycle) = cycle_through(&name, &graph) {
+        return deny(format!("dependency cycle: {}", cycle.join(" -> ")));
+    }
+    Decision::allow()
 }

@@ -400,3 +400,90 @@ fn zpdb_validation() {
         json!({"uid": UID, "allowed": false, "status": {"code": 400, "message": "invalid value: max unavailable must be 0 <= val, got -1"}})
     );
 }
+
+fn layer(name: &str, depends_on: &[&str], extra: Value) -> Value {
+    let mut l = json!({"apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer", "metadata": {"name": name},
+        "spec": {"version": "1.0.0", "source": {"name": "repo", "path": "./layers/x"}, "prereqs": {"dependsOn": depends_on}}});
+    if let (Value::Object(spec), Value::Object(e)) = (&mut l["spec"], extra) {
+        spec.extend(e);
+    }
+    l
+}
+
+fn layer_review(object: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": UID, "operation": "CREATE", "name": object["metadata"]["name"], "object": object}})
+}
+
+#[test]
+fn addonslayer_validation() {
+    let msg = |object: Value, state: Vec<Value>| {
+        let (response, _) = run(Webhook::AddonsLayerValidation, layer_review(object), state);
+        response["status"]["message"].as_str().map(str::to_string)
+    };
+    assert_eq!(
+        msg(
+            layer("apps", &["base@>=1.2,<2", "bootstrap"], json!({})),
+            vec![]
+        ),
+        None,
+        "valid layer allowed"
+    );
+    assert_eq!(
+        msg(layer("apps", &["base@>=x"], json!({})), vec![]).unwrap(),
+        "AddonsLayer apps: spec.prereqs.dependsOn[0]: \">=x\": \"x\" is not a version like 1.2 or 1.2.3"
+    );
+    assert_eq!(
+        msg(layer("apps", &["ok", "apps@1.0.0"], json!({})), vec![]).unwrap(),
+        "AddonsLayer apps: spec.prereqs.dependsOn[1]: a layer cannot depend on itself"
+    );
+    assert_eq!(
+        msg(
+            layer(
+                "apps",
+                &[],
+                json!({"source": {"name": "r", "path": "layers/x"}})
+            ),
+            vec![]
+        )
+        .unwrap(),
+        "AddonsLayer apps: spec.source.path: \"layers/x\" must start with ./"
+    );
+    assert_eq!(
+        msg(
+            layer("apps", &[], json!({"prereqs": {"k8sVersion": "latest"}})),
+            vec![]
+        )
+        .unwrap(),
+        "AddonsLayer apps: spec.prereqs.k8sVersion: \"latest\" is not a version like v1.29 or 1.30.2"
+    );
+    assert_eq!(
+        msg(layer("apps", &[], json!({"timeout": "soon"})), vec![]).unwrap(),
+        "AddonsLayer apps: spec.timeout: \"soon\" is not a duration like 30s, 5m or 1h"
+    );
+    // base depends on apps already; apps depending on base closes the cycle.
+    let existing = vec![
+        layer("base", &["bootstrap"], json!({})),
+        layer("bootstrap", &["apps@1.0.0"], json!({})),
+    ];
+    assert_eq!(
+        msg(layer("apps", &["base"], json!({})), existing.clone()).unwrap(),
+        "AddonsLayer apps: dependency cycle: apps -> base -> bootstrap -> apps"
+    );
+    assert_eq!(
+        msg(layer("other", &["base"], json!({})), existing).unwrap_or_default(),
+        "",
+        "a layer outside the cycle is fine"
+    );
+    let (response, _) = run(
+        Webhook::AddonsLayerValidation,
+        layer_review(
+            json!({"apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer", "metadata": {"name": "x"}, "spec": {"version": 3}}),
+        ),
+        vec![],
+    );
+    assert_eq!(
+        response["status"]["code"], 400,
+        "a malformed spec is rejected: {response}"
+    );
+}

@@ -4,6 +4,9 @@
 //! issue), the controller watches the ConfigMap layer sources (`strata.dev/layer-source`) — so
 //! its cache, readiness, leadership and metrics are real — and applies nothing.
 
+pub mod crd;
+pub mod deps;
+
 use std::sync::Arc;
 
 use core_k8s::Context;
