@@ -451,25 +451,6 @@ pub fn zpdb_validation(review: &Review) -> Decision {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn go_durations() {
-        for (ms, want) in [
-            (0, "0s"),
-            (10_000, "10s"),
-            (1_800_000, "30m0s"),
-            (3_600_000, "1h0m0s"),
-            (5_400_000, "1h30m0s"),
-            (1_500, "1.5s"),
-        ] {
-            assert_eq!(go_duration(SignedDuration::from_millis(ms)), want);
-        }
-    }
-}
-
 /// `/admission/addonslayer-validation`: Strata's own. Rejects an AddonsLayer whose
 /// `dependsOn` entries, versions or durations do not parse, that depends on itself, or that
 /// would close a dependency cycle with the layers that exist — naming the field or the cycle.
@@ -562,4 +543,23 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
         return deny(format!("dependency cycle: {}", cycle.join(" -> ")));
     }
     Decision::allow()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_durations() {
+        for (ms, want) in [
+            (0, "0s"),
+            (10_000, "10s"),
+            (1_800_000, "30m0s"),
+            (3_600_000, "1h0m0s"),
+            (5_400_000, "1h30m0s"),
+            (1_500, "1.5s"),
+        ] {
+            assert_eq!(go_duration(SignedDuration::from_millis(ms)), want);
+        }
+    }
 }
