@@ -533,3 +533,76 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
     drop(server);
     Ok(())
 }
+
+#[tokio::test]
+async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "layers").await?;
+    let crd = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/crds/addonslayers.yaml"),
+    )?;
+    apply_yaml(&client, &ns.name, &crd).await?;
+    let port = free_port()?;
+    let server = start(&ns.name, port, &[])?;
+    let name = format!("{}-layers", ns.name);
+    let rules = "  - apiGroups: [strata.dev]\n    apiVersions: [v1alpha1]\n    operations: [CREATE, UPDATE]\n    resources: [addonslayers]";
+    apply_yaml(
+        &client,
+        &ns.name,
+        &configuration(
+            "ValidatingWebhookConfiguration",
+            &name,
+            &ns.name,
+            port,
+            "/admission/addonslayer-validation",
+            rules,
+        ),
+    )
+    .await?;
+    ca_injected(&name, "ValidatingWebhookConfiguration").await?;
+    // Layers are cluster-scoped: prefix them with the test's namespace.
+    let p = ns.name.clone();
+    let layer = |n: &str, deps: &str| {
+        format!(
+            "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {p}-{n}}}\nspec: {{version: 1.0.0, source: {{name: repo, path: ./{n}}}, prereqs: {{dependsOn: [{deps}]}}}}\n"
+        )
+    };
+    eventually("AddonsLayer served", Duration::from_secs(30), || async {
+        apply_yaml(&client, &ns.name, &layer("bootstrap", "")).await?;
+        Ok(Some(()))
+    })
+    .await?;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &layer("base", &format!("{p}-bootstrap@>=1.0")),
+    )
+    .await?;
+    // Closing the cycle bootstrap -> base -> bootstrap is refused with the cycle named.
+    let err = eventually("cycle rejected", Duration::from_secs(30), || async {
+        match apply_yaml(&client, &ns.name, &layer("bootstrap", &format!("{p}-base"))).await {
+            Ok(_) => Ok(None),
+            Err(e) => Ok(Some(format!("{e:#}"))),
+        }
+    })
+    .await?;
+    assert!(
+        err.contains(&format!(
+            "dependency cycle: {p}-bootstrap -> {p}-base -> {p}-bootstrap"
+        )),
+        "{err}"
+    );
+    for l in ["base", "bootstrap"] {
+        let _ = cluster()
+            .kubectl()
+            .args(["delete", "addonslayer", &format!("{p}-{l}"), "--wait=false"])
+            .output();
+    }
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "validatingwebhookconfiguration", &name])
+        .output();
+    drop(server);
+    Ok(())
+}

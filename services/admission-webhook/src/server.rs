@@ -308,17 +308,11 @@ pub fn router(app: Arc<App>) -> Router {
         let app = app.clone();
         post(move |headers: HeaderMap, body: Bytes| handle(app.clone(), webhook, headers, body))
     };
-    Router::new()
-        .route(Webhook::NoDownscale.path(), route(Webhook::NoDownscale))
-        .route(
-            Webhook::PrepareDownscale.path(),
-            route(Webhook::PrepareDownscale),
-        )
-        .route(Webhook::PodEviction.path(), route(Webhook::PodEviction))
-        .route(
-            Webhook::ZpdbValidation.path(),
-            route(Webhook::ZpdbValidation),
-        )
+    Webhook::ALL
+        .iter()
+        .fold(Router::new(), |router, webhook| {
+            router.route(webhook.path(), route(*webhook))
+        })
         .with_state(())
 }
 

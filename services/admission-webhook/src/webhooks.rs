@@ -27,6 +27,15 @@ pub enum Webhook {
 }
 
 impl Webhook {
+    /// Every endpoint the server serves.
+    pub const ALL: [Webhook; 5] = [
+        Webhook::NoDownscale,
+        Webhook::PrepareDownscale,
+        Webhook::PodEviction,
+        Webhook::ZpdbValidation,
+        Webhook::AddonsLayerValidation,
+    ];
+
     pub fn path(self) -> &'static str {
         match self {
             Webhook::NoDownscale => "/admission/no-downscale",

@@ -41,12 +41,7 @@ async fn random_bytes_get_400_and_never_a_crash() {
             .wrapping_add(1442695040888963407);
         (seed >> 33) as usize
     };
-    for path in [
-        "/admission/no-downscale",
-        "/admission/prepare-downscale",
-        "/admission/pod-eviction",
-        "/admission/zpdb-validation",
-    ] {
+    for path in admission_webhook::webhooks::Webhook::ALL.map(|w| w.path()) {
         for round in 0..100 {
             let body: Vec<u8> = match round % 3 {
                 0 => (0..next() % 512).map(|_| next() as u8).collect(),
