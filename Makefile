@@ -10,7 +10,7 @@ export STRATA_BIN_DIR := $(CARGO_TARGET_DIR)/debug
 # Two cores: one cargo job graph at a time, never parallel cargo invocations.
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit e2e plane-build bench crds fmt clean-plane help
+.PHONY: all build demo test lint unit e2e plane-build bench crds fmt fuzz clean-plane help
 
 all: build
 
@@ -54,3 +54,15 @@ crds:
 
 fmt:
 	$(CARGO) fmt --all
+
+# Fuzz every decoding path for FUZZ_SECONDS each (needs a nightly toolchain; installs
+# cargo-fuzz into the cache on first use). Not part of `make test`.
+FUZZ_SECONDS ?= 30
+FUZZ_TARGETS := admission_review zpdb_spec depends_on status_input
+fuzz:
+	@command -v cargo-fuzz >/dev/null || test -x $(STRATA_CACHE)/cargo-fuzz/bin/cargo-fuzz || \
+	  $(CARGO) install cargo-fuzz --locked --root $(STRATA_CACHE)/cargo-fuzz
+	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  PATH="$(STRATA_CACHE)/cargo-fuzz/bin:$$PATH" CARGO_TARGET_DIR=$(STRATA_CACHE)/fuzz-target \
+	    cargo +nightly fuzz run --fuzz-dir . $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
