@@ -357,26 +357,15 @@ async fn read_references(
 ) -> Vec<Value> {
     let mut references = Vec::new();
     for sts in members {
-        let (Some(name), Some(kind)) = (
-            annotation(sts, keys::MIRROR_NAME),
-            annotation(sts, keys::MIRROR_KIND),
-        ) else {
+        let Some(reference) = Reference::of(ctx, namespace, sts).await else {
             continue;
         };
-        let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or("v1");
-        let Some((group, version)) = core_k8s::apply::parse_api_version(api_version) else {
-            continue;
-        };
-        let Ok(resolved) = ctx
-            .applier
-            .discovery()
-            .resolve(&GroupVersionKind::gvk(group, version, kind))
-            .await
-        else {
-            continue;
-        };
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), namespace, &resolved.resource);
+        let (api, name, kind, api_version) = (
+            &reference.api,
+            reference.name,
+            reference.kind,
+            reference.api_version,
+        );
         match api.get_scale(name).await {
             Ok(scale) => references.push(json!({
                 "apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace},
@@ -387,6 +376,40 @@ async fn read_references(
         }
     }
     references
+}
+
+/// The resource a StatefulSet mirrors its replicas from, resolved through discovery.
+struct Reference<'a> {
+    api: Api<DynamicObject>,
+    name: &'a str,
+    kind: &'a str,
+    api_version: &'a str,
+}
+
+impl<'a> Reference<'a> {
+    async fn of(
+        ctx: &Arc<Context>,
+        namespace: &str,
+        sts: &'a StatefulSet,
+    ) -> Option<Reference<'a>> {
+        let name = annotation(sts, keys::MIRROR_NAME)?;
+        let kind = annotation(sts, keys::MIRROR_KIND)?;
+        let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or("v1");
+        let (group, version) = core_k8s::apply::parse_api_version(api_version)?;
+        let resolved = ctx
+            .applier
+            .discovery()
+            .resolve(&GroupVersionKind::gvk(group, version, kind))
+            .await
+            .ok()?;
+        let api = Api::namespaced_with(ctx.client.clone(), namespace, &resolved.resource);
+        Some(Reference {
+            api,
+            name,
+            kind,
+            api_version,
+        })
+    }
 }
 
 fn reference(sts: &StatefulSet) -> ObjectReference {
@@ -488,29 +511,15 @@ async fn execute(
 /// Writes the StatefulSet's replicas back to the reference resource's status (for an HPA on
 /// a ReplicaTemplate), unless the StatefulSet opts out.
 async fn write_back(ctx: &Arc<Context>, namespace: &str, sts: &StatefulSet, replicas: i32) {
-    let (Some(name), Some(kind)) = (
-        annotation(sts, keys::MIRROR_NAME),
-        annotation(sts, keys::MIRROR_KIND),
-    ) else {
-        return;
-    };
     if annotation(sts, keys::MIRROR_WRITE_BACK).is_some_and(|v| v.parse::<bool>() != Ok(true)) {
         return;
     }
-    let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or("v1");
-    let Some((group, version)) = core_k8s::apply::parse_api_version(api_version) else {
-        return;
-    };
-    let Ok(resolved) = ctx
-        .applier
-        .discovery()
-        .resolve(&GroupVersionKind::gvk(group, version, kind))
-        .await
+    let Some(Reference {
+        api, name, kind, ..
+    }) = Reference::of(ctx, namespace, sts).await
     else {
         return;
     };
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), namespace, &resolved.resource);
     if let Err(e) = api
         .patch_status(
             name,
