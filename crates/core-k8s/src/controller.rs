@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
@@ -27,6 +28,27 @@ impl ReconcileError for crate::Error {
     fn category(&self) -> &'static str {
         crate::Error::category(self)
     }
+}
+
+/// Registers `cache` with the readiness endpoint and marks it ready once `store` has synced.
+///
+/// kube's store readiness signal wakes only its most recent waiter, and a kube `Controller`
+/// waits on it too; re-polling with a short timeout sees the memoised value instead of hanging.
+pub fn report_when_synced<K>(readiness: &crate::admin::Readiness, cache: &str, store: Store<K>)
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let ready = readiness.register(cache.to_string());
+    tokio::spawn(async move {
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+                Ok(Ok(())) => return ready.ready(),
+                Ok(Err(_)) => return,
+                Err(_) => continue,
+            }
+        }
+    });
 }
 
 /// Runs a controller for `K` until the runtime's shutdown token fires.
@@ -46,22 +68,7 @@ pub async fn run<K, F, Fut, E>(
     E: ReconcileError,
 {
     let controller = Controller::new(api, config);
-    let ready = ctx.readiness.register(cache.to_string());
-    let store = controller.store();
-    tokio::spawn(async move {
-        // The store's readiness signal wakes only its most recent waiter, and the controller
-        // itself waits on it too; re-polling with a short timeout sees the memoised value.
-        loop {
-            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
-                Ok(Ok(())) => {
-                    ready.ready();
-                    break;
-                }
-                Ok(Err(_)) => break,
-                Err(_) => continue,
-            }
-        }
-    });
+    report_when_synced(&ctx.readiness, cache, controller.store());
 
     // Reconcile everything once on each gain of leadership.
     let leadership = ctx.leadership.subscribe();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use core_k8s::Context;
+use core_k8s::controller::report_when_synced;
 use core_k8s::events::Severity;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -89,24 +90,6 @@ fn group_of_pod(stores: &Stores, pod: &Pod) -> Option<String> {
         .and_then(|s| group_of(&s))
 }
 
-/// Keeps a cache ready-flag honest despite kube's single-waker readiness signal.
-fn report_ready<K>(ctx: &Arc<Context>, name: &str, store: Store<K>)
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
-{
-    let ready = ctx.readiness.register(name.to_string());
-    tokio::spawn(async move {
-        loop {
-            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
-                Ok(Ok(())) => return ready.ready(),
-                Ok(Err(_)) => return,
-                Err(_) => continue,
-            }
-        }
-    });
-}
-
 /// Runs the rollout controller until shutdown.
 pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
     let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<String>();
@@ -147,8 +130,8 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
         .default_backoff()
         .touched_objects();
 
-    report_ready(&ctx, "statefulsets", sts_reader.clone());
-    report_ready(&ctx, "pods", pod_reader.clone());
+    report_when_synced(&ctx.readiness, "statefulsets", sts_reader.clone());
+    report_when_synced(&ctx.readiness, "pods", pod_reader.clone());
     let stores = Stores {
         stateful_sets: sts_reader,
         pods: pod_reader,
