@@ -7,8 +7,6 @@ use std::process::ExitCode;
 
 use admission_webhook::review::Review;
 use admission_webhook::webhooks::{Cluster, Webhook as Endpoint, decide};
-use core_status::input::read_sources;
-use rollout_operator::observed::Observed;
 
 use crate::cli::{Webhook, input_error};
 use crate::status::parse_now;
@@ -48,22 +46,9 @@ pub fn review(
             )));
         }
     };
-    let observed = match state {
-        None => Observed::default(),
-        Some(path) => {
-            let source = path.display().to_string();
-            let documents = match read_sources(std::slice::from_ref(&source)) {
-                Ok(d) => d,
-                Err(e) => return Ok(input_error(&e.to_string())),
-            };
-            match Observed::from_documents(
-                &source,
-                documents.into_iter().map(|d| (d.index, d.object)).collect(),
-            ) {
-                Ok(o) => o,
-                Err(e) => return Ok(input_error(&e.to_string())),
-            }
-        }
+    let observed = match state.map(crate::rollout::read_state).transpose() {
+        Ok(observed) => observed.unwrap_or_default(),
+        Err(e) => return Ok(input_error(&e)),
     };
     let decision = decide(endpoint, &review, &Cluster::new(observed), now);
     let mut out = review.respond(&decision);

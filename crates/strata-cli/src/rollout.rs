@@ -9,20 +9,22 @@ use rollout_operator::observed::Observed;
 use crate::cli::input_error;
 use crate::status::parse_now;
 
+/// Reads a `--state`/`-f` dump (`kubectl get -o yaml` output) into the observed state.
+pub fn read_state(path: &Path) -> Result<Observed, String> {
+    let source = path.display().to_string();
+    let documents = read_sources(std::slice::from_ref(&source)).map_err(|e| e.to_string())?;
+    let docs = documents.into_iter().map(|d| (d.index, d.object)).collect();
+    Observed::from_documents(&source, docs).map_err(|e| e.to_string())
+}
+
 pub fn plan(state: &Path, now: Option<&str>) -> anyhow::Result<ExitCode> {
     let now = match parse_now(now) {
         Ok(now) => now,
         Err(e) => return Ok(input_error(&e)),
     };
-    let source = state.display().to_string();
-    let documents = match read_sources(std::slice::from_ref(&source)) {
-        Ok(documents) => documents,
-        Err(e) => return Ok(input_error(&e.to_string())),
-    };
-    let docs = documents.into_iter().map(|d| (d.index, d.object)).collect();
-    let observed = match Observed::from_documents(&source, docs) {
+    let observed = match read_state(state) {
         Ok(observed) => observed,
-        Err(e) => return Ok(input_error(&e.to_string())),
+        Err(e) => return Ok(input_error(&e)),
     };
     let plan = rollout_operator::plan::plan(&observed, now);
     println!("{}", serde_json::to_string_pretty(&plan)?);
