@@ -246,11 +246,8 @@ async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
         .filter_map(|e| e.strip_prefix("POST "))
         .map(|u| rewrite(app, u))
         .collect();
-    let denied = |why: &str| {
-        let message = decision.message.clone().unwrap_or_default();
-        let prefix = message.split(" is allowed").next().unwrap_or_default();
-        Decision::deny(format!("{prefix} is not allowed because {why}"))
-    };
+    let prefix = crate::webhooks::downscale_prefix(review).unwrap_or_default();
+    let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
     let results = call_all(&app.http, "POST", &urls).await;
     let undo = || call_all(&app.http, "DELETE", &urls);
     if results

@@ -129,6 +129,14 @@ fn replica_change(review: &Review) -> Result<(i64, i64), Decision> {
     }
 }
 
+/// `downscale of <resource>/<name> in <ns> from <old> to <new> replicas` for a downscale
+/// review, the start of every no-downscale and prepare-downscale message.
+pub fn downscale_prefix(review: &Review) -> Option<String> {
+    replica_change(review)
+        .ok()
+        .map(|(old, new)| prefix(review, old, new))
+}
+
 fn prefix(review: &Review, old: i64, new: i64) -> String {
     let resource = review
         .request
