@@ -108,7 +108,7 @@ impl TestNamespace {
     /// Creates `e2e-<prefix>-<random>` and waits for its default ServiceAccount (pods are not
     /// admitted before it exists).
     pub async fn create(client: &Client, prefix: &str) -> Result<Self> {
-        let name = format!("e2e-{prefix}-{}", random_suffix());
+        let name = format!("e2e-{prefix}-{}", core_k8s::args::random_suffix());
         let ns: Namespace =
             serde_json::from_value(serde_json::json!({"metadata": {"name": name}}))?;
         Api::<Namespace>::all(client.clone())
@@ -193,13 +193,6 @@ where
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-}
-
-fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    format!("{:06x}", hasher.finish() & 0xff_ffff)
 }
 
 /// A plain HTTP/1.0 GET against a local admin port: `(status, body)`.

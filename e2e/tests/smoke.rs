@@ -319,7 +319,10 @@ mod webhook {
         let ns = TestNamespace::create(&client, "webhook").await?;
         let calls = Arc::new(AtomicUsize::new(0));
         let (port, ca_pem) = start_server(calls.clone()).await?;
-        let ca_bundle = base64(ca_pem.as_bytes());
+        let ca_bundle = base64::Engine::encode(
+            &base64::engine::general_purpose::STANDARD,
+            ca_pem.as_bytes(),
+        );
         let name = format!("{}-deny", ns.name);
         let config = format!(
             r#"
@@ -385,28 +388,6 @@ webhooks:
             .args(["delete", "validatingwebhookconfiguration", &name])
             .output();
         Ok(())
-    }
-
-    fn base64(data: &[u8]) -> String {
-        const ALPHABET: &[u8; 64] =
-            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-        let mut out = String::new();
-        for chunk in data.chunks(3) {
-            let b = [
-                chunk[0],
-                *chunk.get(1).unwrap_or(&0),
-                *chunk.get(2).unwrap_or(&0),
-            ];
-            let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-            for i in 0..4 {
-                if i <= chunk.len() {
-                    out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-                } else {
-                    out.push('=');
-                }
-            }
-        }
-        out
     }
 }
 

@@ -99,7 +99,8 @@ impl CommonArgs {
     }
 }
 
-fn random_suffix() -> String {
+/// Eight hex digits that differ between processes and calls (identities, test names).
+pub fn random_suffix() -> String {
     use std::hash::{BuildHasher, Hasher};
     // RandomState is seeded per process from the OS; good enough to tell two processes apart.
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
