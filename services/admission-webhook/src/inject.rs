@@ -54,59 +54,80 @@ impl core_k8s::controller::ReconcileError for InjectError {
 pub async fn run(ctx: Arc<Context>, ca: watch::Receiver<String>) {
     let namespace = ctx.args.lease_namespace();
     let config = watcher::Config::default().labels(&selector(&namespace));
-    let validating: Api<ValidatingWebhookConfiguration> = Api::all(ctx.client.clone());
-    let mutating: Api<MutatingWebhookConfiguration> = Api::all(ctx.client.clone());
-    let ca_v = ca.clone();
-    let ca_m = ca;
-    let v = core_k8s::controller::run(
+    let v = run_kind::<ValidatingWebhookConfiguration>(
         ctx.clone(),
         "validating-webhook-configurations",
-        validating,
         config.clone(),
-        move |object: Arc<ValidatingWebhookConfiguration>, ctx: Arc<Context>| {
-            let ca = ca_v.borrow().clone();
-            async move {
-                let webhooks: Vec<(String, Option<Vec<u8>>)> = object
-                    .webhooks
-                    .iter()
-                    .flatten()
-                    .map(|w| {
-                        (
-                            w.name.clone(),
-                            w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
-                        )
-                    })
-                    .collect();
-                apply::<ValidatingWebhookConfiguration>(&ctx, &object.name_any(), &webhooks, &ca)
-                    .await
-            }
-        },
+        ca.clone(),
     );
-    let m = core_k8s::controller::run(
-        ctx.clone(),
+    let m = run_kind::<MutatingWebhookConfiguration>(
+        ctx,
         "mutating-webhook-configurations",
-        mutating,
         config,
-        move |object: Arc<MutatingWebhookConfiguration>, ctx: Arc<Context>| {
-            let ca = ca_m.borrow().clone();
-            async move {
-                let webhooks: Vec<(String, Option<Vec<u8>>)> = object
-                    .webhooks
-                    .iter()
-                    .flatten()
-                    .map(|w| {
-                        (
-                            w.name.clone(),
-                            w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
-                        )
-                    })
-                    .collect();
-                apply::<MutatingWebhookConfiguration>(&ctx, &object.name_any(), &webhooks, &ca)
-                    .await
-            }
-        },
+        ca,
     );
     futures::join!(v, m);
+}
+
+/// A webhook configuration kind: its webhooks' names and current caBundles.
+pub trait WebhookConfiguration:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)>;
+}
+
+impl WebhookConfiguration for ValidatingWebhookConfiguration {
+    fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)> {
+        let hooks = self.webhooks.iter().flatten();
+        hooks
+            .map(|w| {
+                (
+                    w.name.clone(),
+                    w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+                )
+            })
+            .collect()
+    }
+}
+
+impl WebhookConfiguration for MutatingWebhookConfiguration {
+    fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)> {
+        let hooks = self.webhooks.iter().flatten();
+        hooks
+            .map(|w| {
+                (
+                    w.name.clone(),
+                    w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+                )
+            })
+            .collect()
+    }
+}
+
+async fn run_kind<K: WebhookConfiguration>(
+    ctx: Arc<Context>,
+    cache: &str,
+    config: watcher::Config,
+    ca: watch::Receiver<String>,
+) {
+    let api: Api<K> = Api::all(ctx.client.clone());
+    core_k8s::controller::run(
+        ctx,
+        cache,
+        api,
+        config,
+        move |object: Arc<K>, ctx: Arc<Context>| {
+            let ca = ca.borrow().clone();
+            async move { apply::<K>(&ctx, &object.name_any(), &object.bundles(), &ca).await }
+        },
+    )
+    .await;
 }
 
 async fn apply<K>(
@@ -116,10 +137,7 @@ async fn apply<K>(
     ca: &str,
 ) -> Result<Action, InjectError>
 where
-    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: WebhookConfiguration,
 {
     if !ca.is_empty()
         && let Some(patch) = patch_for(webhooks, ca)
