@@ -10,6 +10,7 @@ pub mod apply;
 pub mod args;
 pub mod client;
 pub mod controller;
+pub mod crds;
 pub mod error;
 pub mod events;
 pub mod leader;
