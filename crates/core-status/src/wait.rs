@@ -15,6 +15,7 @@
 //! wait for Current early.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use core_k8s::apply::{ApiDiscovery, DiscoveryCache, ResolvedKind, parse_api_version};
@@ -477,20 +478,20 @@ pub async fn wait(
     options: WaitOptions,
     mut on_progress: impl FnMut(&Progress),
 ) -> Result<Report, crate::StatusError> {
-    let discovery = DiscoveryCache::new(ApiDiscovery::new(client.clone()));
+    // One cache for every reader: a kind resolved once is not asked for again.
+    let discovery = Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone())));
     normalise_namespaces(&client, &discovery, &mut targets).await;
     let groups = group_targets(&targets)?;
     let mut tracker = Tracker::with_rules(targets, options.mode, options.rules);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
-    let stop = tokio_util_free_token();
     let mut readers = Vec::new();
     for group in groups {
         let client = client.clone();
         let tx = tx.clone();
         let engine = options.engine;
-        let stop = stop.clone();
+        let discovery = discovery.clone();
         readers.push(tokio::spawn(async move {
-            run_group(client, group, engine, tx, stop).await;
+            run_group(client, &discovery, group, engine, tx).await;
         }));
     }
     drop(tx);
@@ -537,7 +538,7 @@ pub async fn wait(
             },
         }
     };
-    stop.send_replace(true);
+    // Aborting a reader ends its watch or poll loop.
     for reader in readers {
         reader.abort();
     }
@@ -546,11 +547,6 @@ pub async fn wait(
         on_progress(&progress);
     }
     Ok(tracker.report(outcome))
-}
-
-/// A stop signal for the readers (a watch channel, so no extra dependency).
-fn tokio_util_free_token() -> tokio::sync::watch::Sender<bool> {
-    tokio::sync::watch::channel(false).0
 }
 
 /// The live GET that settles a target the initial list did not contain: NotFound if the API
@@ -574,14 +570,13 @@ async fn confirm_absent(
 
 async fn run_group(
     client: Client,
+    discovery: &DiscoveryCache<ApiDiscovery>,
     group: Group,
     engine: Engine,
     tx: tokio::sync::mpsc::Sender<Update>,
-    stop: tokio::sync::watch::Sender<bool>,
 ) {
     let members: Vec<usize> = group.members.values().copied().collect();
     // The kind may not be served yet (CRD applied together with its CRs): keep asking.
-    let discovery = DiscoveryCache::new(ApiDiscovery::new(client.clone()));
     let kind = loop {
         match discovery.resolve(&group.gvk).await {
             Ok(kind) => break kind,
@@ -600,7 +595,7 @@ async fn run_group(
     let api = api_for(&client, &kind, &group.namespace);
     match engine {
         Engine::Watch => watch_group(api, &group, &tx).await,
-        Engine::Poll { interval } => poll_group(api, &group, interval, &tx, stop).await,
+        Engine::Poll { interval } => poll_group(api, &group, interval, &tx).await,
     }
 }
 
@@ -667,7 +662,6 @@ async fn poll_group(
     group: &Group,
     interval: Duration,
     tx: &tokio::sync::mpsc::Sender<Update>,
-    stop: tokio::sync::watch::Sender<bool>,
 ) {
     let members: Vec<usize> = group.members.values().copied().collect();
     let mut params = ListParams::default();
@@ -676,7 +670,6 @@ async fn poll_group(
     {
         params = params.fields(&format!("metadata.name={name}"));
     }
-    let mut stopped = stop.subscribe();
     loop {
         let updates: Vec<Update> = match api.list(&params).await {
             Ok(list) => {
@@ -709,10 +702,7 @@ async fn poll_group(
                 return;
             }
         }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stopped.changed() => return,
-        }
+        tokio::time::sleep(interval).await;
     }
 }
 
