@@ -46,6 +46,16 @@ pub fn parse_api_version(api_version: &str) -> Option<(&str, &str)> {
     }
 }
 
+/// A dynamic object as JSON with its `apiVersion` and `kind`, which the API server leaves off
+/// the items of a list: code that dispatches on `kind` needs them back.
+pub fn typed_value(object: &DynamicObject, resource: &ApiResource) -> Option<Value> {
+    let mut value = serde_json::to_value(object).ok()?;
+    let map = value.as_object_mut()?;
+    map.insert("apiVersion".into(), resource.api_version.clone().into());
+    map.insert("kind".into(), resource.kind.clone().into());
+    Some(value)
+}
+
 /// Who an object is, for error messages and lookups.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectKey {
@@ -493,6 +503,24 @@ mod tests {
                 .starts_with("ConfigMap <no name>: field metadata.name"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn typed_values_get_their_type_back() {
+        let resource = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("strata.dev", "v1alpha1", "AddonsLayer"),
+            "addonslayers",
+        );
+        // What a list item looks like: no apiVersion/kind.
+        let item: DynamicObject =
+            serde_json::from_value(json!({"metadata": {"name": "base"}, "spec": {"version": "1"}}))
+                .unwrap();
+        let value = typed_value(&item, &resource).unwrap();
+        assert_eq!(
+            (value["apiVersion"].as_str(), value["kind"].as_str()),
+            (Some("strata.dev/v1alpha1"), Some("AddonsLayer"))
+        );
+        assert_eq!(value["spec"]["version"], "1");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
+use core_k8s::apply::typed_value;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
@@ -159,9 +160,8 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(app.client.clone(), &namespace, &ar);
                 if let Ok(Some(object)) = api.get_opt(review.field("name")).await
-                    && let Ok(mut value) = serde_json::to_value(object)
+                    && let Some(value) = typed_value(&object, &ar)
                 {
-                    value["kind"] = json!(kind);
                     state.references.push(value);
                 }
             }
@@ -189,11 +189,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
                 state.zpdbs = list
                     .items
                     .into_iter()
-                    .filter_map(|z| serde_json::to_value(z).ok())
-                    .map(|mut v| {
-                        v["kind"] = json!("ZoneAwarePodDisruptionBudget");
-                        v
-                    })
+                    .filter_map(|z| typed_value(&z, &ar))
                     .collect();
             }
         }
@@ -208,11 +204,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
                 state.references = list
                     .items
                     .into_iter()
-                    .filter_map(|l| serde_json::to_value(l).ok())
-                    .map(|mut v| {
-                        v["kind"] = json!("AddonsLayer");
-                        v
-                    })
+                    .filter_map(|l| typed_value(&l, &ar))
                     .collect();
             }
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use core_k8s::Context;
+use core_k8s::apply::typed_value;
 use core_k8s::controller::report_when_synced;
 use core_k8s::events::Severity;
 use futures::StreamExt;
@@ -70,6 +71,7 @@ struct Stores {
     stateful_sets: Store<StatefulSet>,
     pods: Store<Pod>,
     zpdbs: Store<DynamicObject>,
+    zpdb_resource: kube::core::ApiResource,
 }
 
 fn group_of(sts: &StatefulSet) -> Option<String> {
@@ -136,6 +138,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
         stateful_sets: sts_reader,
         pods: pod_reader,
         zpdbs: zpdb_reader,
+        zpdb_resource: zpdb_resource.clone(),
     };
 
     let stop = ctx.shutdown.clone();
@@ -302,11 +305,7 @@ async fn reconcile_group_inner(
             .state()
             .iter()
             .filter(|z| z.namespace().as_deref() == Some(&namespace))
-            .filter_map(|z| serde_json::to_value(&**z).ok())
-            .map(|mut v| {
-                v["kind"] = json!("ZoneAwarePodDisruptionBudget");
-                v
-            })
+            .filter_map(|z| typed_value(z, &stores.zpdb_resource))
             .collect(),
         ..Observed::default()
     };
