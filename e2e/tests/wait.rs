@@ -172,15 +172,17 @@ spec:
   - name: v1
     served: true
     storage: true
-    subresources: {{status: {{}}}}
     schema:
       openAPIV3Schema:
         type: object
         x-kubernetes-preserve-unknown-fields: true
 "
     );
+    // No status subresource, so the CR is created already carrying Ready=False: created
+    // without conditions, kstatus would rightly call it Current and the wait could end
+    // before the test marks it not ready.
     let cr = format!(
-        "apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g1, namespace: {}}}\nspec: {{size: 1}}\n",
+        "apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g1, namespace: {}}}\nspec: {{size: 1}}\nstatus: {{conditions: [{{type: Ready, status: \"False\", reason: Test, message: created not ready}}]}}\n",
         ns.name
     );
     let file = write_manifest(&ns.name, "all.yaml", &format!("{crd}---\n{cr}"));
@@ -212,7 +214,6 @@ spec:
                 "patch",
                 &format!("gadgets.{group}"),
                 "g1",
-                "--subresource=status",
                 "--type=merge",
                 "-p",
                 &status(ready),
