@@ -6,6 +6,10 @@
 
 pub mod crd;
 pub mod deps;
+pub mod error;
+pub mod keys;
+pub mod plan;
+pub mod source;
 
 use std::sync::Arc;
 

@@ -1,0 +1,82 @@
+//! Labels, annotations, state names, condition types and reasons the layer-controller reads and
+//! writes — in one place so the API, the planner, the CLI and the docs cannot drift apart.
+
+/// Every object a layer applies carries the layer's name here; prune and hand-over read it.
+pub const LAYER_LABEL: &str = "strata.dev/layer";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY_VALUE: &str = "strata";
+/// Set on an object that left every layer; it is deleted when the grace window ends unless a
+/// layer takes it back first. The value is a UTC time with `:` replaced by `.` (label values
+/// cannot hold colons), as Kraan's `orphaned` label.
+pub const ORPHANED_LABEL: &str = "strata.dev/orphaned";
+/// Marks a ConfigMap as a layer source so its changes trigger the layers reading it.
+pub const SOURCE_LABEL: &str = "strata.dev/layer-source";
+/// Held by every layer until its objects are torn down.
+pub const FINALIZER: &str = "strata.dev/layer-controller";
+/// An object annotated with one of these (`"true"`) gets the layer version injected, so a
+/// version bump alone redeploys it (Kraan's `kraan.updateVersion`).
+pub const UPDATE_VERSION_ANNOTATIONS: [&str; 2] =
+    ["strata.dev/update-version", "kraan.updateVersion"];
+/// Where the layer version is injected (pod template or object annotation; Helm values key
+/// `layerVersion` for HelmReleases).
+pub const LAYER_VERSION_ANNOTATION: &str = "strata.dev/layer-version";
+
+/// Kraan's state names (`status.state`), plus `Deleting` for the ordered teardown.
+pub mod state {
+    pub const PENDING: &str = "Pending";
+    pub const K8S_VERSION: &str = "K8sVersion";
+    pub const APPLY_PENDING: &str = "ApplyPending";
+    pub const APPLYING: &str = "Applying";
+    pub const PRUNING: &str = "Pruning";
+    pub const DEPLOYED: &str = "Deployed";
+    pub const FAILED: &str = "Failed";
+    pub const HOLD: &str = "Hold";
+    pub const DELETING: &str = "Deleting";
+
+    pub const ALL: [&str; 9] = [
+        PENDING,
+        K8S_VERSION,
+        APPLY_PENDING,
+        APPLYING,
+        PRUNING,
+        DEPLOYED,
+        FAILED,
+        HOLD,
+        DELETING,
+    ];
+}
+
+/// `status.blockedBy[].reason`.
+pub mod blocker {
+    pub const MISSING: &str = "Missing";
+    pub const WRONG_VERSION: &str = "WrongVersion";
+    pub const NOT_DEPLOYED: &str = "NotDeployed";
+    pub const UNHEALTHY: &str = "Unhealthy";
+    pub const SOURCE_NOT_READY: &str = "SourceNotReady";
+    pub const ON_HOLD: &str = "OnHold";
+    pub const CYCLE: &str = "Cycle";
+    pub const K8S_VERSION: &str = "K8sVersion";
+    /// Teardown waits for a layer that depends on the one being deleted.
+    pub const DEPENDENT: &str = "Dependent";
+}
+
+/// Standard condition types (kstatus, `kubectl wait --for=condition=Ready`).
+pub mod condition {
+    pub const READY: &str = "Ready";
+    pub const RECONCILING: &str = "Reconciling";
+    pub const STALLED: &str = "Stalled";
+}
+
+/// Reasons of the standard conditions and of Warning events that are not state names.
+pub mod reason {
+    pub const DEPENDENCY_CYCLE: &str = "DependencyCycle";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const ARTIFACT_FAILED: &str = "ArtifactFailed";
+    pub const INVALID_MANIFEST: &str = "InvalidManifest";
+    pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    pub const HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
+    pub const PRUNED: &str = "Pruned";
+    pub const HANDED_OVER: &str = "HandedOver";
+    pub const SUCCEEDED: &str = "ReconciliationSucceeded";
+}
