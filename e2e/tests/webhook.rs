@@ -557,6 +557,15 @@ async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
             port,
             "/admission/addonslayer-validation",
             rules,
+        )
+        // Layers are cluster-scoped, so the namespace selector does not narrow this
+        // webhook; the object selector keeps it off other tests' layers.
+        .replace(
+            "  rules:\n",
+            &format!(
+                "  objectSelector: {{matchLabels: {{strata-e2e/suite: {}}}}}\n  rules:\n",
+                ns.name
+            ),
         ),
     )
     .await?;
@@ -565,7 +574,7 @@ async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
     let p = ns.name.clone();
     let layer = |n: &str, deps: &str| {
         format!(
-            "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {p}-{n}}}\nspec: {{version: 1.0.0, source: {{name: repo, path: ./{n}}}, prereqs: {{dependsOn: [{deps}]}}}}\n"
+            "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {p}-{n}, labels: {{strata-e2e/suite: {p}}}}}\nspec: {{version: 1.0.0, source: {{name: repo, path: ./{n}}}, prereqs: {{dependsOn: [{deps}]}}}}\n"
         )
     };
     eventually("AddonsLayer served", Duration::from_secs(30), || async {

@@ -67,7 +67,23 @@ pub async fn run<K, F, Fut, E>(
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
     E: ReconcileError,
 {
-    let controller = Controller::new(api, config);
+    run_controller(ctx, cache, Controller::new(api, config), reconcile).await
+}
+
+/// Like [`run`], for a controller that already has its extra triggers (`watches`,
+/// `reconcile_on`): leader-gated, metered, stopped by the shutdown token.
+pub async fn run_controller<K, F, Fut, E>(
+    ctx: Arc<Context>,
+    cache: &str,
+    controller: Controller<K>,
+    reconcile: F,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin,
+    F: Fn(Arc<K>, Arc<Context>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+    E: ReconcileError,
+{
     report_when_synced(&ctx.readiness, cache, controller.store());
 
     // Reconcile everything once on each gain of leadership.

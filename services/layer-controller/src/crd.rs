@@ -122,13 +122,17 @@ pub struct Condition {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct AddonsLayerStatus {
-    /// Kraan's state names: Pending, K8sVersion, ApplyPending, Applying, Deployed, Failed, Hold, Pruning.
+    /// Kraan's state names: Pending, K8sVersion, ApplyPending, Applying, Deployed, Failed, Hold,
+    /// Pruning; plus Deleting while dependents are torn down first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Source revision of the last apply attempt (deployed or not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

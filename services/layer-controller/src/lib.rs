@@ -1,42 +1,31 @@
 //! layer-controller: ordered, dependency-aware layers of addons (`AddonsLayer`).
 //!
-//! This crate owns layer ordering, apply and prune. Until the AddonsLayer API lands (its own
-//! issue), the controller watches the ConfigMap layer sources (`strata.dev/layer-source`) — so
-//! its cache, readiness, leadership and metrics are real — and applies nothing.
+//! `plan` holds every decision (pure, table-tested), `source` reads Flux artifacts and
+//! ConfigMaps, `reconcile` is the thin shell that applies with server-side apply, prunes and
+//! writes status. `graph` renders the layer DAG for `strata layers graph`.
 
 pub mod crd;
 pub mod deps;
 pub mod error;
 pub mod keys;
+pub mod metrics;
 pub mod plan;
+pub mod reconcile;
 pub mod source;
 
-use std::sync::Arc;
-
-use core_k8s::Context;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::ResourceExt;
-use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 
-/// The service name: Lease `layer-controller-leader`, metrics `layer_controller_*`.
+pub use reconcile::LayerArgs;
+
+/// The service name: Lease `layer-controller-leader`, metrics `layer_controller_*`, field
+/// manager `strata-layer-controller`.
 pub const SERVICE: &str = "layer-controller";
 
-/// Label that marks a ConfigMap as a layer source for clusters without Flux.
-pub const LAYER_SOURCE_LABEL: &str = "strata.dev/layer-source";
-
-pub async fn run(args: core_k8s::CommonArgs) -> core_k8s::Result<()> {
-    core_k8s::runtime::run_service(SERVICE, args, Registry::default(), |ctx| async move {
-        let api = ctx.watched_api::<ConfigMap>();
-        let config = watcher::Config::default().labels(LAYER_SOURCE_LABEL);
-        core_k8s::controller::run(ctx, "layer-sources", api, config, reconcile).await;
+pub async fn run(common: core_k8s::CommonArgs, args: LayerArgs) -> core_k8s::Result<()> {
+    let mut registry = Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    core_k8s::runtime::run_service(SERVICE, common, registry, move |ctx| {
+        reconcile::run(ctx, args, metrics)
     })
     .await
-}
-
-async fn reconcile(source: Arc<ConfigMap>, _ctx: Arc<Context>) -> Result<Action, core_k8s::Error> {
-    let files = source.data.as_ref().map_or(0, |d| d.len());
-    tracing::debug!(source = %source.name_any(), files, "observed layer source");
-    Ok(Action::await_change())
 }

@@ -6,12 +6,14 @@ use clap::Parser;
 struct Args {
     #[command(flatten)]
     common: core_k8s::CommonArgs,
+    #[command(flatten)]
+    layer: layer_controller::LayerArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     core_k8s::install_crypto_provider();
     let args = Args::parse();
-    layer_controller::run(args.common).await?;
+    layer_controller::run(args.common, args.layer).await?;
     Ok(())
 }

@@ -19,6 +19,8 @@ use crate::keys::{blocker, condition, state};
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// How long applying may take before the layer is Failed (`spec.timeout` default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+/// The source kinds a layer can read (Flux sources, or a ConfigMap).
+pub const SOURCE_KINDS: [&str; 4] = ["GitRepository", "OCIRepository", "Bucket", "ConfigMap"];
 /// Deployed revisions kept in `status.history`.
 pub const HISTORY_LIMIT: usize = 10;
 
@@ -171,6 +173,14 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
     }
     if let Err(e) = timing(layer) {
         errors.push(e);
+    }
+    if let Some(kind) = layer.spec.source.kind.as_deref().filter(|k| !k.is_empty())
+        && !SOURCE_KINDS.contains(&kind)
+    {
+        errors.push(format!(
+            "spec.source.kind: {kind:?} is not one of {}",
+            SOURCE_KINDS.join(", ")
+        ));
     }
     let path = &layer.spec.source.path;
     if !path.starts_with("./") || path.split('/').any(|part| part == "..") {
@@ -484,6 +494,71 @@ pub fn kind_rank(kind: &str) -> usize {
 /// The sort key that orders applies; prune deletes in the reverse of it.
 pub fn apply_key(object: &ObjectRef, stage: Stage) -> (Stage, usize, ObjectRef) {
     (stage, kind_rank(&object.kind), object.clone())
+}
+
+/// The manifest as the layer applies it: labelled with the layer and Strata, and with the
+/// layer version injected where `updateVersion` asks for it (so a version bump alone rolls
+/// the object: Helm values for a HelmRelease, the pod template for workloads, else an
+/// annotation).
+pub fn prepare_manifest(manifest: &Value, layer: &str, version: &str) -> Value {
+    use crate::keys::{
+        LAYER_LABEL, LAYER_VERSION_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ORPHANED_LABEL,
+        UPDATE_VERSION_ANNOTATIONS,
+    };
+    let mut out = manifest.clone();
+    let wants_version = UPDATE_VERSION_ANNOTATIONS.iter().any(|key| {
+        core_status::object::lookup(manifest, &["metadata", "annotations", key])
+            .and_then(Value::as_str)
+            == Some("true")
+    });
+    let Some(object) = out.as_object_mut() else {
+        return out;
+    };
+    let metadata = object
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Some(metadata) = metadata.as_object_mut() {
+        let labels = metadata
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Some(labels) = labels.as_object_mut() {
+            labels.insert(LAYER_LABEL.into(), layer.into());
+            labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
+            labels.remove(ORPHANED_LABEL);
+        }
+    }
+    if !wants_version {
+        return out;
+    }
+    let is_helm_release = object.get("kind").and_then(Value::as_str) == Some("HelmRelease");
+    let has_template = object
+        .get("spec")
+        .and_then(|s| s.get("template"))
+        .is_some_and(Value::is_object);
+    let target: &[&str] = if is_helm_release {
+        &["spec", "values"]
+    } else if has_template {
+        &["spec", "template", "metadata", "annotations"]
+    } else {
+        &["metadata", "annotations"]
+    };
+    let mut node = &mut *object;
+    for key in target {
+        let next = node
+            .entry(*key)
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Some(map) = next.as_object_mut() else {
+            return out;
+        };
+        node = map;
+    }
+    let key = if is_helm_release {
+        "layerVersion"
+    } else {
+        LAYER_VERSION_ANNOTATION
+    };
+    node.insert(key.into(), version.into());
+    out
 }
 
 /// Objects this layer wants that another layer owns and still wants: `(object, owner)`.
@@ -1025,6 +1100,45 @@ mod tests {
                 "PodDisruptionBudget",
             ]
         );
+    }
+
+    #[test]
+    fn manifests_are_labelled_and_versioned() {
+        use serde_json::json;
+        let cases = [
+            (
+                "plain object: labels only",
+                json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"app": "x", "strata.dev/orphaned": "t"}}}),
+                json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"app": "x",
+                    "strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}}}),
+            ),
+            (
+                "HelmRelease values",
+                json!({"kind": "HelmRelease", "metadata": {"name": "h", "annotations": {"kraan.updateVersion": "true"}},
+                    "spec": {"values": {"a": 1}}}),
+                json!({"kind": "HelmRelease", "metadata": {"name": "h", "annotations": {"kraan.updateVersion": "true"},
+                    "labels": {"strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}},
+                    "spec": {"values": {"a": 1, "layerVersion": "1.2.0"}}}),
+            ),
+            (
+                "workload pod template",
+                json!({"kind": "Job", "metadata": {"name": "t", "annotations": {"strata.dev/update-version": "true"}},
+                    "spec": {"template": {"spec": {}}}}),
+                json!({"kind": "Job", "metadata": {"name": "t", "annotations": {"strata.dev/update-version": "true"},
+                    "labels": {"strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}},
+                    "spec": {"template": {"metadata": {"annotations": {"strata.dev/layer-version": "1.2.0"}}, "spec": {}}}}),
+            ),
+            (
+                "other objects: an annotation",
+                json!({"kind": "Secret", "metadata": {"name": "s", "annotations": {"strata.dev/update-version": "true"}}}),
+                json!({"kind": "Secret", "metadata": {"name": "s", "annotations": {"strata.dev/update-version": "true",
+                    "strata.dev/layer-version": "1.2.0"},
+                    "labels": {"strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}}}),
+            ),
+        ];
+        for (case, input, want) in cases {
+            assert_eq!(prepare_manifest(&input, "base", "1.2.0"), want, "{case}");
+        }
     }
 
     fn cm(name: &str) -> ObjectRef {

@@ -229,7 +229,7 @@ pub fn layer_manifests(files: &Files, path: &str) -> Result<Vec<Manifest>, Layer
         .iter()
         .filter(|(name, _)| name.starts_with(&prefix))
         .collect();
-    if under.is_empty() {
+    if under.is_empty() && !dir.is_empty() {
         return Err(LayerError::Manifest(format!(
             "spec.source.path {path:?} does not exist in the source"
         )));
@@ -262,6 +262,12 @@ pub fn layer_manifests(files: &Files, path: &str) -> Result<Vec<Manifest>, Layer
             }
             if doc.kind().is_empty() {
                 return Err(missing("kind"));
+            }
+            let raw_name = core_status::object::lookup(&doc.object, &["metadata", "name"]);
+            if raw_name.is_some_and(|n| !n.is_string()) {
+                return Err(LayerError::Manifest(format!(
+                    "{origin}: metadata.name must be a string (YAML reads unquoted y, n, yes, no, on, off, true, false and numbers as other types: quote it)"
+                )));
             }
             if doc.name().is_empty() {
                 return Err(missing("metadata.name"));
@@ -539,6 +545,13 @@ mod tests {
             err.contains("already defined at l/a.yaml: document 0"),
             "{err}"
         );
+        let mut boolean = Files::new();
+        boolean.insert(
+            "l/a.yaml".into(),
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\n".to_vec(),
+        );
+        let err = layer_manifests(&boolean, "./l").unwrap_err().to_string();
+        assert!(err.contains("metadata.name must be a string"), "{err}");
         let mut kustomize = Files::new();
         kustomize.insert("l/kustomization.yaml".into(), b"resources: []".to_vec());
         assert!(layer_manifests(&kustomize, "./l").is_err());

@@ -1,0 +1,671 @@
+//! layer-controller on the local control plane, with Flux-style artifacts served by a local
+//! HTTP server (a minimal GitRepository CRD whose status the test sets, as source-controller
+//! would): ordered deploys, a timeout naming the unready object and the dependent's blocker,
+//! recovery, prune, a move between layers keeping the uid, re-creation after a manual delete,
+//! a digest mismatch applying nothing; then cycles, hold and the k8sVersion gate on a
+//! ConfigMap source.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::{Client, ResourceExt};
+use layer_controller::crd::AddonsLayer;
+use layer_controller::source::{pack, sha256_digest};
+use serde_json::{Value, json};
+use strata_e2e::plane::free_port;
+use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+
+const GITREPO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gitrepositories.source.toolkit.fluxcd.io}
+spec:
+  group: source.toolkit.fluxcd.io
+  scope: Namespaced
+  names: {plural: gitrepositories, singular: gitrepository, kind: GitRepository}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// Serves `/<name>` from a map the test fills, like source-controller's artifact server.
+struct ArtifactServer {
+    address: SocketAddr,
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+}
+
+impl ArtifactServer {
+    async fn start() -> Result<Self> {
+        let files: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let served = files.clone();
+        let app = axum::Router::new().route(
+            "/{name}",
+            axum::routing::get(
+                move |axum::extract::Path(name): axum::extract::Path<String>| {
+                    let served = served.clone();
+                    async move {
+                        match served.lock().unwrap().get(&name) {
+                            Some(bytes) => (axum::http::StatusCode::OK, bytes.clone()),
+                            None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
+                        }
+                    }
+                },
+            ),
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { address, files })
+    }
+
+    /// Publishes a revision; returns (url, digest).
+    fn publish(&self, name: &str, files: &[(&str, &str)]) -> (String, String) {
+        let bytes = pack(files);
+        let digest = sha256_digest(&bytes);
+        self.files.lock().unwrap().insert(name.into(), bytes);
+        (format!("http://{}/{name}", self.address), digest)
+    }
+}
+
+fn gitrepo_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+        "gitrepositories",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Sets the GitRepository's status as source-controller would after fetching a commit.
+async fn set_artifact(
+    client: &Client,
+    ns: &str,
+    revision: &str,
+    url: &str,
+    digest: &str,
+) -> Result<()> {
+    let api = gitrepo_api(client, ns);
+    let repo = api.get("repo").await?;
+    let generation = repo.metadata.generation.unwrap_or(1);
+    let status = json!({"status": {
+        "observedGeneration": generation,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+            "message": format!("stored artifact for revision '{revision}'"),
+            "lastTransitionTime": "2026-11-21T00:00:00Z"}],
+        "artifact": {"url": url, "revision": revision, "digest": digest,
+            "path": "x", "lastUpdateTime": "2026-11-21T00:00:00Z"}
+    }});
+    api.patch_status("repo", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
+
+fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let selector = format!("strata-e2e/suite={ns}");
+    let mut args = vec![
+        "--admin-address",
+        &admin,
+        "--leader-elect=false",
+        "--layer-selector",
+        &selector,
+        "--default-source-namespace",
+        ns,
+        "--orphan-grace",
+        "2s",
+        "--health-poll",
+        "500ms",
+    ];
+    args.extend_from_slice(extra);
+    ServiceProcess::spawn_blocking(
+        &bin_dir().join("layer-controller"),
+        cluster().kubeconfig(),
+        &args,
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )
+}
+
+async fn install_crds(client: &Client, ns: &str) -> Result<()> {
+    let layers = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/crds/addonslayers.yaml"),
+    )?;
+    apply_yaml(client, ns, &layers).await?;
+    apply_yaml(client, ns, GITREPO_CRD).await?;
+    Ok(())
+}
+
+fn layer_yaml(ns: &str, name: &str, extra_spec: &str, deps: &[&str], kind: &str) -> String {
+    let deps: Vec<String> = deps.iter().map(|d| format!("{ns}-{d}")).collect();
+    format!(
+        "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-{name}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 10s
+  timeout: 8s
+  source: {{kind: {kind}, name: {src}, namespace: {ns}, path: ./{path}}}
+  prereqs: {{dependsOn: [{deps}]}}
+{extra_spec}",
+        src = if kind == "ConfigMap" {
+            format!("src-{name}")
+        } else {
+            "repo".into()
+        },
+        path = if kind == "ConfigMap" { "" } else { name },
+        deps = deps.join(", "),
+    )
+}
+
+async fn layer_status(client: &Client, name: &str) -> Result<Value> {
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    let layer = api.get(name).await?;
+    Ok(serde_json::to_value(layer.status.unwrap_or_default())?)
+}
+
+async fn state_of(client: &Client, name: &str) -> String {
+    layer_status(client, name)
+        .await
+        .ok()
+        .and_then(|s| s["state"].as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+async fn wait_state(client: &Client, name: &str, want: &str, within: Duration) -> Result<Value> {
+    eventually(&format!("layer {name} {want}"), within, || async {
+        let status = layer_status(client, name).await?;
+        Ok((status["state"] == want).then_some(status))
+    })
+    .await
+}
+
+async fn configmap(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Option<k8s_openapi::api::core::v1::ConfigMap> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    api.get_opt(name).await.ok().flatten()
+}
+
+fn as_refs<'a>(files: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    files.iter().map(|(p, t)| (*p, t.as_str())).collect()
+}
+
+fn cm(ns: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{k: v}}\n"
+    )
+}
+
+fn deployment(ns: &str, name: &str, ready: bool) -> String {
+    let fake = if ready {
+        ""
+    } else {
+        ", strata.dev/fake-ready: \"false\""
+    };
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}{fake}}}}}
+    spec: {{containers: [{{name: c, image: example/app:1}}]}}
+"
+    )
+}
+
+async fn cleanup(client: &Client, ns: &str, layers: &[&str], mut controller: ServiceProcess) {
+    // Dependents first: the controller's own teardown order is exercised here too.
+    for name in layers.iter().rev() {
+        let _ = cluster()
+            .kubectl()
+            .args([
+                "delete",
+                "addonslayer",
+                &format!("{ns}-{name}"),
+                "--wait=false",
+            ])
+            .output();
+    }
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    let _ = eventually("layers torn down", Duration::from_secs(60), || async {
+        let left = api
+            .list(&kube::api::ListParams::default().labels(&format!("strata-e2e/suite={ns}")))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await;
+    let _ = controller.terminate_blocking();
+}
+
+#[tokio::test]
+async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "layers").await?;
+    let ns = ns.name.clone();
+    install_crds(&client, &ns).await?;
+    let server = ArtifactServer::start().await?;
+    let r1_files = [
+        ("bootstrap/boot.yaml", cm(&ns, "boot")),
+        (
+            "base/base.yaml",
+            format!("{}---\n{}", cm(&ns, "base"), cm(&ns, "base-extra")),
+        ),
+        ("base/web.yaml", deployment(&ns, "web", true)),
+        (
+            "apps/app.yaml",
+            format!("{}---\n{}", cm(&ns, "app"), cm(&ns, "mover")),
+        ),
+    ];
+    let r1: Vec<(&str, String)> = r1_files.to_vec();
+    let (url, digest) = server.publish("r1.tar.gz", &as_refs(&r1));
+    eventually("GitRepository CRD served", Duration::from_secs(30), || async {
+        Ok(apply_yaml(&client, &ns, &format!("apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {{name: repo, namespace: {ns}}}\nspec: {{url: https://example.com/repo, interval: 1m}}\n")).await.ok())
+    })
+    .await?;
+    set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
+    let controller = start_controller(&ns, &[])?;
+    eventually(
+        "AddonsLayer CRD served",
+        Duration::from_secs(30),
+        || async {
+            Ok(apply_yaml(
+                &client,
+                &ns,
+                &layer_yaml(&ns, "apps", "", &["base"], "GitRepository"),
+            )
+            .await
+            .ok())
+        },
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_yaml(&ns, "base", "", &["bootstrap@>=1.0"], "GitRepository"),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_yaml(&ns, "bootstrap", "", &[], "GitRepository"),
+    )
+    .await?;
+
+    // bootstrap → base → apps, in order.
+    let apps = format!("{ns}-apps");
+    let base = format!("{ns}-base");
+    let boot = format!("{ns}-bootstrap");
+    let deployed = wait_state(&client, &apps, "Deployed", Duration::from_secs(60))
+        .await
+        .with_context(|| controller.logs())?;
+    let since = |status: &Value| {
+        status["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "Deployed"))
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let base_status = layer_status(&client, &base).await?;
+    let boot_status = layer_status(&client, &boot).await?;
+    assert!(since(&boot_status) <= since(&base_status) && since(&base_status) <= since(&deployed));
+    let created = |name: &str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        let name = name.to_string();
+        async move {
+            configmap(&client, &ns, &name)
+                .await
+                .and_then(|c| c.metadata.creation_timestamp)
+                .map(|t| t.0)
+        }
+    };
+    // Dependency order on the cluster itself: each layer's objects exist only after the
+    // layer it depends on was Deployed.
+    assert!(created("boot").await.unwrap() <= created("base").await.unwrap());
+    assert!(created("base").await.unwrap() <= created("app").await.unwrap());
+    assert_eq!(
+        deployed["inventory"].as_array().unwrap().len(),
+        2,
+        "{deployed}"
+    );
+    let labels = configmap(&client, &ns, "app")
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap();
+    assert_eq!(labels.get("strata.dev/layer"), Some(&apps));
+
+    // r2: a Deployment that never becomes ready fails base after its timeout, naming it,
+    // and apps lists it in blockedBy.
+    let mut r2 = r1.clone();
+    r2[2] = ("base/web.yaml", deployment(&ns, "web", false));
+    let (url, digest) = server.publish("r2.tar.gz", &as_refs(&r2));
+    set_artifact(&client, &ns, "main@sha1:r2", &url, &digest).await?;
+    let failed = wait_state(&client, &base, "Failed", Duration::from_secs(40)).await?;
+    let message = failed["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains(&format!("Deployment {ns}/web")),
+        "{message}"
+    );
+    let blocked = eventually("apps blocked by base", Duration::from_secs(20), || async {
+        let status = layer_status(&client, &apps).await?;
+        let hit = status["blockedBy"].as_array().and_then(|b| {
+            b.iter()
+                .find(|b| {
+                    b["name"] == base.as_str()
+                        && b["message"]
+                            .as_str()
+                            .unwrap_or("")
+                            .contains(&format!("Deployment {ns}/web"))
+                })
+                .cloned()
+        });
+        Ok(hit)
+    })
+    .await?;
+    assert_eq!(blocked["reason"], "Unhealthy");
+    assert_eq!(state_of(&client, &apps).await, "ApplyPending");
+
+    // r3: the fix recovers both.
+    let mut r3 = r1.clone();
+    r3[1] = (
+        "base/base.yaml",
+        format!("{}---\n{}", cm(&ns, "base"), cm(&ns, "base-extra")),
+    );
+    let (url, digest) = server.publish("r3.tar.gz", &as_refs(&r3));
+    set_artifact(&client, &ns, "main@sha1:r3", &url, &digest).await?;
+    wait_state(&client, &base, "Deployed", Duration::from_secs(40)).await?;
+    let recovered = wait_state(&client, &apps, "Deployed", Duration::from_secs(20)).await?;
+    assert_eq!(recovered["revision"], "main@sha1:r3");
+    assert!(recovered["blockedBy"].is_null(), "{recovered}");
+
+    // r4: base-extra leaves the source (pruned after the grace window); mover moves from
+    // apps to base in the same revision and keeps its uid.
+    let mover_uid = configmap(&client, &ns, "mover")
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    let r4 = vec![
+        ("bootstrap/boot.yaml", cm(&ns, "boot")),
+        (
+            "base/base.yaml",
+            format!("{}---\n{}", cm(&ns, "base"), cm(&ns, "mover")),
+        ),
+        ("base/web.yaml", deployment(&ns, "web", true)),
+        ("apps/app.yaml", cm(&ns, "app")),
+    ];
+    let (url, digest) = server.publish("r4.tar.gz", &as_refs(&r4));
+    set_artifact(&client, &ns, "main@sha1:r4", &url, &digest).await?;
+    eventually("base-extra pruned", Duration::from_secs(40), || async {
+        Ok(configmap(&client, &ns, "base-extra")
+            .await
+            .is_none()
+            .then_some(()))
+    })
+    .await
+    .with_context(|| controller.logs())?;
+    let moved = eventually("mover owned by base", Duration::from_secs(30), || async {
+        Ok(configmap(&client, &ns, "mover")
+            .await
+            .filter(|c| c.labels().get("strata.dev/layer") == Some(&base)))
+    })
+    .await?;
+    assert_eq!(
+        moved.uid().unwrap(),
+        mover_uid,
+        "the moved object was re-created"
+    );
+    let apps_status = wait_state(&client, &apps, "Deployed", Duration::from_secs(20)).await?;
+    eventually(
+        "apps inventory without mover",
+        Duration::from_secs(20),
+        || async {
+            let status = layer_status(&client, &apps).await?;
+            let names: Vec<String> = status["inventory"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| e["name"].as_str().unwrap_or("").to_string())
+                .collect();
+            Ok((names == vec!["app".to_string()]).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("{apps_status}"))?;
+    // The object stayed all along: same uid, never deleted.
+    assert_eq!(
+        configmap(&client, &ns, "mover")
+            .await
+            .unwrap()
+            .uid()
+            .unwrap(),
+        mover_uid
+    );
+
+    // A manual delete is undone by the next reconcile (interval 10s).
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    cms.delete("boot", &Default::default()).await?;
+    eventually("boot re-created", Duration::from_secs(30), || async {
+        Ok(configmap(&client, &ns, "boot").await)
+    })
+    .await?;
+
+    // r5 with a digest that does not match: the layers fail and nothing of r5 is applied.
+    let mut r5 = r4.clone();
+    r5[0] = (
+        "bootstrap/boot.yaml",
+        format!("{}---\n{}", cm(&ns, "boot"), cm(&ns, "tampered")),
+    );
+    let (url, _) = server.publish("r5.tar.gz", &as_refs(&r5));
+    set_artifact(
+        &client,
+        &ns,
+        "main@sha1:r5",
+        &url,
+        &sha256_digest(b"something else"),
+    )
+    .await?;
+    let failed = wait_state(&client, &boot, "Failed", Duration::from_secs(30)).await?;
+    assert!(failed.to_string().contains("digest mismatch"), "{failed}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(configmap(&client, &ns, "tampered").await.is_none());
+
+    cleanup(&client, &ns, &["bootstrap", "base", "apps"], controller).await;
+    // Teardown removed what the layers applied.
+    assert!(configmap(&client, &ns, "app").await.is_none());
+    assert!(configmap(&client, &ns, "boot").await.is_none());
+    Ok(())
+}
+
+#[tokio::test]
+async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "layers-gates").await?;
+    let ns = ns.name.clone();
+    install_crds(&client, &ns).await?;
+    // One ConfigMap source per layer (`src-<layer>`), each holding ConfigMaps `objects`.
+    let source = |layer: &str, objects: &[&str]| {
+        let data: String = objects
+            .iter()
+            .map(|o| {
+                format!(
+                    "  {o}.yaml: |\n{}",
+                    cm(&ns, o)
+                        .lines()
+                        .map(|l| format!("    {l}\n"))
+                        .collect::<String>()
+                )
+            })
+            .collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src-{layer}, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n{data}"
+        )
+    };
+    for (layer, objects) in [
+        ("c1", ["c1-obj"]),
+        ("c2", ["c2-obj"]),
+        ("solo", ["x"]),
+        ("future", ["f"]),
+    ] {
+        apply_yaml(&client, &ns, &source(layer, &objects)).await?;
+    }
+    let controller = start_controller(&ns, &[])?;
+    eventually(
+        "AddonsLayer CRD served",
+        Duration::from_secs(30),
+        || async {
+            Ok(apply_yaml(
+                &client,
+                &ns,
+                &layer_yaml(&ns, "c1", "", &["c2"], "ConfigMap"),
+            )
+            .await
+            .ok())
+        },
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_yaml(&ns, "c2", "", &["c1"], "ConfigMap"),
+    )
+    .await?;
+    apply_yaml(&client, &ns, &layer_yaml(&ns, "solo", "", &[], "ConfigMap")).await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_yaml(
+            &ns,
+            "future",
+            "  prereqs:\n    k8sVersion: v1.99\n",
+            &[],
+            "ConfigMap",
+        )
+        .replace("  prereqs: {dependsOn: []}\n", ""),
+    )
+    .await?;
+
+    let c1 = format!("{ns}-c1");
+    let stalled = wait_state(&client, &c1, "Failed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let stalled_condition = stalled["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Stalled")
+        .cloned()
+        .unwrap();
+    assert_eq!(stalled_condition["status"], "True");
+    assert!(
+        stalled_condition["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{ns}-c1 -> {ns}-c2 -> {ns}-c1")),
+        "{stalled_condition}"
+    );
+    wait_state(
+        &client,
+        &format!("{ns}-c2"),
+        "Failed",
+        Duration::from_secs(10),
+    )
+    .await?;
+    // The unrelated layer deploys; nothing of the cycle's members was applied.
+    let solo = format!("{ns}-solo");
+    wait_state(&client, &solo, "Deployed", Duration::from_secs(30)).await?;
+    assert_eq!(
+        configmap(&client, &ns, "x")
+            .await
+            .unwrap()
+            .labels()
+            .get("strata.dev/layer"),
+        Some(&solo)
+    );
+    assert!(configmap(&client, &ns, "c1-obj").await.is_none());
+
+    // A k8sVersion above the cluster's blocks with a blocker naming it.
+    let future = wait_state(
+        &client,
+        &format!("{ns}-future"),
+        "K8sVersion",
+        Duration::from_secs(30),
+    )
+    .await?;
+    assert_eq!(future["blockedBy"][0]["reason"], "K8sVersion", "{future}");
+    assert!(
+        future["blockedBy"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("v1.99"),
+        "{future}"
+    );
+
+    // Hold freezes: a source change is not applied until the hold is lifted.
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    let hold = |on: bool| json!({"spec": {"hold": on}});
+    layers
+        .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(true)))
+        .await?;
+    wait_state(&client, &solo, "Hold", Duration::from_secs(20)).await?;
+    apply_yaml(&client, &ns, &source("solo", &["x", "later"])).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        configmap(&client, &ns, "later").await.is_none(),
+        "a held layer applied a change"
+    );
+    layers
+        .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(false)))
+        .await?;
+    eventually(
+        "y applied after the hold",
+        Duration::from_secs(30),
+        || async { Ok(configmap(&client, &ns, "later").await) },
+    )
+    .await?;
+
+    // Breaking the cycle releases its members.
+    layers
+        .patch(
+            &format!("{ns}-c2"),
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"prereqs": {"dependsOn": []}}})),
+        )
+        .await?;
+    wait_state(&client, &c1, "Deployed", Duration::from_secs(30)).await?;
+    assert!(configmap(&client, &ns, "c1-obj").await.is_some());
+
+    cleanup(&client, &ns, &["future", "solo", "c2", "c1"], controller).await;
+    Ok(())
+}

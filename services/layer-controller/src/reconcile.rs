@@ -1,0 +1,1439 @@
+//! The async shell: reads the layer set, the source and the live objects, asks [`crate::plan`]
+//! what to do, applies with server-side apply, prunes, and writes the layer's status.
+//!
+//! Triggers (no polling per hop): the layer itself; any change of a layer wakes the layers
+//! that depend on it (and, while it is being deleted, the layers it depends on); a change of a
+//! Flux source or a labelled ConfigMap wakes the layers reading it. A layer that is applying
+//! re-checks its objects every `--health-poll`; every layer is re-applied every `interval`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use core_k8s::Context;
+use core_k8s::apply::{ResolvedKind, parse_api_version, typed_value};
+use core_k8s::events::Severity;
+use futures::StreamExt;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::core::GroupVersionKind;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry};
+use crate::error::{LayerError, Result};
+use crate::keys::{FINALIZER, LAYER_LABEL, ORPHANED_LABEL, SOURCE_LABEL, blocker, reason, state};
+use crate::metrics::Metrics;
+use crate::plan::{
+    self, Gate, GateInputs, LiveOwnership, ObjectRef, Outcome, SourceRef, SourceState, Stage,
+    StaleObject,
+};
+use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, FLUX_KINDS, Files, Limits, Manifest};
+
+/// Flags of the layer-controller on top of the common ones.
+#[derive(Clone, Debug, clap::Args)]
+pub struct LayerArgs {
+    /// Namespace of a layer's source when `spec.source.namespace` is empty (Kraan: the
+    /// controller's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "strata-system")]
+    pub default_source_namespace: String,
+    /// How long an object that left every layer stays, labelled orphaned, before it is
+    /// deleted; another layer that takes it in the meantime keeps it (same uid).
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub orphan_grace: Duration,
+    /// Largest artifact download, in bytes.
+    #[arg(long, default_value_t = 50 << 20)]
+    pub max_artifact_bytes: u64,
+    /// How long an artifact download may take.
+    #[arg(long, default_value = "30s", value_parser = duration)]
+    pub artifact_timeout: Duration,
+    /// Only manage layers matching this label selector (shards; every layer a shard's
+    /// layers depend on must be in the same shard).
+    #[arg(long)]
+    pub layer_selector: Option<String>,
+    /// How often a layer that is applying re-checks its objects' status.
+    #[arg(long, default_value = "2s", value_parser = duration)]
+    pub health_poll: Duration,
+}
+
+fn duration(value: &str) -> std::result::Result<Duration, String> {
+    core_k8s::args::parse_duration(value).map_err(|e| e.to_string())
+}
+
+/// What one process remembers between reconciles (nothing here is needed for correctness
+/// after a restart; it only saves work and measures waits).
+#[derive(Debug, Default)]
+struct Memory {
+    /// The attempt (revision, generation) last fully applied, and when.
+    applied: Option<((String, Option<i64>), Instant)>,
+    blocked_since: Option<Instant>,
+    attempt_started: Option<Instant>,
+}
+
+/// (source, revision, path): what a layer wants depends on nothing else.
+type DesiredKey = (SourceRef, String, String);
+
+type ArtifactSlot = Arc<tokio::sync::Mutex<Option<(String, Arc<Files>)>>>;
+
+/// State shared by all reconciles.
+pub struct Shared {
+    args: LayerArgs,
+    limits: Limits,
+    metrics: Metrics,
+    layers: Store<AddonsLayer>,
+    artifacts: Mutex<HashMap<SourceRef, ArtifactSlot>>,
+    desired: Mutex<HashMap<DesiredKey, Arc<BTreeSet<ObjectRef>>>>,
+    memory: Mutex<HashMap<String, Memory>>,
+    cluster_version: Mutex<Option<(String, Instant)>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("args", &self.args).finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs the controller until shutdown.
+pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let layer_config = match &args.layer_selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    let controller = Controller::new(api.clone(), layer_config.clone());
+    let store = controller.store();
+    let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
+    spawn_source_watchers(
+        &ctx,
+        store.clone(),
+        tx,
+        args.default_source_namespace.clone(),
+    );
+    let index = store.clone();
+    let controller = controller
+        .watches(api, layer_config, move |changed| {
+            wake_on_layer_change(&changed, &index)
+        })
+        .reconcile_on(futures::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|key| (key, rx))
+        }));
+    let shared = Arc::new(Shared {
+        limits: Limits {
+            max_artifact_bytes: args.max_artifact_bytes,
+            max_unpacked_bytes: args.max_artifact_bytes.saturating_mul(4),
+            download_timeout: args.artifact_timeout,
+        },
+        args,
+        metrics,
+        layers: store,
+        artifacts: Mutex::default(),
+        desired: Mutex::default(),
+        memory: Mutex::default(),
+        cluster_version: Mutex::default(),
+    });
+    core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {
+        reconcile(layer, ctx, shared.clone())
+    })
+    .await;
+}
+
+/// The dependents index: a change of `changed` wakes every layer that depends on it, and,
+/// while `changed` is being deleted, the layers it depends on (their teardown waits for it).
+fn wake_on_layer_change(
+    changed: &AddonsLayer,
+    store: &Store<AddonsLayer>,
+) -> Vec<LayerKey<AddonsLayer>> {
+    let name = changed.name_any();
+    let all = store.state();
+    let mut wake: Vec<LayerKey<AddonsLayer>> =
+        plan::dependents(&name, all.iter().map(|l| l.as_ref()))
+            .iter()
+            .map(|n| LayerKey::new(n))
+            .collect();
+    if changed.metadata.deletion_timestamp.is_some() {
+        let graph = plan::dependency_graph([changed]);
+        for dep in graph.get(&name).into_iter().flatten() {
+            wake.push(LayerKey::new(dep));
+        }
+    }
+    wake
+}
+
+/// Layers that read `source`.
+fn readers(store: &Store<AddonsLayer>, source: &SourceRef, default_ns: &str) -> Vec<String> {
+    store
+        .state()
+        .iter()
+        .filter(|l| SourceRef::of(l, default_ns) == *source)
+        .map(|l| l.name_any())
+        .collect()
+}
+
+/// Where source changes are sent: the layers reading a changed source are reconciled.
+#[derive(Clone)]
+struct SourceWakeups {
+    store: Store<AddonsLayer>,
+    tx: mpsc::Sender<LayerKey<AddonsLayer>>,
+    default_ns: String,
+}
+
+impl SourceWakeups {
+    /// Forwards every touched object of a source kind until shutdown.
+    async fn forward<K, S>(
+        self,
+        kind: &'static str,
+        events: S,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) where
+        K: Resource,
+        S: futures::Stream<Item = std::result::Result<K, watcher::Error>>,
+    {
+        let forward = events.for_each(|event| {
+            let this = self.clone();
+            async move {
+                let Ok(object) = event else { return };
+                let source = SourceRef {
+                    kind: kind.into(),
+                    namespace: object.meta().namespace.clone().unwrap_or_default(),
+                    name: object.meta().name.clone().unwrap_or_default(),
+                };
+                for layer in readers(&this.store, &source, &this.default_ns) {
+                    let _ = this.tx.send(LayerKey::new(&layer)).await;
+                }
+            }
+        });
+        tokio::select! {
+            () = forward => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+}
+
+fn spawn_source_watchers(
+    ctx: &Arc<Context>,
+    store: Store<AddonsLayer>,
+    tx: mpsc::Sender<LayerKey<AddonsLayer>>,
+    default_ns: String,
+) {
+    let wakeups = SourceWakeups {
+        store,
+        tx,
+        default_ns,
+    };
+    // ConfigMap sources: only labelled ones are watched (watching every ConfigMap of a
+    // cluster would cost more than the feature is worth).
+    let api: Api<ConfigMap> = Api::all(ctx.client.clone());
+    let events = watcher(api, watcher::Config::default().labels(SOURCE_LABEL))
+        .default_backoff()
+        .touched_objects();
+    tokio::spawn(
+        wakeups
+            .clone()
+            .forward(CONFIGMAP_KIND, events, ctx.shutdown.clone()),
+    );
+    for kind in FLUX_KINDS {
+        let ctx = ctx.clone();
+        let wakeups = wakeups.clone();
+        tokio::spawn(async move {
+            // Flux may be installed after us: look for the kind until it is served.
+            let resolved = loop {
+                if let Some(resolved) = resolve_flux_kind(&ctx, kind).await {
+                    break resolved;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(15)) => {}
+                    () = ctx.shutdown.cancelled() => return,
+                }
+            };
+            let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resolved.resource);
+            let events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .touched_objects();
+            wakeups.forward(kind, events, ctx.shutdown.clone()).await;
+        });
+    }
+}
+
+/// The served version of a Flux source kind (`v1`, else the older `v1beta2`).
+async fn resolve_flux_kind(ctx: &Context, kind: &str) -> Option<ResolvedKind> {
+    for version in ["v1", "v1beta2"] {
+        let gvk = GroupVersionKind::gvk(FLUX_GROUP, version, kind);
+        if let Ok(resolved) = ctx.applier.discovery().resolve(&gvk).await {
+            return Some(resolved);
+        }
+    }
+    None
+}
+
+async fn resolve(ctx: &Context, api_version: &str, kind: &str) -> Result<ResolvedKind> {
+    let (group, version) = parse_api_version(api_version).ok_or_else(|| {
+        LayerError::Manifest(format!("{kind}: apiVersion {api_version:?} is not valid"))
+    })?;
+    Ok(ctx
+        .applier
+        .discovery()
+        .resolve(&GroupVersionKind::gvk(group, version, kind))
+        .await?)
+}
+
+fn dynamic_api(
+    ctx: &Context,
+    resolved: &ResolvedKind,
+    namespace: Option<&str>,
+) -> Api<DynamicObject> {
+    match (resolved.namespaced, namespace) {
+        (true, Some(ns)) => Api::namespaced_with(ctx.client.clone(), ns, &resolved.resource),
+        _ => Api::all_with(ctx.client.clone(), &resolved.resource),
+    }
+}
+
+impl Shared {
+    /// Reads a source: its state and, when ready, its files (downloaded once per revision).
+    async fn fetch(&self, ctx: &Context, source: &SourceRef) -> Result<source::Fetched> {
+        let not_ready = |message: String| source::Fetched {
+            state: SourceState::NotReady { message },
+            files: None,
+        };
+        if source.kind == CONFIGMAP_KIND {
+            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source.namespace);
+            let Some(cm) = api
+                .get_opt(&source.name)
+                .await
+                .map_err(|e| LayerError::api(format!("reading {source}"), e))?
+            else {
+                return Ok(not_ready(format!("{source} not found")));
+            };
+            let value = serde_json::to_value(&cm).unwrap_or_default();
+            let files = source::configmap_files(&value);
+            return Ok(source::Fetched {
+                state: SourceState::Ready {
+                    revision: source::configmap_revision(&files),
+                },
+                files: Some(Arc::new(files)),
+            });
+        }
+        let Some(resolved) = resolve_flux_kind(ctx, &source.kind).await else {
+            return Ok(not_ready(format!(
+                "{}.{FLUX_GROUP} is not served by this cluster (is Flux installed?)",
+                source.kind
+            )));
+        };
+        let api = dynamic_api(ctx, &resolved, Some(&source.namespace));
+        let Some(object) = api
+            .get_opt(&source.name)
+            .await
+            .map_err(|e| LayerError::api(format!("reading {source}"), e))?
+        else {
+            return Ok(not_ready(format!("{source} not found")));
+        };
+        let value = typed_value(&object, &resolved.resource).unwrap_or_default();
+        let artifact = match source::flux_artifact(&value) {
+            Ok(artifact) => artifact,
+            Err(message) => return Ok(not_ready(message)),
+        };
+        let slot = lock(&self.artifacts)
+            .entry(source.clone())
+            .or_default()
+            .clone();
+        // One download per source and revision, however many layers ask at once.
+        let mut slot = slot.lock().await;
+        let key = format!(
+            "{}|{}",
+            artifact.revision,
+            artifact.digest.as_deref().unwrap_or("")
+        );
+        let files = match slot.as_ref() {
+            Some((cached, files)) if *cached == key => files.clone(),
+            _ => {
+                let bytes = source::download(&artifact.url, &self.limits).await?;
+                source::verify_digest(&bytes, artifact.digest.as_deref())?;
+                let files = Arc::new(source::unpack(&bytes, &self.limits)?);
+                *slot = Some((key, files.clone()));
+                files
+            }
+        };
+        Ok(source::Fetched {
+            state: SourceState::Ready {
+                revision: artifact.revision,
+            },
+            files: Some(files),
+        })
+    }
+
+    /// The API server version, re-read at most once a minute.
+    async fn cluster_version(&self, ctx: &Context) -> Option<String> {
+        if let Some((version, at)) = lock(&self.cluster_version).as_ref()
+            && at.elapsed() < Duration::from_secs(60)
+        {
+            return Some(version.clone());
+        }
+        match ctx.client.apiserver_version().await {
+            Ok(info) => {
+                *lock(&self.cluster_version) = Some((info.git_version.clone(), Instant::now()));
+                Some(info.git_version)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the API server version");
+                lock(&self.cluster_version).as_ref().map(|(v, _)| v.clone())
+            }
+        }
+    }
+
+    /// An object's identity with the namespace a namespaced kind gets when the manifest
+    /// leaves it out (`default`, as kubectl).
+    async fn identity(&self, ctx: &Context, manifest: &Manifest) -> ObjectRef {
+        if manifest.object.namespace.is_some() {
+            return manifest.object.clone();
+        }
+        match resolve(ctx, &manifest.api_version, &manifest.object.kind).await {
+            Ok(resolved) if resolved.namespaced => ObjectRef {
+                namespace: Some("default".into()),
+                ..manifest.object.clone()
+            },
+            _ => manifest.object.clone(),
+        }
+    }
+
+    /// What another layer wants right now: its source content, or, when its source cannot be
+    /// read, its inventory (so nothing it owns is mistaken for abandoned).
+    async fn desired_of(&self, ctx: &Context, layer: &AddonsLayer) -> BTreeSet<ObjectRef> {
+        let inventory = || {
+            layer
+                .status
+                .iter()
+                .flat_map(|s| s.inventory.iter())
+                .map(ObjectRef::of_entry)
+                .collect()
+        };
+        let source = SourceRef::of(layer, &self.args.default_source_namespace);
+        let Ok(fetched) = self.fetch(ctx, &source).await else {
+            return inventory();
+        };
+        let (SourceState::Ready { revision }, Some(files)) = (&fetched.state, &fetched.files)
+        else {
+            return inventory();
+        };
+        let key = (source, revision.clone(), layer.spec.source.path.clone());
+        if let Some(cached) = lock(&self.desired).get(&key) {
+            return cached.as_ref().clone();
+        }
+        let Ok(manifests) = source::layer_manifests(files, &layer.spec.source.path) else {
+            return inventory();
+        };
+        let mut refs = BTreeSet::new();
+        for manifest in &manifests {
+            refs.insert(self.identity(ctx, manifest).await);
+        }
+        lock(&self.desired).insert(key, Arc::new(refs.clone()));
+        refs
+    }
+
+    /// `object → layers wanting it`, over every other layer.
+    async fn wanted_by(
+        &self,
+        ctx: &Context,
+        this: &str,
+        all: &BTreeMap<String, AddonsLayer>,
+    ) -> BTreeMap<ObjectRef, BTreeSet<String>> {
+        let mut wanted: BTreeMap<ObjectRef, BTreeSet<String>> = BTreeMap::new();
+        for (name, layer) in all {
+            if name == this || layer.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            for object in self.desired_of(ctx, layer).await {
+                wanted.entry(object).or_default().insert(name.clone());
+            }
+        }
+        wanted
+    }
+}
+
+/// What a reconcile reports into the layer's status.
+#[derive(Debug)]
+struct Report {
+    state: &'static str,
+    reason: String,
+    message: String,
+    blockers: Vec<Blocker>,
+    /// `None` keeps the previous inventory.
+    inventory: Option<Vec<InventoryEntry>>,
+    /// Set when this revision is now deployed.
+    deployed_revision: Option<String>,
+    attempted_revision: Option<String>,
+}
+
+impl Report {
+    fn new(state: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            state,
+            reason: reason.to_string(),
+            message: message.into(),
+            blockers: Vec::new(),
+            inventory: None,
+            deployed_revision: None,
+            attempted_revision: None,
+        }
+    }
+}
+
+fn layers_map(store: &Store<AddonsLayer>) -> BTreeMap<String, AddonsLayer> {
+    store
+        .state()
+        .iter()
+        .map(|l| (l.name_any(), l.as_ref().clone()))
+        .collect()
+}
+
+async fn reconcile(
+    layer: Arc<AddonsLayer>,
+    ctx: Arc<Context>,
+    shared: Arc<Shared>,
+) -> Result<Action> {
+    let name = layer.name_any();
+    if layer.metadata.deletion_timestamp.is_some() {
+        return teardown(&layer, &ctx, &shared).await;
+    }
+    if !layer.finalizers().iter().any(|f| f == FINALIZER) {
+        set_finalizer(&ctx, &name, true).await?;
+    }
+    let (interval, timeout) =
+        plan::timing(&layer).unwrap_or((plan::DEFAULT_INTERVAL, plan::DEFAULT_TIMEOUT));
+    let all = layers_map(&shared.layers);
+    let source_ref = SourceRef::of(&layer, &shared.args.default_source_namespace);
+    let fetched = if layer.spec.hold || !plan::spec_errors(&layer).is_empty() {
+        source::Fetched {
+            state: SourceState::NotReady {
+                message: "not read".into(),
+            },
+            files: None,
+        }
+    } else {
+        match shared.fetch(&ctx, &source_ref).await {
+            Ok(fetched) => fetched,
+            Err(e @ LayerError::Artifact(_)) => {
+                let report = Report::new(
+                    state::FAILED,
+                    reason::ARTIFACT_FAILED,
+                    format!("{source_ref}: {e}"),
+                );
+                write_status(&ctx, &shared, &layer, report).await?;
+                return Ok(Action::requeue(interval.min(Duration::from_secs(60))));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let cluster_version = shared.cluster_version(&ctx).await;
+    let inputs = GateInputs {
+        source: &fetched.state,
+        cluster_version: cluster_version.as_deref(),
+        default_source_namespace: &shared.args.default_source_namespace,
+    };
+    match plan::gate(&layer, &all, &inputs) {
+        Gate::Hold => {
+            let report = Report::new(
+                state::HOLD,
+                state::HOLD,
+                "the layer is on hold: nothing is applied or pruned until spec.hold is false",
+            );
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::await_change())
+        }
+        Gate::Invalid(message) => {
+            let report = Report::new(state::FAILED, reason::INVALID_SPEC, message);
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::await_change())
+        }
+        Gate::Cycle(cycle) => {
+            let mut report = Report::new(
+                state::FAILED,
+                reason::DEPENDENCY_CYCLE,
+                format!("dependency cycle: {}", cycle.join(" -> ")),
+            );
+            let members: BTreeSet<&String> = cycle.iter().filter(|m| **m != name).collect();
+            report.blockers = members
+                .into_iter()
+                .map(|m| Blocker {
+                    name: m.clone(),
+                    reason: blocker::CYCLE.into(),
+                    message: format!("dependency cycle: {}", cycle.join(" -> ")),
+                })
+                .collect();
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::requeue(interval))
+        }
+        Gate::Blocked { state, blockers } => {
+            lock(&shared.memory)
+                .entry(name.clone())
+                .or_default()
+                .blocked_since
+                .get_or_insert_with(Instant::now);
+            let first = &blockers[0];
+            let more = match blockers.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            };
+            let mut report = Report::new(
+                state,
+                state,
+                format!("waiting for {}: {}{more}", first.name, first.message),
+            );
+            report.blockers = blockers;
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::requeue(interval))
+        }
+        Gate::Proceed => {
+            if let Some(since) = lock(&shared.memory)
+                .entry(name.clone())
+                .or_default()
+                .blocked_since
+                .take()
+            {
+                shared
+                    .metrics
+                    .dependency_wait_seconds
+                    .observe(since.elapsed().as_secs_f64());
+            }
+            let SourceState::Ready { revision } = fetched.state else {
+                return Ok(Action::requeue(interval));
+            };
+            let files = fetched.files.unwrap_or_default();
+            apply_layer(
+                &layer, &ctx, &shared, &all, revision, &files, interval, timeout,
+            )
+            .await
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn apply_layer(
+    layer: &AddonsLayer,
+    ctx: &Context,
+    shared: &Shared,
+    all: &BTreeMap<String, AddonsLayer>,
+    revision: String,
+    files: &Files,
+    interval: Duration,
+    timeout: Duration,
+) -> Result<Action> {
+    let name = layer.name_any();
+    let previous = layer.status.clone().unwrap_or_default();
+    let manifests = match source::layer_manifests(files, &layer.spec.source.path) {
+        Ok(manifests) => manifests,
+        Err(e) => {
+            let mut report = Report::new(state::FAILED, reason::INVALID_MANIFEST, e.to_string());
+            report.attempted_revision = Some(revision);
+            write_status(ctx, shared, layer, report).await?;
+            return Ok(Action::requeue(interval));
+        }
+    };
+    let attempt = (revision.clone(), layer.metadata.generation);
+    let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
+        && previous.observed_generation == layer.metadata.generation;
+    let previous_state = previous.state.as_deref().unwrap_or_default();
+    let recently_applied = lock(&shared.memory).get(&name).is_some_and(|m| {
+        m.applied
+            .as_ref()
+            .is_some_and(|(key, at)| *key == attempt && at.elapsed() < interval)
+    });
+    let prune_pending = previous
+        .inventory
+        .iter()
+        .any(|e| e.status == ORPHANED_STATUS);
+    if same_attempt && recently_applied && !prune_pending {
+        if previous_state == state::DEPLOYED {
+            let since = lock(&shared.memory)
+                .get(&name)
+                .and_then(|m| m.applied.as_ref().map(|(_, at)| at.elapsed()))
+                .unwrap_or_default();
+            return Ok(Action::requeue(
+                interval.saturating_sub(since).max(Duration::from_secs(1)),
+            ));
+        }
+        if matches!(previous_state, s if s == state::APPLYING || s == state::FAILED)
+            && let Some(inventory) = recheck(ctx, &previous.inventory).await?
+        {
+            return judge(
+                layer,
+                ctx,
+                shared,
+                revision,
+                inventory,
+                same_attempt,
+                interval,
+                timeout,
+            )
+            .await;
+        }
+    }
+
+    // A new attempt starts the timeout clock.
+    if !same_attempt || previous_state != state::APPLYING {
+        lock(&shared.memory)
+            .entry(name.clone())
+            .or_default()
+            .attempt_started = Some(Instant::now());
+    }
+
+    // Ownership: never take an object another layer owns and still wants.
+    let mut desired = Vec::with_capacity(manifests.len());
+    for manifest in &manifests {
+        desired.push(shared.identity(ctx, manifest).await);
+    }
+    let owners: BTreeMap<ObjectRef, String> = all
+        .iter()
+        .filter(|(other, l)| **other != name && l.metadata.deletion_timestamp.is_none())
+        .flat_map(|(other, l)| {
+            l.status
+                .iter()
+                .flat_map(|s| s.inventory.iter())
+                .filter(|e| e.status != ORPHANED_STATUS)
+                .map(move |e| (ObjectRef::of_entry(e), other.clone()))
+        })
+        .collect();
+    let contested = desired.iter().any(|o| owners.contains_key(o));
+    let wanted_by = if contested || !previous.inventory.is_empty() {
+        shared.wanted_by(ctx, &name, all).await
+    } else {
+        BTreeMap::new()
+    };
+    let conflicts = plan::ownership_conflicts(&name, &desired, &owners, &wanted_by);
+    if !conflicts.is_empty() {
+        let message = conflicts
+            .iter()
+            .map(|(object, owner)| {
+                format!("{object} is also in layer {owner}, which applied it first")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut report = Report::new(state::FAILED, reason::OWNERSHIP_CONFLICT, message);
+        report.attempted_revision = Some(revision);
+        write_status(ctx, shared, layer, report).await?;
+        return Ok(Action::requeue(interval));
+    }
+
+    // Stage 1: CRDs and Namespaces, waited on before anything that may need them.
+    let version = layer.spec.version.clone();
+    let prepared: Vec<(usize, Value)> = manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (i, plan::prepare_manifest(&m.value, &name, &version)))
+        .collect();
+    let (definitions, rest): (Vec<_>, Vec<_>) = prepared.into_iter().partition(|(i, _)| {
+        plan::is_definition(&manifests[*i].api_version, &manifests[*i].object.kind)
+    });
+    let mut inventory = Vec::new();
+    let mut failures = Vec::new();
+    let mut definitions = definitions;
+    definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
+    apply_all(
+        ctx,
+        shared,
+        &name,
+        &manifests,
+        &definitions,
+        &mut inventory,
+        &mut failures,
+    )
+    .await;
+    if failures.is_empty() && !definitions.is_empty() {
+        wait_established(ctx, &mut inventory, timeout.min(Duration::from_secs(60))).await?;
+    }
+
+    // Then cluster-scoped objects, then namespaced ones, each in kind order.
+    if failures.is_empty() {
+        let mut ordered = Vec::new();
+        for (i, value) in rest {
+            let m = &manifests[i];
+            match resolve(ctx, &m.api_version, &m.object.kind).await {
+                Ok(resolved) => {
+                    let stage = plan::stage_of(&m.api_version, &m.object.kind, resolved.namespaced);
+                    ordered.push((plan::apply_key(&desired[i], stage), i, value));
+                }
+                Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
+            }
+        }
+        ordered.sort_by(|a, b| a.0.cmp(&b.0));
+        if failures.is_empty() {
+            let ordered: Vec<(usize, Value)> =
+                ordered.into_iter().map(|(_, i, v)| (i, v)).collect();
+            apply_all(
+                ctx,
+                shared,
+                &name,
+                &manifests,
+                &ordered,
+                &mut inventory,
+                &mut failures,
+            )
+            .await;
+        }
+    }
+    if !failures.is_empty() {
+        // Nothing is pruned after a failed apply; the inventory keeps everything we own.
+        let mut kept = previous.inventory.clone();
+        for entry in &inventory {
+            if !kept
+                .iter()
+                .any(|e| ObjectRef::of_entry(e) == ObjectRef::of_entry(entry))
+            {
+                kept.push(entry.clone());
+            }
+        }
+        let shown: Vec<&String> = failures.iter().take(3).collect();
+        let more = failures.len().saturating_sub(3);
+        let mut message = shown
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        if more > 0 {
+            message.push_str(&format!(" (and {more} more)"));
+        }
+        let mut report = Report::new(state::FAILED, reason::APPLY_FAILED, message);
+        report.inventory = Some(kept);
+        report.attempted_revision = Some(revision);
+        write_status(ctx, shared, layer, report).await?;
+        return Ok(Action::requeue(interval.min(Duration::from_secs(30))));
+    }
+    lock(&shared.memory)
+        .entry(name.clone())
+        .or_default()
+        .applied = Some((attempt, Instant::now()));
+
+    // Prune what left the layer, now that the whole desired set is applied.
+    let applied: BTreeSet<ObjectRef> = inventory.iter().map(ObjectRef::of_entry).collect();
+    let stale_entries: Vec<&InventoryEntry> = previous
+        .inventory
+        .iter()
+        .filter(|e| !applied.contains(&ObjectRef::of_entry(e)))
+        .collect();
+    let mut requeue = interval;
+    if !stale_entries.is_empty() {
+        let pending = prune(ctx, shared, layer, &stale_entries, &wanted_by).await?;
+        if let Some((entries, wait)) = pending {
+            requeue = requeue.min(wait);
+            inventory.extend(entries);
+        }
+    }
+    let action = judge(
+        layer,
+        ctx,
+        shared,
+        revision,
+        inventory,
+        same_attempt,
+        interval,
+        timeout,
+    )
+    .await?;
+    Ok(match action {
+        a if a == Action::requeue(interval) => Action::requeue(requeue),
+        other => other,
+    })
+}
+
+/// Inventory status of objects waiting out the orphan grace window.
+const ORPHANED_STATUS: &str = "Orphaned";
+
+/// Applies manifests in the given order, four at a time, recording inventory entries and
+/// failures (`file: document N: object: error`).
+async fn apply_all(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &str,
+    manifests: &[Manifest],
+    ordered: &[(usize, Value)],
+    inventory: &mut Vec<InventoryEntry>,
+    failures: &mut Vec<String>,
+) {
+    let now = Timestamp::now();
+    // Collected first: a lazily mapped iterator held across the await trips the compiler's
+    // higher-ranked Send check.
+    let applies: Vec<_> = ordered
+        .iter()
+        .map(|(i, value)| {
+            let m = &manifests[*i];
+            async move { (m, ctx.applier.apply_dynamic(value, Some("default")).await) }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(applies).buffered(4).collect().await;
+    for (m, applied) in results {
+        match applied {
+            Ok(object) => {
+                shared
+                    .metrics
+                    .applied_objects
+                    .get_or_create(&crate::metrics::LayerLabels {
+                        layer: layer.to_string(),
+                    })
+                    .inc();
+                if object.labels().contains_key(ORPHANED_LABEL) {
+                    // Taken back within the grace window: it is ours again.
+                    let _ = remove_orphaned_label(ctx, &m.api_version, &object).await;
+                }
+                let value = serde_json::to_value(&object).unwrap_or_default();
+                let (status, _) =
+                    plan::object_status(&with_type(value, &m.api_version, &m.object.kind), now);
+                inventory.push(InventoryEntry {
+                    api_version: m.api_version.clone(),
+                    kind: m.object.kind.clone(),
+                    namespace: object.namespace(),
+                    name: object.name_any(),
+                    status: status.to_string(),
+                });
+            }
+            Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
+        }
+    }
+}
+
+fn with_type(mut value: Value, api_version: &str, kind: &str) -> Value {
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("apiVersion".into(), api_version.into());
+        obj.insert("kind".into(), kind.into());
+    }
+    value
+}
+
+async fn remove_orphaned_label(
+    ctx: &Context,
+    api_version: &str,
+    object: &DynamicObject,
+) -> Result<()> {
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    let resolved = resolve(ctx, api_version, &kind).await?;
+    let api = dynamic_api(ctx, &resolved, object.namespace().as_deref());
+    let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: null}}});
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| LayerError::api(format!("adopting {kind} {}", object.name_any()), e))?;
+    Ok(())
+}
+
+/// Polls the definitions of the first stage until they are Current (CRDs Established,
+/// Namespaces Active), refreshing their inventory status.
+async fn wait_established(
+    ctx: &Context,
+    inventory: &mut [InventoryEntry],
+    limit: Duration,
+) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        if let Some(fresh) = recheck(ctx, inventory).await? {
+            inventory.clone_from_slice(&fresh);
+        }
+        if inventory
+            .iter()
+            .all(|e| e.status == core_status::Status::Current.to_string())
+            || started.elapsed() >= limit
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Re-reads the inventory's objects. `None` when one is missing (it must be re-applied).
+async fn recheck(
+    ctx: &Context,
+    inventory: &[InventoryEntry],
+) -> Result<Option<Vec<InventoryEntry>>> {
+    let now = Timestamp::now();
+    let mut out = Vec::with_capacity(inventory.len());
+    for entry in inventory {
+        if entry.status == ORPHANED_STATUS {
+            out.push(entry.clone());
+            continue;
+        }
+        let resolved = resolve(ctx, &entry.api_version, &entry.kind).await?;
+        let api = dynamic_api(ctx, &resolved, entry.namespace.as_deref());
+        let Some(object) = api
+            .get_opt(&entry.name)
+            .await
+            .map_err(|e| LayerError::api(format!("reading {}", ObjectRef::of_entry(entry)), e))?
+        else {
+            return Ok(None);
+        };
+        let value = typed_value(&object, &resolved.resource).unwrap_or_default();
+        let (status, _) = plan::object_status(&value, now);
+        out.push(InventoryEntry {
+            status: status.to_string(),
+            ..entry.clone()
+        });
+    }
+    Ok(Some(out))
+}
+
+/// Executes the prune plan. Returns the entries still waiting (kept in the inventory) and
+/// when to look again.
+async fn prune(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    stale_entries: &[&InventoryEntry],
+    wanted_by: &BTreeMap<ObjectRef, BTreeSet<String>>,
+) -> Result<Option<(Vec<InventoryEntry>, Duration)>> {
+    let name = layer.name_any();
+    let now = Timestamp::now();
+    let mut stale = Vec::new();
+    let mut by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = BTreeMap::new();
+    for entry in stale_entries {
+        let object = ObjectRef::of_entry(entry);
+        let resolved = match resolve(ctx, &entry.api_version, &entry.kind).await {
+            Ok(resolved) => resolved,
+            // The kind is gone (its CRD was removed): so are its objects.
+            Err(LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
+                stale.push(StaleObject {
+                    object,
+                    stage: Stage::Namespaced,
+                    live: None,
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let api = dynamic_api(ctx, &resolved, entry.namespace.as_deref());
+        let live = api
+            .get_opt(&entry.name)
+            .await
+            .map_err(|e| LayerError::api(format!("reading {object}"), e))?
+            .map(|o| LiveOwnership {
+                layer: o.labels().get(LAYER_LABEL).cloned(),
+                orphaned_at: o
+                    .labels()
+                    .get(ORPHANED_LABEL)
+                    .and_then(|v| plan::parse_orphaned_label(v)),
+            });
+        let stage = plan::stage_of(&entry.api_version, &entry.kind, resolved.namespaced);
+        stale.push(StaleObject {
+            object: object.clone(),
+            stage,
+            live,
+        });
+        by_ref.insert(object, (entry, resolved));
+    }
+    let plan = plan::prune_plan(&name, &stale, wanted_by, shared.args.orphan_grace, now);
+    let orphaned_value = plan::orphaned_label_value(now);
+    for object in &plan.orphan {
+        if let Some((entry, resolved)) = by_ref.get(object) {
+            let api = dynamic_api(ctx, resolved, entry.namespace.as_deref());
+            let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: orphaned_value}}});
+            api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| LayerError::api(format!("labelling {object} orphaned"), e))?;
+        }
+    }
+    let mut deleted = Vec::new();
+    for object in &plan.delete {
+        if let Some((entry, resolved)) = by_ref.get(object) {
+            let api = dynamic_api(ctx, resolved, entry.namespace.as_deref());
+            match api.delete(&entry.name, &background()).await {
+                Ok(_) => deleted.push(object.to_string()),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(LayerError::api(format!("pruning {object}"), e)),
+            }
+        }
+    }
+    let reference = layer.object_ref(&());
+    if !deleted.is_empty() {
+        shared
+            .metrics
+            .pruned_objects
+            .get_or_create(&crate::metrics::LayerLabels {
+                layer: name.clone(),
+            })
+            .inc_by(deleted.len() as u64);
+        let _ = ctx
+            .events
+            .publish(
+                &reference,
+                Severity::Normal,
+                reason::PRUNED,
+                "Prune",
+                format!("pruned {}", deleted.join(", ")),
+            )
+            .await;
+    }
+    if !plan.hand_over.is_empty() {
+        let moved: Vec<String> = plan
+            .hand_over
+            .iter()
+            .map(|(o, to)| format!("{o} to layer {to}"))
+            .collect();
+        let _ = ctx
+            .events
+            .publish(
+                &reference,
+                Severity::Normal,
+                reason::HANDED_OVER,
+                "Prune",
+                format!("handed over {}", moved.join(", ")),
+            )
+            .await;
+    }
+    if plan.orphan.is_empty() && plan.waiting.is_empty() {
+        return Ok(None);
+    }
+    let pending: Vec<InventoryEntry> = plan
+        .orphan
+        .iter()
+        .chain(plan.waiting.iter().map(|(o, _)| o))
+        .filter_map(|o| by_ref.get(o))
+        .map(|(entry, _)| InventoryEntry {
+            status: ORPHANED_STATUS.into(),
+            ..(*entry).clone()
+        })
+        .collect();
+    let wait = plan
+        .waiting
+        .iter()
+        .map(|(_, d)| *d)
+        .chain(plan.orphan.iter().map(|_| shared.args.orphan_grace))
+        .min()
+        .unwrap_or(shared.args.orphan_grace);
+    Ok(Some((pending, wait + Duration::from_millis(100))))
+}
+
+fn background() -> DeleteParams {
+    DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    }
+}
+
+/// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
+#[allow(clippy::too_many_arguments)]
+async fn judge(
+    layer: &AddonsLayer,
+    ctx: &Context,
+    shared: &Shared,
+    revision: String,
+    inventory: Vec<InventoryEntry>,
+    same_attempt: bool,
+    interval: Duration,
+    timeout: Duration,
+) -> Result<Action> {
+    let name = layer.name_any();
+    let previous = layer.status.clone().unwrap_or_default();
+    let previous_state = previous.state.as_deref().unwrap_or_default();
+    let desired: Vec<InventoryEntry> = inventory
+        .iter()
+        .filter(|e| e.status != ORPHANED_STATUS)
+        .cloned()
+        .collect();
+    let pending_prune = inventory.len() - desired.len();
+    let elapsed = if same_attempt && previous_state == state::APPLYING {
+        plan::state_since(layer, state::APPLYING)
+            .map(|since| Timestamp::now().duration_since(since).unsigned_abs())
+            .unwrap_or_default()
+    } else {
+        Duration::ZERO
+    };
+    let (report, action) = match plan::outcome(&desired, elapsed, timeout) {
+        Outcome::Deployed => {
+            let started = lock(&shared.memory)
+                .get_mut(&name)
+                .and_then(|m| m.attempt_started.take());
+            if let Some(started) = started {
+                shared
+                    .metrics
+                    .rollout_seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            let mut message = format!(
+                "layer version {} deployed: {} objects Current at revision {revision}",
+                layer.spec.version,
+                desired.len()
+            );
+            if pending_prune > 0 {
+                message.push_str(&format!(
+                    "; {pending_prune} objects orphaned, pruned after the grace window"
+                ));
+            }
+            let mut report = Report::new(state::DEPLOYED, reason::SUCCEEDED, message);
+            report.deployed_revision = Some(revision.clone());
+            (report, Action::requeue(interval))
+        }
+        Outcome::Waiting(message) if same_attempt && previous_state == state::FAILED => (
+            Report::new(
+                state::FAILED,
+                reason::HEALTH_CHECK_FAILED,
+                format!("still not ready: {message}"),
+            ),
+            Action::requeue(interval.min(Duration::from_secs(30))),
+        ),
+        Outcome::Waiting(message) => (
+            Report::new(
+                state::APPLYING,
+                "Progressing",
+                format!("waiting for {message}"),
+            ),
+            Action::requeue(shared.args.health_poll),
+        ),
+        Outcome::Failed(message) => (
+            Report::new(state::FAILED, reason::HEALTH_CHECK_FAILED, message),
+            Action::requeue(interval.min(Duration::from_secs(30))),
+        ),
+    };
+    let report = Report {
+        inventory: Some(inventory),
+        attempted_revision: Some(revision),
+        ..report
+    };
+    write_status(ctx, shared, layer, report).await?;
+    Ok(action)
+}
+
+/// Writes the status when it changed; publishes an Event when the state changed.
+async fn write_status(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    report: Report,
+) -> Result<()> {
+    let name = layer.name_any();
+    let previous = layer.status.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let mut history = previous.history.clone();
+    let mut revision = previous.revision.clone();
+    if let Some(deployed) = &report.deployed_revision {
+        revision = Some(deployed.clone());
+        let already = history
+            .first()
+            .is_some_and(|h| h.revision == *deployed && h.version == layer.spec.version);
+        if !already {
+            history.insert(
+                0,
+                HistoryEntry {
+                    revision: deployed.clone(),
+                    version: layer.spec.version.clone(),
+                    deployed_at: core_status::augment::format_time(now),
+                },
+            );
+            history.truncate(plan::HISTORY_LIMIT);
+        }
+    }
+    let status = AddonsLayerStatus {
+        state: Some(report.state.to_string()),
+        conditions: plan::conditions(
+            report.state,
+            &report.reason,
+            &report.message,
+            layer.metadata.generation,
+            &previous.conditions,
+            now,
+        ),
+        revision,
+        last_attempted_revision: report
+            .attempted_revision
+            .or(previous.last_attempted_revision.clone()),
+        version: Some(layer.spec.version.clone()),
+        observed_generation: layer.metadata.generation,
+        inventory: report.inventory.unwrap_or(previous.inventory.clone()),
+        blocked_by: report.blockers,
+        history,
+    };
+    shared.metrics.set_state(&name, report.state);
+    if status == previous {
+        return Ok(());
+    }
+    let value = serde_json::to_value(&status).map_err(|e| LayerError::Source(e.to_string()))?;
+    ctx.applier.apply_status(layer, value).await?;
+    if previous.state.as_deref() != Some(report.state) {
+        let severity = if report.state == state::FAILED {
+            Severity::Warning
+        } else {
+            Severity::Normal
+        };
+        let event_reason = if report.state == state::FAILED {
+            report.reason.as_str()
+        } else {
+            report.state
+        };
+        if let Err(e) = ctx
+            .events
+            .publish(
+                &layer.object_ref(&()),
+                severity,
+                event_reason,
+                "Reconcile",
+                report.message.clone(),
+            )
+            .await
+        {
+            tracing::debug!(layer = %name, error = %e, "publishing an event");
+        }
+        tracing::info!(layer = %name, state = report.state, message = %report.message, "layer state changed");
+    }
+    Ok(())
+}
+
+/// Adds or removes our finalizer on the latest copy of the layer (the cached copy may be
+/// older than our own status write, which would make the compare-and-swap fail every time).
+async fn set_finalizer(ctx: &Context, name: &str, present: bool) -> Result<()> {
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let context = || format!("finalizer of layer {name}");
+    let Some(fresh) = api
+        .get_opt(name)
+        .await
+        .map_err(|e| LayerError::api(context(), e))?
+    else {
+        return Ok(());
+    };
+    let mut finalizers: Vec<String> = fresh
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(FINALIZER.into());
+    }
+    if finalizers.as_slice() == fresh.finalizers() {
+        return Ok(());
+    }
+    // resourceVersion makes this a compare-and-swap: a concurrent finalizer edit is retried.
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": fresh.resource_version()}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| LayerError::api(context(), e))?;
+    Ok(())
+}
+
+/// Deleting a layer: its dependents go first, then its objects in reverse apply order; the
+/// finalizer is released when they are gone, or after `timeout` with a Warning naming what
+/// is still there (never a stuck layer, unlike kraan#212).
+async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result<Action> {
+    if !layer.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let name = layer.name_any();
+    let all = layers_map(&shared.layers);
+    let dependents = plan::dependents(&name, all.values());
+    if !dependents.is_empty() {
+        let mut report = Report::new(
+            state::DELETING,
+            state::DELETING,
+            format!(
+                "waiting for dependent layers to be deleted first: {}",
+                dependents.join(", ")
+            ),
+        );
+        report.blockers = dependents
+            .iter()
+            .map(|d| Blocker {
+                name: d.clone(),
+                reason: blocker::DEPENDENT.into(),
+                message: format!("layer {d} depends on {name} and is torn down first"),
+            })
+            .collect();
+        write_status(ctx, shared, layer, report).await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
+    let previous = layer.status.clone().unwrap_or_default();
+    let mut entries: Vec<(_, &InventoryEntry)> = previous
+        .inventory
+        .iter()
+        .map(|e| {
+            let stage = if plan::is_definition(&e.api_version, &e.kind) {
+                Stage::Definitions
+            } else if e.namespace.is_some() {
+                Stage::Namespaced
+            } else {
+                Stage::ClusterScoped
+            };
+            (plan::apply_key(&ObjectRef::of_entry(e), stage), e)
+        })
+        .collect();
+    entries.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut remaining = Vec::new();
+    for (_, entry) in entries {
+        let object = ObjectRef::of_entry(entry);
+        let Ok(resolved) = resolve(ctx, &entry.api_version, &entry.kind).await else {
+            continue;
+        };
+        let api = dynamic_api(ctx, &resolved, entry.namespace.as_deref());
+        let Some(live) = api
+            .get_opt(&entry.name)
+            .await
+            .map_err(|e| LayerError::api(format!("reading {object}"), e))?
+        else {
+            continue;
+        };
+        if live.labels().get(LAYER_LABEL) != Some(&name) {
+            continue; // handed over to another layer
+        }
+        if live.metadata.deletion_timestamp.is_none() {
+            match api.delete(&entry.name, &background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(LayerError::api(format!("deleting {object}"), e)),
+            }
+        }
+        remaining.push(object.to_string());
+    }
+    let (_, timeout) =
+        plan::timing(layer).unwrap_or((plan::DEFAULT_INTERVAL, plan::DEFAULT_TIMEOUT));
+    let deleting_for = layer
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0).unsigned_abs())
+        .unwrap_or_default();
+    if remaining.is_empty() || deleting_for >= timeout {
+        if !remaining.is_empty() {
+            let _ = ctx
+                .events
+                .publish(
+                    &layer.object_ref(&()),
+                    Severity::Warning,
+                    "TeardownTimedOut",
+                    "Delete",
+                    format!(
+                        "released after {}s with objects still terminating: {}",
+                        timeout.as_secs(),
+                        remaining.join(", ")
+                    ),
+                )
+                .await;
+        }
+        set_finalizer(ctx, &name, false).await?;
+        shared.metrics.forget(&name);
+        lock(&shared.memory).remove(&name);
+        return Ok(Action::await_change());
+    }
+    let report = Report::new(
+        state::DELETING,
+        state::DELETING,
+        format!(
+            "waiting for {} objects to be deleted: {}",
+            remaining.len(),
+            remaining
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    write_status(ctx, shared, layer, report).await?;
+    Ok(Action::requeue(Duration::from_secs(2)))
+}
