@@ -645,6 +645,63 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
         configmap(&client, &ns, "later").await.is_none(),
         "a held layer applied a change"
     );
+    // `strata layers plan` answers "what would it do once released?"; `graph` shows the DAG.
+    let strata = |args: &[&str]| {
+        std::process::Command::new(bin_dir().join("strata"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(cluster().kubeconfig())
+            .output()
+            .unwrap()
+    };
+    let out = strata(&[
+        "layers",
+        "plan",
+        &solo,
+        "-o",
+        "json",
+        "--default-source-namespace",
+        &ns,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(plan["gate"], "Hold", "{plan}");
+    assert_eq!(
+        plan["create"],
+        json!([format!("ConfigMap {ns}/later")]),
+        "{plan}"
+    );
+    assert_eq!(
+        plan["unchanged"],
+        json!([format!("ConfigMap {ns}/x")]),
+        "{plan}"
+    );
+    let out = strata(&["layers", "graph", "-o", "json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let graph: Value = serde_json::from_slice(&out.stdout)?;
+    let cycle = json!([format!("{ns}-c1"), format!("{ns}-c2"), format!("{ns}-c1")]);
+    assert!(
+        graph["cycles"].as_array().unwrap().contains(&cycle),
+        "{graph}"
+    );
+    let solo_node = graph["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["name"] == solo.as_str())
+        .unwrap();
+    assert_eq!(solo_node["state"], "Hold");
+    let out = strata(&["layers", "graph", "-o", "dot"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("\"{ns}-c1\" -> \"{ns}-c2\"")));
+
     layers
         .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(false)))
         .await?;

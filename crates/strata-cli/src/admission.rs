@@ -22,12 +22,7 @@ pub fn review(
         Webhook::PrepareDownscale => Endpoint::PrepareDownscale,
         Webhook::PodEviction => Endpoint::PodEviction,
         Webhook::ZpdbValidation => Endpoint::ZpdbValidation,
-        Webhook::AddonslayerValidation => {
-            eprintln!(
-                "strata admission review: addonslayer-validation is not available yet (comes with the layer-controller)"
-            );
-            return Ok(ExitCode::from(crate::cli::EXIT_NOT_AVAILABLE));
-        }
+        Webhook::AddonslayerValidation => Endpoint::AddonsLayerValidation,
     };
     let now = match parse_now(now) {
         Ok(now) => now,

@@ -139,16 +139,44 @@ pub enum GraphFormat {
 
 #[derive(Debug, Subcommand)]
 pub enum LayersCommand {
-    /// Print the dependency graph of the cluster's AddonsLayers.
+    /// Print the dependency graph of the cluster's AddonsLayers, with their states.
     Graph {
         #[arg(short = 'o', long, value_enum, default_value_t = GraphFormat::Mermaid)]
         output: GraphFormat,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
-    /// Show what the layer-controller would do next for one layer, and why.
+    /// Show what the layer-controller would do next for one layer: whether it may apply
+    /// (every blocker), and a server-side dry run of what it would create, change and prune.
     Plan {
         /// The AddonsLayer name.
         layer: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Text)]
+        output: PlanFormat,
+        /// Namespace of a source when the layer does not name one (the controller's
+        /// `--default-source-namespace`).
+        #[arg(long, env = "POD_NAMESPACE", default_value = "strata-system")]
+        default_source_namespace: String,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum PlanFormat {
+    Text,
+    Json,
+}
+
+/// Which cluster to talk to.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Path to a kubeconfig.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context.
+    #[arg(long)]
+    pub context: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -239,12 +267,15 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => crate::status::run(&args),
         Command::Wait(args) => crate::wait::run(&args),
         Command::Render(_) => not_available("render", "the render component"),
-        Command::Layers(LayersCommand::Graph { .. }) => {
-            not_available("layers graph", "the layer-controller")
+        Command::Layers(LayersCommand::Graph { output, cluster }) => {
+            crate::layers::graph(output, &cluster)
         }
-        Command::Layers(LayersCommand::Plan { .. }) => {
-            not_available("layers plan", "the layer-controller")
-        }
+        Command::Layers(LayersCommand::Plan {
+            layer,
+            output,
+            default_source_namespace,
+            cluster,
+        }) => crate::layers::plan(&layer, output, &default_source_namespace, &cluster),
         Command::Rollout(RolloutCommand::Plan { state, now, .. }) => {
             crate::rollout::plan(&state, now.as_deref())
         }

@@ -2,6 +2,7 @@
 
 mod admission;
 mod cli;
+mod layers;
 mod rollout;
 mod status;
 mod wait;

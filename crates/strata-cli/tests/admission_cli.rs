@@ -75,3 +75,50 @@ fn reviews_a_scale_request_against_the_state() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn reviews_an_addonslayer_closing_a_cycle_offline() {
+    let dir = std::env::temp_dir().join(format!("strata-admission-layers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let review = dir.join("review.json");
+    std::fs::write(
+        &review,
+        r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"l1","operation":"CREATE",
+        "resource":{"group":"strata.dev","version":"v1alpha1","resource":"addonslayers"},"name":"bootstrap",
+        "object":{"apiVersion":"strata.dev/v1alpha1","kind":"AddonsLayer","metadata":{"name":"bootstrap"},
+          "spec":{"version":"1.0.0","source":{"name":"repo","path":"./bootstrap"},"prereqs":{"dependsOn":["base"]}}}}}"#,
+    )
+    .unwrap();
+    let state = dir.join("state.yaml");
+    std::fs::write(
+        &state,
+        "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {name: base}\nspec: {version: 1.0.0, source: {name: repo, path: ./base}, prereqs: {dependsOn: [bootstrap@>=1.0]}}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_strata"))
+        .args([
+            "admission",
+            "review",
+            "-f",
+            review.to_str().unwrap(),
+            "--webhook",
+            "addonslayer-validation",
+            "--state",
+            state.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let response: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(response["response"]["allowed"], false, "{response}");
+    let message = response["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("bootstrap -> base -> bootstrap"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -7,9 +7,11 @@
 pub mod crd;
 pub mod deps;
 pub mod error;
+pub mod graph;
 pub mod keys;
 pub mod metrics;
 pub mod plan;
+pub mod read;
 pub mod reconcile;
 pub mod source;
 

@@ -11,13 +11,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use core_k8s::Context;
-use core_k8s::apply::{ResolvedKind, parse_api_version, typed_value};
+use core_k8s::apply::{ResolvedKind, typed_value};
 use core_k8s::events::Severity;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
-use kube::core::GroupVersionKind;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -33,7 +32,8 @@ use crate::plan::{
     self, Gate, GateInputs, LiveOwnership, ObjectRef, Outcome, SourceRef, SourceState, Stage,
     StaleObject,
 };
-use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, FLUX_KINDS, Files, Limits, Manifest};
+use crate::read::Reader;
+use crate::source::{self, CONFIGMAP_KIND, FLUX_KINDS, Files, Limits, Manifest};
 
 /// Flags of the layer-controller on top of the common ones.
 #[derive(Clone, Debug, clap::Args)]
@@ -75,19 +75,12 @@ struct Memory {
     attempt_started: Option<Instant>,
 }
 
-/// (source, revision, path): what a layer wants depends on nothing else.
-type DesiredKey = (SourceRef, String, String);
-
-type ArtifactSlot = Arc<tokio::sync::Mutex<Option<(String, Arc<Files>)>>>;
-
 /// State shared by all reconciles.
 pub struct Shared {
     args: LayerArgs,
-    limits: Limits,
     metrics: Metrics,
     layers: Store<AddonsLayer>,
-    artifacts: Mutex<HashMap<SourceRef, ArtifactSlot>>,
-    desired: Mutex<HashMap<DesiredKey, Arc<BTreeSet<ObjectRef>>>>,
+    reader: Reader,
     memory: Mutex<HashMap<String, Memory>>,
     cluster_version: Mutex<Option<(String, Instant)>>,
 }
@@ -112,12 +105,6 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let controller = Controller::new(api.clone(), layer_config.clone());
     let store = controller.store();
     let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
-    spawn_source_watchers(
-        &ctx,
-        store.clone(),
-        tx,
-        args.default_source_namespace.clone(),
-    );
     let index = store.clone();
     let controller = controller
         .watches(api, layer_config, move |changed| {
@@ -126,20 +113,26 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         .reconcile_on(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|key| (key, rx))
         }));
+    let limits = Limits {
+        max_artifact_bytes: args.max_artifact_bytes,
+        max_unpacked_bytes: args.max_artifact_bytes.saturating_mul(4),
+        download_timeout: args.artifact_timeout,
+    };
+    let reader = Reader::new(
+        ctx.client.clone(),
+        ctx.applier.clone(),
+        limits,
+        args.default_source_namespace.clone(),
+    );
     let shared = Arc::new(Shared {
-        limits: Limits {
-            max_artifact_bytes: args.max_artifact_bytes,
-            max_unpacked_bytes: args.max_artifact_bytes.saturating_mul(4),
-            download_timeout: args.artifact_timeout,
-        },
         args,
         metrics,
         layers: store,
-        artifacts: Mutex::default(),
-        desired: Mutex::default(),
+        reader,
         memory: Mutex::default(),
         cluster_version: Mutex::default(),
     });
+    spawn_source_watchers(&ctx, shared.clone(), tx);
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {
         reconcile(layer, ctx, shared.clone())
     })
@@ -220,14 +213,13 @@ impl SourceWakeups {
 
 fn spawn_source_watchers(
     ctx: &Arc<Context>,
-    store: Store<AddonsLayer>,
+    shared: Arc<Shared>,
     tx: mpsc::Sender<LayerKey<AddonsLayer>>,
-    default_ns: String,
 ) {
     let wakeups = SourceWakeups {
-        store,
+        store: shared.layers.clone(),
         tx,
-        default_ns,
+        default_ns: shared.args.default_source_namespace.clone(),
     };
     // ConfigMap sources: only labelled ones are watched (watching every ConfigMap of a
     // cluster would cost more than the feature is worth).
@@ -243,10 +235,11 @@ fn spawn_source_watchers(
     for kind in FLUX_KINDS {
         let ctx = ctx.clone();
         let wakeups = wakeups.clone();
+        let shared = shared.clone();
         tokio::spawn(async move {
             // Flux may be installed after us: look for the kind until it is served.
             let resolved = loop {
-                if let Some(resolved) = resolve_flux_kind(&ctx, kind).await {
+                if let Some(resolved) = shared.reader.resolve_flux_kind(kind).await {
                     break resolved;
                 }
                 tokio::select! {
@@ -263,112 +256,7 @@ fn spawn_source_watchers(
     }
 }
 
-/// The served version of a Flux source kind (`v1`, else the older `v1beta2`).
-async fn resolve_flux_kind(ctx: &Context, kind: &str) -> Option<ResolvedKind> {
-    for version in ["v1", "v1beta2"] {
-        let gvk = GroupVersionKind::gvk(FLUX_GROUP, version, kind);
-        if let Ok(resolved) = ctx.applier.discovery().resolve(&gvk).await {
-            return Some(resolved);
-        }
-    }
-    None
-}
-
-async fn resolve(ctx: &Context, api_version: &str, kind: &str) -> Result<ResolvedKind> {
-    let (group, version) = parse_api_version(api_version).ok_or_else(|| {
-        LayerError::Manifest(format!("{kind}: apiVersion {api_version:?} is not valid"))
-    })?;
-    Ok(ctx
-        .applier
-        .discovery()
-        .resolve(&GroupVersionKind::gvk(group, version, kind))
-        .await?)
-}
-
-fn dynamic_api(
-    ctx: &Context,
-    resolved: &ResolvedKind,
-    namespace: Option<&str>,
-) -> Api<DynamicObject> {
-    match (resolved.namespaced, namespace) {
-        (true, Some(ns)) => Api::namespaced_with(ctx.client.clone(), ns, &resolved.resource),
-        _ => Api::all_with(ctx.client.clone(), &resolved.resource),
-    }
-}
-
 impl Shared {
-    /// Reads a source: its state and, when ready, its files (downloaded once per revision).
-    async fn fetch(&self, ctx: &Context, source: &SourceRef) -> Result<source::Fetched> {
-        let not_ready = |message: String| source::Fetched {
-            state: SourceState::NotReady { message },
-            files: None,
-        };
-        if source.kind == CONFIGMAP_KIND {
-            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source.namespace);
-            let Some(cm) = api
-                .get_opt(&source.name)
-                .await
-                .map_err(|e| LayerError::api(format!("reading {source}"), e))?
-            else {
-                return Ok(not_ready(format!("{source} not found")));
-            };
-            let value = serde_json::to_value(&cm).unwrap_or_default();
-            let files = source::configmap_files(&value);
-            return Ok(source::Fetched {
-                state: SourceState::Ready {
-                    revision: source::configmap_revision(&files),
-                },
-                files: Some(Arc::new(files)),
-            });
-        }
-        let Some(resolved) = resolve_flux_kind(ctx, &source.kind).await else {
-            return Ok(not_ready(format!(
-                "{}.{FLUX_GROUP} is not served by this cluster (is Flux installed?)",
-                source.kind
-            )));
-        };
-        let api = dynamic_api(ctx, &resolved, Some(&source.namespace));
-        let Some(object) = api
-            .get_opt(&source.name)
-            .await
-            .map_err(|e| LayerError::api(format!("reading {source}"), e))?
-        else {
-            return Ok(not_ready(format!("{source} not found")));
-        };
-        let value = typed_value(&object, &resolved.resource).unwrap_or_default();
-        let artifact = match source::flux_artifact(&value) {
-            Ok(artifact) => artifact,
-            Err(message) => return Ok(not_ready(message)),
-        };
-        let slot = lock(&self.artifacts)
-            .entry(source.clone())
-            .or_default()
-            .clone();
-        // One download per source and revision, however many layers ask at once.
-        let mut slot = slot.lock().await;
-        let key = format!(
-            "{}|{}",
-            artifact.revision,
-            artifact.digest.as_deref().unwrap_or("")
-        );
-        let files = match slot.as_ref() {
-            Some((cached, files)) if *cached == key => files.clone(),
-            _ => {
-                let bytes = source::download(&artifact.url, &self.limits).await?;
-                source::verify_digest(&bytes, artifact.digest.as_deref())?;
-                let files = Arc::new(source::unpack(&bytes, &self.limits)?);
-                *slot = Some((key, files.clone()));
-                files
-            }
-        };
-        Ok(source::Fetched {
-            state: SourceState::Ready {
-                revision: artifact.revision,
-            },
-            files: Some(files),
-        })
-    }
-
     /// The API server version, re-read at most once a minute.
     async fn cluster_version(&self, ctx: &Context) -> Option<String> {
         if let Some((version, at)) = lock(&self.cluster_version).as_ref()
@@ -386,74 +274,6 @@ impl Shared {
                 lock(&self.cluster_version).as_ref().map(|(v, _)| v.clone())
             }
         }
-    }
-
-    /// An object's identity with the namespace a namespaced kind gets when the manifest
-    /// leaves it out (`default`, as kubectl).
-    async fn identity(&self, ctx: &Context, manifest: &Manifest) -> ObjectRef {
-        if manifest.object.namespace.is_some() {
-            return manifest.object.clone();
-        }
-        match resolve(ctx, &manifest.api_version, &manifest.object.kind).await {
-            Ok(resolved) if resolved.namespaced => ObjectRef {
-                namespace: Some("default".into()),
-                ..manifest.object.clone()
-            },
-            _ => manifest.object.clone(),
-        }
-    }
-
-    /// What another layer wants right now: its source content, or, when its source cannot be
-    /// read, its inventory (so nothing it owns is mistaken for abandoned).
-    async fn desired_of(&self, ctx: &Context, layer: &AddonsLayer) -> BTreeSet<ObjectRef> {
-        let inventory = || {
-            layer
-                .status
-                .iter()
-                .flat_map(|s| s.inventory.iter())
-                .map(ObjectRef::of_entry)
-                .collect()
-        };
-        let source = SourceRef::of(layer, &self.args.default_source_namespace);
-        let Ok(fetched) = self.fetch(ctx, &source).await else {
-            return inventory();
-        };
-        let (SourceState::Ready { revision }, Some(files)) = (&fetched.state, &fetched.files)
-        else {
-            return inventory();
-        };
-        let key = (source, revision.clone(), layer.spec.source.path.clone());
-        if let Some(cached) = lock(&self.desired).get(&key) {
-            return cached.as_ref().clone();
-        }
-        let Ok(manifests) = source::layer_manifests(files, &layer.spec.source.path) else {
-            return inventory();
-        };
-        let mut refs = BTreeSet::new();
-        for manifest in &manifests {
-            refs.insert(self.identity(ctx, manifest).await);
-        }
-        lock(&self.desired).insert(key, Arc::new(refs.clone()));
-        refs
-    }
-
-    /// `object → layers wanting it`, over every other layer.
-    async fn wanted_by(
-        &self,
-        ctx: &Context,
-        this: &str,
-        all: &BTreeMap<String, AddonsLayer>,
-    ) -> BTreeMap<ObjectRef, BTreeSet<String>> {
-        let mut wanted: BTreeMap<ObjectRef, BTreeSet<String>> = BTreeMap::new();
-        for (name, layer) in all {
-            if name == this || layer.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            for object in self.desired_of(ctx, layer).await {
-                wanted.entry(object).or_default().insert(name.clone());
-            }
-        }
-        wanted
     }
 }
 
@@ -517,7 +337,7 @@ async fn reconcile(
             files: None,
         }
     } else {
-        match shared.fetch(&ctx, &source_ref).await {
+        match shared.reader.fetch(&source_ref).await {
             Ok(fetched) => fetched,
             Err(e @ LayerError::Artifact(_)) => {
                 let report = Report::new(
@@ -660,7 +480,7 @@ async fn apply_layer(
             ));
         }
         if matches!(previous_state, s if s == state::APPLYING || s == state::FAILED)
-            && let Some(inventory) = recheck(ctx, &previous.inventory).await?
+            && let Some(inventory) = recheck(&shared.reader, &previous.inventory).await?
         {
             return judge(
                 layer,
@@ -687,7 +507,7 @@ async fn apply_layer(
     // Ownership: never take an object another layer owns and still wants.
     let mut desired = Vec::with_capacity(manifests.len());
     for manifest in &manifests {
-        desired.push(shared.identity(ctx, manifest).await);
+        desired.push(shared.reader.identity(manifest).await);
     }
     let owners: BTreeMap<ObjectRef, String> = all
         .iter()
@@ -702,7 +522,7 @@ async fn apply_layer(
         .collect();
     let contested = desired.iter().any(|o| owners.contains_key(o));
     let wanted_by = if contested || !previous.inventory.is_empty() {
-        shared.wanted_by(ctx, &name, all).await
+        shared.reader.wanted_by(&name, all).await
     } else {
         BTreeMap::new()
     };
@@ -746,7 +566,12 @@ async fn apply_layer(
     )
     .await;
     if failures.is_empty() && !definitions.is_empty() {
-        wait_established(ctx, &mut inventory, timeout.min(Duration::from_secs(60))).await?;
+        wait_established(
+            &shared.reader,
+            &mut inventory,
+            timeout.min(Duration::from_secs(60)),
+        )
+        .await?;
     }
 
     // Then cluster-scoped objects, then namespaced ones, each in kind order.
@@ -754,7 +579,7 @@ async fn apply_layer(
         let mut ordered = Vec::new();
         for (i, value) in rest {
             let m = &manifests[i];
-            match resolve(ctx, &m.api_version, &m.object.kind).await {
+            match shared.reader.resolve(&m.api_version, &m.object.kind).await {
                 Ok(resolved) => {
                     let stage = plan::stage_of(&m.api_version, &m.object.kind, resolved.namespaced);
                     ordered.push((plan::apply_key(&desired[i], stage), i, value));
@@ -879,7 +704,7 @@ async fn apply_all(
                     .inc();
                 if object.labels().contains_key(ORPHANED_LABEL) {
                     // Taken back within the grace window: it is ours again.
-                    let _ = remove_orphaned_label(ctx, &m.api_version, &object).await;
+                    let _ = remove_orphaned_label(&shared.reader, &m.api_version, &object).await;
                 }
                 let value = serde_json::to_value(&object).unwrap_or_default();
                 let (status, _) =
@@ -906,7 +731,7 @@ fn with_type(mut value: Value, api_version: &str, kind: &str) -> Value {
 }
 
 async fn remove_orphaned_label(
-    ctx: &Context,
+    reader: &Reader,
     api_version: &str,
     object: &DynamicObject,
 ) -> Result<()> {
@@ -915,8 +740,8 @@ async fn remove_orphaned_label(
         .as_ref()
         .map(|t| t.kind.clone())
         .unwrap_or_default();
-    let resolved = resolve(ctx, api_version, &kind).await?;
-    let api = dynamic_api(ctx, &resolved, object.namespace().as_deref());
+    let resolved = reader.resolve(api_version, &kind).await?;
+    let api = reader.api(&resolved, object.namespace().as_deref());
     let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: null}}});
     api.patch(
         &object.name_any(),
@@ -931,13 +756,13 @@ async fn remove_orphaned_label(
 /// Polls the definitions of the first stage until they are Current (CRDs Established,
 /// Namespaces Active), refreshing their inventory status.
 async fn wait_established(
-    ctx: &Context,
+    reader: &Reader,
     inventory: &mut [InventoryEntry],
     limit: Duration,
 ) -> Result<()> {
     let started = Instant::now();
     loop {
-        if let Some(fresh) = recheck(ctx, inventory).await? {
+        if let Some(fresh) = recheck(reader, inventory).await? {
             inventory.clone_from_slice(&fresh);
         }
         if inventory
@@ -953,7 +778,7 @@ async fn wait_established(
 
 /// Re-reads the inventory's objects. `None` when one is missing (it must be re-applied).
 async fn recheck(
-    ctx: &Context,
+    reader: &Reader,
     inventory: &[InventoryEntry],
 ) -> Result<Option<Vec<InventoryEntry>>> {
     let now = Timestamp::now();
@@ -963,8 +788,8 @@ async fn recheck(
             out.push(entry.clone());
             continue;
         }
-        let resolved = resolve(ctx, &entry.api_version, &entry.kind).await?;
-        let api = dynamic_api(ctx, &resolved, entry.namespace.as_deref());
+        let resolved = reader.resolve(&entry.api_version, &entry.kind).await?;
+        let api = reader.api(&resolved, entry.namespace.as_deref());
         let Some(object) = api
             .get_opt(&entry.name)
             .await
@@ -997,7 +822,7 @@ async fn prune(
     let mut by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = BTreeMap::new();
     for entry in stale_entries {
         let object = ObjectRef::of_entry(entry);
-        let resolved = match resolve(ctx, &entry.api_version, &entry.kind).await {
+        let resolved = match shared.reader.resolve(&entry.api_version, &entry.kind).await {
             Ok(resolved) => resolved,
             // The kind is gone (its CRD was removed): so are its objects.
             Err(LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
@@ -1010,7 +835,7 @@ async fn prune(
             }
             Err(e) => return Err(e),
         };
-        let api = dynamic_api(ctx, &resolved, entry.namespace.as_deref());
+        let api = shared.reader.api(&resolved, entry.namespace.as_deref());
         let live = api
             .get_opt(&entry.name)
             .await
@@ -1034,7 +859,7 @@ async fn prune(
     let orphaned_value = plan::orphaned_label_value(now);
     for object in &plan.orphan {
         if let Some((entry, resolved)) = by_ref.get(object) {
-            let api = dynamic_api(ctx, resolved, entry.namespace.as_deref());
+            let api = shared.reader.api(resolved, entry.namespace.as_deref());
             let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: orphaned_value}}});
             api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -1044,7 +869,7 @@ async fn prune(
     let mut deleted = Vec::new();
     for object in &plan.delete {
         if let Some((entry, resolved)) = by_ref.get(object) {
-            let api = dynamic_api(ctx, resolved, entry.namespace.as_deref());
+            let api = shared.reader.api(resolved, entry.namespace.as_deref());
             match api.delete(&entry.name, &background()).await {
                 Ok(_) => deleted.push(object.to_string()),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -1367,10 +1192,10 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
     let mut remaining = Vec::new();
     for (_, entry) in entries {
         let object = ObjectRef::of_entry(entry);
-        let Ok(resolved) = resolve(ctx, &entry.api_version, &entry.kind).await else {
+        let Ok(resolved) = shared.reader.resolve(&entry.api_version, &entry.kind).await else {
             continue;
         };
-        let api = dynamic_api(ctx, &resolved, entry.namespace.as_deref());
+        let api = shared.reader.api(&resolved, entry.namespace.as_deref());
         let Some(live) = api
             .get_opt(&entry.name)
             .await

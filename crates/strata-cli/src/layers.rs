@@ -1,0 +1,316 @@
+//! `strata layers graph` and `strata layers plan`: the layer-controller's view of a cluster,
+//! from the same planner and readers the controller uses.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use core_k8s::apply::{Applier, apply_patch_body};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use layer_controller::crd::AddonsLayer;
+use layer_controller::plan::{self, Gate, GateInputs, ObjectRef, SourceRef, SourceState};
+use layer_controller::read::Reader;
+use layer_controller::source::{self, Limits};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cli::{ClusterArgs, GraphFormat, PlanFormat};
+
+async fn connect(cluster: &ClusterArgs) -> anyhow::Result<Client> {
+    Ok(
+        core_k8s::client::client_from(cluster.kubeconfig.as_deref(), cluster.context.as_deref())
+            .await?,
+    )
+}
+
+async fn all_layers(client: &Client) -> anyhow::Result<Vec<AddonsLayer>> {
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    Ok(api.list(&ListParams::default()).await?.items)
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+pub fn graph(format: GraphFormat, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(cluster).await?;
+        let graph = layer_controller::graph::build(&all_layers(&client).await?);
+        let text = match format {
+            GraphFormat::Dot => layer_controller::graph::to_dot(&graph),
+            GraphFormat::Mermaid => layer_controller::graph::to_mermaid(&graph),
+            GraphFormat::Json => serde_json::to_string_pretty(&graph)? + "\n",
+        };
+        print!("{text}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// What the next apply of a layer would do.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LayerPlan {
+    layer: String,
+    version: String,
+    state: String,
+    source: String,
+    revision: Option<String>,
+    /// `Proceed`, `Hold`, `Invalid`, `Cycle`, or the state it would wait in.
+    gate: String,
+    message: Option<String>,
+    blocked_by: Vec<layer_controller::crd::Blocker>,
+    create: Vec<String>,
+    change: Vec<String>,
+    unchanged: Vec<String>,
+    prune: Vec<String>,
+    hand_over: Vec<HandOver>,
+    errors: Vec<String>,
+    /// Layers that depend on this one and re-run once it is Deployed.
+    dependents: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct HandOver {
+    object: String,
+    to: String,
+}
+
+pub fn plan(
+    name: &str,
+    format: PlanFormat,
+    default_ns: &str,
+    cluster: &ClusterArgs,
+) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = connect(cluster).await?;
+        let layers = all_layers(&client).await?;
+        let all: BTreeMap<String, AddonsLayer> =
+            layers.iter().map(|l| (l.name_any(), l.clone())).collect();
+        let Some(layer) = all.get(name) else {
+            eprintln!("strata layers plan: AddonsLayer {name} not found");
+            return Ok(ExitCode::from(1));
+        };
+        let applier = Applier::new(client.clone(), "strata-layer-controller");
+        let reader = Reader::new(
+            client.clone(),
+            applier,
+            Limits::default(),
+            default_ns.into(),
+        );
+        let result = compute(&reader, &client, layer, &all).await?;
+        match format {
+            PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&result)?),
+            PlanFormat::Text => print!("{}", render(&result)),
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn compute(
+    reader: &Reader,
+    client: &Client,
+    layer: &AddonsLayer,
+    all: &BTreeMap<String, AddonsLayer>,
+) -> anyhow::Result<LayerPlan> {
+    let name = layer.name_any();
+    let status = layer.status.clone().unwrap_or_default();
+    let source_ref = SourceRef::of(layer, reader.default_namespace());
+    let mut out = LayerPlan {
+        layer: name.clone(),
+        version: layer.spec.version.clone(),
+        state: status.state.clone().unwrap_or_default(),
+        source: source_ref.to_string(),
+        dependents: plan::dependents(&name, all.values()),
+        ..LayerPlan::default()
+    };
+    let fetched = match reader.fetch(&source_ref).await {
+        Ok(fetched) => fetched,
+        Err(e) => {
+            out.gate = "Failed".into();
+            out.message = Some(e.to_string());
+            return Ok(out);
+        }
+    };
+    let version = client.apiserver_version().await.ok().map(|v| v.git_version);
+    let inputs = GateInputs {
+        source: &fetched.state,
+        cluster_version: version.as_deref(),
+        default_source_namespace: reader.default_namespace(),
+    };
+    match plan::gate(layer, all, &inputs) {
+        Gate::Hold => out.gate = "Hold".into(),
+        Gate::Invalid(message) => {
+            out.gate = "Invalid".into();
+            out.message = Some(message);
+        }
+        Gate::Cycle(cycle) => {
+            out.gate = "Cycle".into();
+            out.message = Some(format!("dependency cycle: {}", cycle.join(" -> ")));
+        }
+        Gate::Blocked { state, blockers } => {
+            out.gate = state.into();
+            out.blocked_by = blockers;
+        }
+        Gate::Proceed => out.gate = "Proceed".into(),
+    }
+    // The dry run is shown even for a held or blocked layer: "what would it do once free?"
+    let (SourceState::Ready { revision }, Some(files)) = (&fetched.state, &fetched.files) else {
+        return Ok(out);
+    };
+    out.revision = Some(revision.clone());
+    let manifests = match source::layer_manifests(files, &layer.spec.source.path) {
+        Ok(manifests) => manifests,
+        Err(e) => {
+            out.errors.push(e.to_string());
+            return Ok(out);
+        }
+    };
+    let mut desired = Vec::new();
+    for manifest in &manifests {
+        let object = reader.identity(manifest).await;
+        desired.push(object.clone());
+        let prepared = plan::prepare_manifest(&manifest.value, &name, &layer.spec.version);
+        match dry_run(reader, manifest, &object, &prepared).await {
+            Ok(Change::Create) => out.create.push(object.to_string()),
+            Ok(Change::Update) => out.change.push(object.to_string()),
+            Ok(Change::None) => out.unchanged.push(object.to_string()),
+            Err(e) => out
+                .errors
+                .push(format!("{}: {object}: {e}", manifest.origin)),
+        }
+    }
+    let stale: Vec<ObjectRef> = status
+        .inventory
+        .iter()
+        .map(ObjectRef::of_entry)
+        .filter(|o| !desired.contains(o))
+        .collect();
+    if !stale.is_empty() {
+        let wanted_by = reader.wanted_by(&name, all).await;
+        for object in stale {
+            match wanted_by.get(&object).and_then(|w| w.iter().next()) {
+                Some(to) => out.hand_over.push(HandOver {
+                    object: object.to_string(),
+                    to: to.clone(),
+                }),
+                None => out.prune.push(object.to_string()),
+            }
+        }
+    }
+    Ok(out)
+}
+
+enum Change {
+    Create,
+    Update,
+    None,
+}
+
+/// Server-side dry-run apply, compared with the live object (metadata the server manages
+/// and status left out).
+async fn dry_run(
+    reader: &Reader,
+    manifest: &source::Manifest,
+    object: &ObjectRef,
+    prepared: &Value,
+) -> anyhow::Result<Change> {
+    let resolved = match reader.resolve(&manifest.api_version, &object.kind).await {
+        Ok(resolved) => resolved,
+        // Its CRD is not installed yet (it may be in this very layer): it will be created.
+        Err(layer_controller::error::LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
+            return Ok(Change::Create);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let api = reader.api(&resolved, object.namespace.as_deref());
+    let live = api.get_opt(&object.name).await?;
+    let (_, mut body) = apply_patch_body(prepared)?;
+    if let (Some(ns), Some(meta)) = (
+        &object.namespace,
+        body.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
+        meta.insert("namespace".into(), ns.clone().into());
+    }
+    let params = PatchParams::apply("strata-layer-controller")
+        .force()
+        .dry_run();
+    let after = api
+        .patch(&object.name, &params, &Patch::Apply(&body))
+        .await?;
+    let Some(live) = live else {
+        return Ok(Change::Create);
+    };
+    let comparable = |o: &kube::api::DynamicObject| {
+        let mut v = serde_json::to_value(o).unwrap_or_default();
+        if let Some(map) = v.as_object_mut() {
+            map.remove("status");
+            if let Some(meta) = map.get_mut("metadata").and_then(Value::as_object_mut) {
+                for key in ["managedFields", "resourceVersion", "generation"] {
+                    meta.remove(key);
+                }
+            }
+        }
+        v
+    };
+    Ok(if comparable(&after) == comparable(&live) {
+        Change::None
+    } else {
+        Change::Update
+    })
+}
+
+fn render(plan: &LayerPlan) -> String {
+    let mut out = format!(
+        "layer {} (version {}, state {})\nsource {} at {}\n",
+        plan.layer,
+        plan.version,
+        if plan.state.is_empty() {
+            "none"
+        } else {
+            &plan.state
+        },
+        plan.source,
+        plan.revision.as_deref().unwrap_or("(not ready)")
+    );
+    match plan.gate.as_str() {
+        "Proceed" => out.push_str("gate: ready to apply\n"),
+        gate => {
+            out.push_str(&format!("gate: {gate}"));
+            if let Some(message) = &plan.message {
+                out.push_str(&format!(": {message}"));
+            }
+            out.push('\n');
+        }
+    }
+    for b in &plan.blocked_by {
+        out.push_str(&format!(
+            "  blocked by {} ({}): {}\n",
+            b.name, b.reason, b.message
+        ));
+    }
+    for (verb, list) in [
+        ("create", &plan.create),
+        ("change", &plan.change),
+        ("unchanged", &plan.unchanged),
+        ("prune", &plan.prune),
+    ] {
+        for object in list {
+            out.push_str(&format!("{verb:<10} {object}\n"));
+        }
+    }
+    for h in &plan.hand_over {
+        out.push_str(&format!("hand over  {} -> layer {}\n", h.object, h.to));
+    }
+    for e in &plan.errors {
+        out.push_str(&format!("error      {e}\n"));
+    }
+    if !plan.dependents.is_empty() {
+        out.push_str(&format!(
+            "dependents that re-run: {}\n",
+            plan.dependents.join(", ")
+        ));
+    }
+    out
+}

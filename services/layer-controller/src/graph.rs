@@ -1,0 +1,321 @@
+//! The layer DAG as data (nodes with state and blockers, edges with their constraint, levels,
+//! cycles) and as DOT, Mermaid or JSON, for `strata layers graph`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use crate::crd::{AddonsLayer, Blocker};
+use crate::deps::{cycle_through, parse_dependency};
+use crate::plan::dependency_graph;
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Node {
+    pub name: String,
+    pub version: String,
+    /// `status.state`, empty when the controller has not reconciled the layer yet.
+    pub state: String,
+    /// Topological level (0 = no dependencies); `None` inside or behind a cycle.
+    pub level: Option<usize>,
+    pub blocked_by: Vec<Blocker>,
+}
+
+/// `from` depends on `to`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Edge {
+    pub from: String,
+    pub to: String,
+    /// The `dependsOn` entry, e.g. `base@>=1.2`.
+    pub requirement: String,
+    /// The dependency does not exist.
+    pub missing: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Graph {
+    pub nodes: Vec<Node>,
+    pub edges: Vec<Edge>,
+    /// Each cycle once, as `a -> b -> a`.
+    pub cycles: Vec<Vec<String>>,
+}
+
+/// Builds the graph of a set of layers.
+pub fn build(layers: &[AddonsLayer]) -> Graph {
+    let names: BTreeSet<String> = layers
+        .iter()
+        .filter_map(|l| l.metadata.name.clone())
+        .collect();
+    let deps = dependency_graph(layers);
+    let mut cycles: Vec<Vec<String>> = Vec::new();
+    let mut in_cycle = BTreeSet::new();
+    for name in &names {
+        if in_cycle.contains(name) {
+            continue;
+        }
+        if let Some(cycle) = cycle_through(name, &deps) {
+            in_cycle.extend(cycle.iter().cloned());
+            cycles.push(cycle);
+        }
+    }
+    let mut levels: BTreeMap<String, Option<usize>> = BTreeMap::new();
+    fn level(
+        name: &str,
+        deps: &BTreeMap<String, BTreeSet<String>>,
+        in_cycle: &BTreeSet<String>,
+        memo: &mut BTreeMap<String, Option<usize>>,
+        visiting: &mut BTreeSet<String>,
+    ) -> Option<usize> {
+        if let Some(known) = memo.get(name) {
+            return *known;
+        }
+        if in_cycle.contains(name) || !visiting.insert(name.to_string()) {
+            return None;
+        }
+        let mut result = Some(0);
+        for dep in deps.get(name).into_iter().flatten() {
+            if !deps.contains_key(dep) {
+                continue; // a missing dependency does not shift the level
+            }
+            result = match (result, level(dep, deps, in_cycle, memo, visiting)) {
+                (Some(mine), Some(theirs)) => Some(mine.max(theirs + 1)),
+                _ => None,
+            };
+        }
+        visiting.remove(name);
+        memo.insert(name.to_string(), result);
+        result
+    }
+    let mut visiting = BTreeSet::new();
+    let mut nodes: Vec<Node> = layers
+        .iter()
+        .map(|l| {
+            let name = l.metadata.name.clone().unwrap_or_default();
+            let status = l.status.clone().unwrap_or_default();
+            Node {
+                level: level(&name, &deps, &in_cycle, &mut levels, &mut visiting),
+                version: l.spec.version.clone(),
+                state: status.state.unwrap_or_default(),
+                blocked_by: status.blocked_by,
+                name,
+            }
+        })
+        .collect();
+    nodes.sort_by(|a, b| {
+        (a.level.is_none(), a.level, &a.name).cmp(&(b.level.is_none(), b.level, &b.name))
+    });
+    let mut edges: Vec<Edge> = layers
+        .iter()
+        .flat_map(|l| {
+            let from = l.metadata.name.clone().unwrap_or_default();
+            let names = &names;
+            l.spec.prereqs.depends_on.iter().filter_map(move |entry| {
+                let dep = parse_dependency(entry).ok()?;
+                Some(Edge {
+                    from: from.clone(),
+                    missing: !names.contains(&dep.layer),
+                    to: dep.layer,
+                    requirement: entry.clone(),
+                })
+            })
+        })
+        .collect();
+    edges.sort_by(|a, b| (&a.from, &a.to).cmp(&(&b.from, &b.to)));
+    Graph {
+        nodes,
+        edges,
+        cycles,
+    }
+}
+
+fn color(state: &str) -> &'static str {
+    match state {
+        "Deployed" => "green",
+        "Failed" => "red",
+        "Hold" => "grey",
+        "" => "black",
+        _ => "orange",
+    }
+}
+
+fn label(node: &Node) -> String {
+    let state = if node.state.is_empty() {
+        "not reconciled"
+    } else {
+        &node.state
+    };
+    format!("{} {}\\n{state}", node.name, node.version)
+}
+
+/// Graphviz: `dot -Tsvg`. Edges point from a layer to what it depends on.
+pub fn to_dot(graph: &Graph) -> String {
+    let mut out = String::from("digraph layers {\n  rankdir=LR;\n  node [shape=box];\n");
+    for node in &graph.nodes {
+        out.push_str(&format!(
+            "  \"{}\" [label=\"{}\", color={}];\n",
+            node.name,
+            label(node),
+            color(&node.state)
+        ));
+    }
+    for edge in &graph.edges {
+        if edge.missing {
+            out.push_str(&format!(
+                "  \"{}\" [label=\"{} (missing)\", style=dashed, color=red];\n",
+                edge.to, edge.to
+            ));
+        }
+        let requirement = edge
+            .requirement
+            .split_once('@')
+            .map(|(_, r)| r)
+            .unwrap_or("");
+        out.push_str(&format!(
+            "  \"{}\" -> \"{}\" [label=\"{requirement}\"];\n",
+            edge.from, edge.to
+        ));
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn mermaid_id(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// Mermaid flowchart (renders in GitHub and GitLab Markdown).
+pub fn to_mermaid(graph: &Graph) -> String {
+    let mut out = String::from("flowchart LR\n");
+    for node in &graph.nodes {
+        let state = if node.state.is_empty() {
+            "not reconciled"
+        } else {
+            &node.state
+        };
+        out.push_str(&format!(
+            "  {}[\"{} {}<br/>{state}\"]\n",
+            mermaid_id(&node.name),
+            node.name,
+            node.version
+        ));
+    }
+    for edge in &graph.edges {
+        let requirement = edge.requirement.split_once('@').map(|(_, r)| r);
+        let arrow = match requirement {
+            Some(r) => format!("-->|\"{}\"|", r.replace('"', "'")),
+            None => "-->".into(),
+        };
+        let target = if edge.missing {
+            format!("{}[\"{} (missing)\"]", mermaid_id(&edge.to), edge.to)
+        } else {
+            mermaid_id(&edge.to)
+        };
+        out.push_str(&format!("  {} {arrow} {target}\n", mermaid_id(&edge.from)));
+    }
+    for node in &graph.nodes {
+        let class = match node.state.as_str() {
+            "Deployed" => "deployed",
+            "Failed" => "failed",
+            _ => "waiting",
+        };
+        out.push_str(&format!("  class {} {class}\n", mermaid_id(&node.name)));
+    }
+    out.push_str("  classDef deployed stroke:#2a2\n  classDef failed stroke:#c22\n  classDef waiting stroke:#d80\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{AddonsLayerSpec, AddonsLayerStatus, Prereqs, Source};
+
+    fn layer(name: &str, deps: &[&str], state: &str) -> AddonsLayer {
+        let mut l = AddonsLayer::new(
+            name,
+            AddonsLayerSpec {
+                version: "1.0.0".into(),
+                source: Source {
+                    name: "repo".into(),
+                    path: "./x".into(),
+                    ..Default::default()
+                },
+                prereqs: Prereqs {
+                    depends_on: deps.iter().map(|d| d.to_string()).collect(),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        l.status = Some(AddonsLayerStatus {
+            state: Some(state.into()),
+            ..Default::default()
+        });
+        l
+    }
+
+    fn sample() -> Graph {
+        build(&[
+            layer("apps", &["base@>=1.0", "ghost"], "ApplyPending"),
+            layer("base", &["bootstrap"], "Deployed"),
+            layer("bootstrap", &[], "Deployed"),
+            layer("x", &["y"], "Failed"),
+            layer("y", &["x"], "Failed"),
+        ])
+    }
+
+    #[test]
+    fn levels_edges_and_cycles() {
+        let graph = sample();
+        let levels: Vec<(&str, Option<usize>)> = graph
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.level))
+            .collect();
+        assert_eq!(
+            levels,
+            vec![
+                ("bootstrap", Some(0)),
+                ("base", Some(1)),
+                ("apps", Some(2)),
+                ("x", None),
+                ("y", None)
+            ]
+        );
+        assert_eq!(graph.cycles, vec![vec!["x", "y", "x"]]);
+        let ghost = graph.edges.iter().find(|e| e.to == "ghost").unwrap();
+        assert!(ghost.missing);
+        assert_eq!(graph.edges.len(), 5);
+    }
+
+    #[test]
+    fn renderings() {
+        let graph = sample();
+        let dot = to_dot(&graph);
+        assert!(dot.starts_with("digraph layers {"), "{dot}");
+        assert!(
+            dot.contains("\"apps\" -> \"base\" [label=\">=1.0\"];"),
+            "{dot}"
+        );
+        assert!(
+            dot.contains("\"base\" [label=\"base 1.0.0\\nDeployed\", color=green];"),
+            "{dot}"
+        );
+        assert!(
+            dot.contains("\"ghost\" [label=\"ghost (missing)\""),
+            "{dot}"
+        );
+        let mermaid = to_mermaid(&graph);
+        assert!(
+            mermaid.contains("  apps -->|\">=1.0\"| base\n"),
+            "{mermaid}"
+        );
+        assert!(mermaid.contains("  base --> bootstrap\n"), "{mermaid}");
+        assert!(mermaid.contains("class apps waiting"), "{mermaid}");
+        let json = serde_json::to_value(&graph).unwrap();
+        assert_eq!(json["nodes"][0]["name"], "bootstrap");
+        assert_eq!(json["edges"][0]["requirement"], "base@>=1.0");
+    }
+}

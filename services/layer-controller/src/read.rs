@@ -1,0 +1,246 @@
+//! Reading what layers want: sources (downloaded once per revision and shared by every layer
+//! reading them), manifest identities, and the global desired state used for hand-over and
+//! ownership. Shared by the controller and `strata layers plan`.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use core_k8s::apply::{Applier, ResolvedKind, parse_api_version, typed_value};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::core::GroupVersionKind;
+
+use crate::crd::AddonsLayer;
+use crate::error::{LayerError, Result};
+use crate::plan::{ObjectRef, SourceRef, SourceState};
+use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
+
+/// (source, revision, path): what a layer wants depends on nothing else.
+type DesiredKey = (SourceRef, String, String);
+
+type ArtifactSlot = Arc<tokio::sync::Mutex<Option<(String, Arc<Files>)>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Reads sources and live kinds for the layer-controller and the CLI.
+pub struct Reader {
+    client: Client,
+    applier: Applier,
+    limits: Limits,
+    default_namespace: String,
+    artifacts: Mutex<HashMap<SourceRef, ArtifactSlot>>,
+    desired: Mutex<HashMap<DesiredKey, Arc<BTreeSet<ObjectRef>>>>,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader")
+            .field("default_namespace", &self.default_namespace)
+            .finish()
+    }
+}
+
+impl Reader {
+    /// `applier` brings the discovery cache (shared with the applies).
+    pub fn new(
+        client: Client,
+        applier: Applier,
+        limits: Limits,
+        default_namespace: String,
+    ) -> Self {
+        Self {
+            client,
+            applier,
+            limits,
+            default_namespace,
+            artifacts: Mutex::default(),
+            desired: Mutex::default(),
+        }
+    }
+
+    pub fn default_namespace(&self) -> &str {
+        &self.default_namespace
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub fn applier(&self) -> &Applier {
+        &self.applier
+    }
+
+    /// The served version of a Flux source kind (`v1`, else the older `v1beta2`).
+    pub async fn resolve_flux_kind(&self, kind: &str) -> Option<ResolvedKind> {
+        for version in ["v1", "v1beta2"] {
+            let gvk = GroupVersionKind::gvk(FLUX_GROUP, version, kind);
+            if let Ok(resolved) = self.applier.discovery().resolve(&gvk).await {
+                return Some(resolved);
+            }
+        }
+        None
+    }
+
+    pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<ResolvedKind> {
+        let (group, version) = parse_api_version(api_version).ok_or_else(|| {
+            LayerError::Manifest(format!("{kind}: apiVersion {api_version:?} is not valid"))
+        })?;
+        Ok(self
+            .applier
+            .discovery()
+            .resolve(&GroupVersionKind::gvk(group, version, kind))
+            .await?)
+    }
+
+    pub fn api(&self, resolved: &ResolvedKind, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (resolved.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
+            _ => Api::all_with(self.client.clone(), &resolved.resource),
+        }
+    }
+
+    /// Reads a source: its state and, when ready, its files (downloaded once per revision).
+    pub async fn fetch(&self, source: &SourceRef) -> Result<source::Fetched> {
+        let not_ready = |message: String| source::Fetched {
+            state: SourceState::NotReady { message },
+            files: None,
+        };
+        if source.kind == CONFIGMAP_KIND {
+            let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &source.namespace);
+            let Some(cm) = api
+                .get_opt(&source.name)
+                .await
+                .map_err(|e| LayerError::api(format!("reading {source}"), e))?
+            else {
+                return Ok(not_ready(format!("{source} not found")));
+            };
+            let value = serde_json::to_value(&cm).unwrap_or_default();
+            let files = source::configmap_files(&value);
+            return Ok(source::Fetched {
+                state: SourceState::Ready {
+                    revision: source::configmap_revision(&files),
+                },
+                files: Some(Arc::new(files)),
+            });
+        }
+        let Some(resolved) = self.resolve_flux_kind(&source.kind).await else {
+            return Ok(not_ready(format!(
+                "{}.{FLUX_GROUP} is not served by this cluster (is Flux installed?)",
+                source.kind
+            )));
+        };
+        let api = self.api(&resolved, Some(&source.namespace));
+        let Some(object) = api
+            .get_opt(&source.name)
+            .await
+            .map_err(|e| LayerError::api(format!("reading {source}"), e))?
+        else {
+            return Ok(not_ready(format!("{source} not found")));
+        };
+        let value = typed_value(&object, &resolved.resource).unwrap_or_default();
+        let artifact = match source::flux_artifact(&value) {
+            Ok(artifact) => artifact,
+            Err(message) => return Ok(not_ready(message)),
+        };
+        let slot = lock(&self.artifacts)
+            .entry(source.clone())
+            .or_default()
+            .clone();
+        // One download per source and revision, however many layers ask at once.
+        let mut slot = slot.lock().await;
+        let key = format!(
+            "{}|{}",
+            artifact.revision,
+            artifact.digest.as_deref().unwrap_or("")
+        );
+        let files = match slot.as_ref() {
+            Some((cached, files)) if *cached == key => files.clone(),
+            _ => {
+                let bytes = source::download(&artifact.url, &self.limits).await?;
+                source::verify_digest(&bytes, artifact.digest.as_deref())?;
+                let files = Arc::new(source::unpack(&bytes, &self.limits)?);
+                *slot = Some((key, files.clone()));
+                files
+            }
+        };
+        Ok(source::Fetched {
+            state: SourceState::Ready {
+                revision: artifact.revision,
+            },
+            files: Some(files),
+        })
+    }
+
+    /// An object's identity with the namespace a namespaced kind gets when the manifest
+    /// leaves it out (`default`, as kubectl).
+    pub async fn identity(&self, manifest: &Manifest) -> ObjectRef {
+        if manifest.object.namespace.is_some() {
+            return manifest.object.clone();
+        }
+        match self
+            .resolve(&manifest.api_version, &manifest.object.kind)
+            .await
+        {
+            Ok(resolved) if resolved.namespaced => ObjectRef {
+                namespace: Some("default".into()),
+                ..manifest.object.clone()
+            },
+            _ => manifest.object.clone(),
+        }
+    }
+
+    /// What another layer wants right now: its source content, or, when its source cannot be
+    /// read, its inventory (so nothing it owns is mistaken for abandoned).
+    pub async fn desired_of(&self, layer: &AddonsLayer) -> BTreeSet<ObjectRef> {
+        let inventory = || {
+            layer
+                .status
+                .iter()
+                .flat_map(|s| s.inventory.iter())
+                .map(ObjectRef::of_entry)
+                .collect()
+        };
+        let source = SourceRef::of(layer, &self.default_namespace);
+        let Ok(fetched) = self.fetch(&source).await else {
+            return inventory();
+        };
+        let (SourceState::Ready { revision }, Some(files)) = (&fetched.state, &fetched.files)
+        else {
+            return inventory();
+        };
+        let key = (source, revision.clone(), layer.spec.source.path.clone());
+        if let Some(cached) = lock(&self.desired).get(&key) {
+            return cached.as_ref().clone();
+        }
+        let Ok(manifests) = source::layer_manifests(files, &layer.spec.source.path) else {
+            return inventory();
+        };
+        let mut refs = BTreeSet::new();
+        for manifest in &manifests {
+            refs.insert(self.identity(manifest).await);
+        }
+        lock(&self.desired).insert(key, Arc::new(refs.clone()));
+        refs
+    }
+
+    /// `object → layers wanting it`, over every other layer.
+    pub async fn wanted_by(
+        &self,
+        this: &str,
+        all: &BTreeMap<String, AddonsLayer>,
+    ) -> BTreeMap<ObjectRef, BTreeSet<String>> {
+        let mut wanted: BTreeMap<ObjectRef, BTreeSet<String>> = BTreeMap::new();
+        for (name, layer) in all {
+            if name == this || layer.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            for object in self.desired_of(layer).await {
+                wanted.entry(object).or_default().insert(name.clone());
+            }
+        }
+        wanted
+    }
+}
