@@ -5,8 +5,10 @@
 //! - [`support`]: one shared cluster per test run (or `E2E_KUBECONFIG`), a namespace per test,
 //!   applying YAML, waiting for conditions;
 //! - [`services`]: running Strata's service binaries as child processes whose logs are printed
-//!   when a test fails.
+//!   when a test fails;
+//! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests.
 
+pub mod flux;
 pub mod plane;
 pub mod services;
 pub mod support;

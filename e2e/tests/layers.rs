@@ -7,112 +7,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
-use layer_controller::source::{pack, sha256_digest};
+use layer_controller::source::sha256_digest;
 use serde_json::{Value, json};
+use strata_e2e::flux::{ArtifactServer, GITREPO_CRD, set_artifact};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
-
-const GITREPO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gitrepositories.source.toolkit.fluxcd.io}
-spec:
-  group: source.toolkit.fluxcd.io
-  scope: Namespaced
-  names: {plural: gitrepositories, singular: gitrepository, kind: GitRepository}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
-
-/// Serves `/<name>` from a map the test fills, like source-controller's artifact server.
-struct ArtifactServer {
-    address: SocketAddr,
-    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
-}
-
-impl ArtifactServer {
-    async fn start() -> Result<Self> {
-        let files: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        let served = files.clone();
-        let app = axum::Router::new().route(
-            "/{name}",
-            axum::routing::get(
-                move |axum::extract::Path(name): axum::extract::Path<String>| {
-                    let served = served.clone();
-                    async move {
-                        match served.lock().unwrap().get(&name) {
-                            Some(bytes) => (axum::http::StatusCode::OK, bytes.clone()),
-                            None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
-                        }
-                    }
-                },
-            ),
-        );
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(Self { address, files })
-    }
-
-    /// Publishes a revision; returns (url, digest).
-    fn publish(&self, name: &str, files: &[(&str, &str)]) -> (String, String) {
-        let bytes = pack(files);
-        let digest = sha256_digest(&bytes);
-        self.files.lock().unwrap().insert(name.into(), bytes);
-        (format!("http://{}/{name}", self.address), digest)
-    }
-}
-
-fn gitrepo_api(client: &Client, ns: &str) -> Api<DynamicObject> {
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository"),
-        "gitrepositories",
-    );
-    Api::namespaced_with(client.clone(), ns, &resource)
-}
-
-/// Sets the GitRepository's status as source-controller would after fetching a commit.
-async fn set_artifact(
-    client: &Client,
-    ns: &str,
-    revision: &str,
-    url: &str,
-    digest: &str,
-) -> Result<()> {
-    let api = gitrepo_api(client, ns);
-    let repo = api.get("repo").await?;
-    let generation = repo.metadata.generation.unwrap_or(1);
-    let status = json!({"status": {
-        "observedGeneration": generation,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
-            "message": format!("stored artifact for revision '{revision}'"),
-            "lastTransitionTime": "2026-11-21T00:00:00Z"}],
-        "artifact": {"url": url, "revision": revision, "digest": digest,
-            "path": "x", "lastUpdateTime": "2026-11-21T00:00:00Z"}
-    }});
-    api.patch_status("repo", &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    Ok(())
-}
 
 fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);

@@ -397,7 +397,12 @@ webhooks:
 async fn shipped_manifests_pass_a_server_side_dry_run() -> Result<()> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests");
     let mut files = Vec::new();
-    for dir in ["crds", "rollout-operator", "admission-webhook", "layer-controller"] {
+    for dir in [
+        "crds",
+        "rollout-operator",
+        "admission-webhook",
+        "layer-controller",
+    ] {
         for entry in std::fs::read_dir(root.join(dir))? {
             files.push(entry?.path());
         }

@@ -313,12 +313,48 @@ fn layers_map(store: &Store<AddonsLayer>) -> BTreeMap<String, AddonsLayer> {
         .collect()
 }
 
+/// Re-reads the layer's dependencies from the API server. The wake-up comes from a watch
+/// event that the cache may not hold yet; judging a dependency from a lagging cache would
+/// miss the moment it turned Deployed and leave the dependent waiting for the resync.
+async fn fresh_dependencies(
+    ctx: &Context,
+    layer: &AddonsLayer,
+    all: &mut BTreeMap<String, AddonsLayer>,
+) -> Result<()> {
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let graph = plan::dependency_graph([layer]);
+    for dep in graph.values().flatten() {
+        match api
+            .get_opt(dep)
+            .await
+            .map_err(|e| LayerError::api(format!("reading layer {dep}"), e))?
+        {
+            Some(fresh) => {
+                all.insert(dep.clone(), fresh);
+            }
+            None => {
+                all.remove(dep);
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn reconcile(
     layer: Arc<AddonsLayer>,
     ctx: Arc<Context>,
     shared: Arc<Shared>,
 ) -> Result<Action> {
     let name = layer.name_any();
+    // Our own last status write may not be in the cache yet: decide from the latest copy.
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let Some(layer) = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?
+    else {
+        return Ok(Action::await_change());
+    };
     if layer.metadata.deletion_timestamp.is_some() {
         return teardown(&layer, &ctx, &shared).await;
     }
@@ -327,7 +363,8 @@ async fn reconcile(
     }
     let (interval, timeout) =
         plan::timing(&layer).unwrap_or((plan::DEFAULT_INTERVAL, plan::DEFAULT_TIMEOUT));
-    let all = layers_map(&shared.layers);
+    let mut all = layers_map(&shared.layers);
+    fresh_dependencies(&ctx, &layer, &mut all).await?;
     let source_ref = SourceRef::of(&layer, &shared.args.default_source_namespace);
     let fetched = if layer.spec.hold || !plan::spec_errors(&layer).is_empty() {
         source::Fetched {
@@ -521,7 +558,13 @@ async fn apply_layer(
         })
         .collect();
     let contested = desired.iter().any(|o| owners.contains_key(o));
-    let wanted_by = if contested || !previous.inventory.is_empty() {
+    // The global desired state costs reading every other layer's source: only when an
+    // object is contested or something left this layer.
+    let leaving = previous
+        .inventory
+        .iter()
+        .any(|e| !desired.contains(&ObjectRef::of_entry(e)));
+    let wanted_by = if contested || leaving {
         shared.reader.wanted_by(&name, all).await
     } else {
         BTreeMap::new()

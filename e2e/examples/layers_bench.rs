@@ -1,0 +1,196 @@
+//! `make bench` part: 50 layers × 20 objects in one dependency chain on the local control
+//! plane. Measures the initial deploy, then the time from a new source revision to every layer
+//! Deployed at it, the per-hop latency (a layer Deployed → its dependent Deployed, which
+//! includes the dependent's own 20 applies), and the controller's RSS. Prints one JSON line.
+//!
+//! The controller binary is `$LAYER_CONTROLLER_BIN` (the bench builds it in release mode).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use futures::StreamExt;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use layer_controller::crd::AddonsLayer;
+use strata_e2e::flux::{ArtifactServer, GITREPO_CRD, set_artifact};
+use strata_e2e::plane::free_port;
+use strata_e2e::services::ServiceProcess;
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+
+const LAYERS: usize = 50;
+const OBJECTS: usize = 20;
+
+fn revision_files(ns: &str, generation: &str) -> Vec<(String, String)> {
+    (0..LAYERS)
+        .map(|l| {
+            let docs: Vec<String> = (0..OBJECTS)
+                .map(|o| {
+                    format!(
+                        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: l{l:02}-o{o:02}, namespace: {ns}}}\ndata: {{revision: \"{generation}\"}}\n"
+                    )
+                })
+                .collect();
+            (format!("l{l:02}/objects.yaml"), docs.join("---\n"))
+        })
+        .collect()
+}
+
+fn rss_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Watches the layers until all are Deployed at `revision`; returns when each got there.
+async fn deployed_times(
+    api: Api<AddonsLayer>,
+    selector: String,
+    revision: &str,
+    started: Instant,
+) -> Result<BTreeMap<String, Duration>> {
+    let mut times = BTreeMap::new();
+    let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let deadline = tokio::time::sleep(Duration::from_secs(600));
+    tokio::pin!(deadline);
+    while times.len() < LAYERS {
+        tokio::select! {
+            () = &mut deadline => anyhow::bail!("not all layers Deployed within 600s ({} were)", times.len()),
+            next = stream.next() => {
+                let layer = next.context("watch ended")??;
+                let status = layer.status.clone().unwrap_or_default();
+                if status.state.as_deref() == Some("Deployed") && status.revision.as_deref() == Some(revision) {
+                    times.entry(layer.name_any()).or_insert_with(|| started.elapsed());
+                }
+            }
+        }
+    }
+    Ok(times)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "bench-layers").await?;
+    let ns = ns.name.clone();
+    let crd = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/crds/addonslayers.yaml"),
+    )?;
+    apply_yaml(&client, &ns, &crd).await?;
+    apply_yaml(&client, &ns, GITREPO_CRD).await?;
+    let server = ArtifactServer::start().await?;
+    let publish = |name: &str, generation: &str| {
+        let files = revision_files(&ns, generation);
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        server.publish(name, &refs)
+    };
+    let (url, digest) = publish("r1.tar.gz", "1");
+    eventually("GitRepository served", Duration::from_secs(30), || async {
+        Ok(apply_yaml(&client, &ns, &format!("apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {{name: repo, namespace: {ns}}}\nspec: {{url: https://example.com/repo}}\n")).await.ok())
+    })
+    .await?;
+    set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
+
+    let binary = std::env::var("LAYER_CONTROLLER_BIN").context("LAYER_CONTROLLER_BIN")?;
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let selector = format!("strata-e2e/suite={ns}");
+    let controller = ServiceProcess::spawn_blocking(
+        std::path::Path::new(&binary),
+        cluster().kubeconfig(),
+        &[
+            "--admin-address",
+            &admin,
+            "--leader-elect=false",
+            "--layer-selector",
+            &selector,
+            "--default-source-namespace",
+            &ns,
+        ],
+        &std::env::temp_dir().join("strata-bench-logs"),
+    )?;
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    let started = Instant::now();
+    let initial = tokio::spawn(deployed_times(
+        api.clone(),
+        selector.clone(),
+        "main@sha1:r1",
+        started,
+    ));
+    for l in 0..LAYERS {
+        let deps = if l == 0 {
+            String::new()
+        } else {
+            format!("{ns}-l{:02}", l - 1)
+        };
+        let yaml = format!(
+            "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {ns}-l{l:02}, labels: {{strata-e2e/suite: {ns}}}}}\nspec: {{version: 1.0.0, source: {{name: repo, namespace: {ns}, path: ./l{l:02}}}, prereqs: {{dependsOn: [{deps}]}}}}\n"
+        );
+        apply_yaml(&client, &ns, &yaml).await?;
+    }
+    let initial = initial.await??;
+    let initial_total = initial.values().max().copied().unwrap_or_default();
+
+    // A new revision of the shared source: every layer re-applies, dependency-first.
+    let (url, digest) = publish("r2.tar.gz", "2");
+    let started = Instant::now();
+    let rollout = tokio::spawn(deployed_times(
+        api.clone(),
+        selector.clone(),
+        "main@sha1:r2",
+        started,
+    ));
+    set_artifact(&client, &ns, "main@sha1:r2", &url, &digest).await?;
+    let times = rollout.await??;
+    let total = times.values().max().copied().unwrap_or_default();
+    let mut hops: Vec<f64> = (1..LAYERS)
+        .map(|l| {
+            let this = times[&format!("{ns}-l{l:02}")];
+            let before = times[&format!("{ns}-l{:02}", l - 1)];
+            this.saturating_sub(before).as_secs_f64() * 1000.0
+        })
+        .collect();
+    hops.sort_by(f64::total_cmp);
+    let pid = controller.pid();
+    let result = serde_json::json!({
+        "layers": LAYERS,
+        "objects_per_layer": OBJECTS,
+        "initial_deploy_seconds": initial_total.as_secs_f64(),
+        "revision_to_all_deployed_seconds": total.as_secs_f64(),
+        "first_layer_deployed_ms": times[&format!("{ns}-l00")].as_secs_f64() * 1000.0,
+        "hop_ms_median": percentile(&hops, 0.5),
+        "hop_ms_p90": percentile(&hops, 0.9),
+        "hop_ms_max": percentile(&hops, 1.0),
+        "controller_rss_kib": rss_kib(pid, "VmRSS:"),
+        "controller_peak_rss_kib": rss_kib(pid, "VmHWM:"),
+    });
+    println!("{result}");
+    // Tear down through the controller (dependents first), then stop it.
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "addonslayer", "-l", &selector, "--wait=false"])
+        .output();
+    let _ = eventually("layers deleted", Duration::from_secs(300), || async {
+        let left = api
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await;
+    drop(controller);
+    Ok(())
+}

@@ -1,0 +1,108 @@
+//! Flux source stand-ins for layer tests and benchmarks: a minimal `GitRepository` CRD whose
+//! status the test writes, as source-controller would, and an HTTP server for the artifacts.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Result;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use layer_controller::source::{pack, sha256_digest};
+use serde_json::json;
+
+pub const GITREPO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gitrepositories.source.toolkit.fluxcd.io}
+spec:
+  group: source.toolkit.fluxcd.io
+  scope: Namespaced
+  names: {plural: gitrepositories, singular: gitrepository, kind: GitRepository}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        x-kubernetes-preserve-unknown-fields: true
+"#;
+
+/// Serves `/<name>` from a map the test fills, like source-controller's artifact server.
+#[derive(Debug)]
+pub struct ArtifactServer {
+    pub address: SocketAddr,
+    files: Arc<Mutex<HashMap<String, Vec<u8>>>>,
+}
+
+impl ArtifactServer {
+    pub async fn start() -> Result<Self> {
+        let files: Arc<Mutex<HashMap<String, Vec<u8>>>> = Arc::default();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let served = files.clone();
+        let app = axum::Router::new().route(
+            "/{name}",
+            axum::routing::get(
+                move |axum::extract::Path(name): axum::extract::Path<String>| {
+                    let served = served.clone();
+                    async move {
+                        match served.lock().unwrap_or_else(|p| p.into_inner()).get(&name) {
+                            Some(bytes) => (axum::http::StatusCode::OK, bytes.clone()),
+                            None => (axum::http::StatusCode::NOT_FOUND, Vec::new()),
+                        }
+                    }
+                },
+            ),
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self { address, files })
+    }
+
+    /// Publishes a revision; returns (url, digest).
+    pub fn publish(&self, name: &str, files: &[(&str, &str)]) -> (String, String) {
+        let bytes = pack(files);
+        let digest = sha256_digest(&bytes);
+        self.files
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.into(), bytes);
+        (format!("http://{}/{name}", self.address), digest)
+    }
+}
+
+pub fn gitrepo_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+        "gitrepositories",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
+/// Sets the GitRepository's status as source-controller would after fetching a commit.
+pub async fn set_artifact(
+    client: &Client,
+    ns: &str,
+    revision: &str,
+    url: &str,
+    digest: &str,
+) -> Result<()> {
+    let api = gitrepo_api(client, ns);
+    let repo = api.get("repo").await?;
+    let generation = repo.metadata.generation.unwrap_or(1);
+    let status = json!({"status": {
+        "observedGeneration": generation,
+        "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
+            "message": format!("stored artifact for revision '{revision}'"),
+            "lastTransitionTime": "2026-11-21T00:00:00Z"}],
+        "artifact": {"url": url, "revision": revision, "digest": digest,
+            "path": "x", "lastUpdateTime": "2026-11-21T00:00:00Z"}
+    }});
+    api.patch_status("repo", &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(())
+}
