@@ -92,6 +92,27 @@ fn up(dir: PathBuf, exit_on_stdin_close: bool) -> Result<()> {
 fn demo(dir: PathBuf, bin_dir: PathBuf) -> Result<()> {
     let mut plane = start(&dir)?;
     let mut services = Vec::new();
+    // Strata's CRDs first, so the services' caches sync and the sample's layers are served.
+    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/crds");
+    let status = plane
+        .kubectl()
+        .args(["apply", "--server-side", "-f"])
+        .arg(&crds)
+        .stdout(Stdio::inherit())
+        .status()?;
+    anyhow::ensure!(status.success(), "applying {} failed", crds.display());
+    let status = plane
+        .kubectl()
+        .args([
+            "wait",
+            "--for=condition=Established",
+            "crd",
+            "--all",
+            "--timeout=60s",
+        ])
+        .stdout(Stdio::null())
+        .status()?;
+    anyhow::ensure!(status.success(), "the CRDs did not become Established");
     for (i, service) in SERVICES.iter().enumerate() {
         let admin = format!("127.0.0.1:{}", 18081 + i);
         let process = ServiceProcess::spawn_blocking(
@@ -112,7 +133,7 @@ fn demo(dir: PathBuf, bin_dir: PathBuf) -> Result<()> {
         .status()?;
     anyhow::ensure!(status.success(), "applying {} failed", sample.display());
     println!(
-        "\nStrata demo is running.\n  export KUBECONFIG={kc}\n  {kubectl} get nodes -L topology.kubernetes.io/zone\n  {kubectl} -n demo get statefulsets,pods -o wide\n  {kubectl} get leases -n default\nService logs: {logs}\nPress Ctrl-C to stop.",
+        "\nStrata demo is running.\n  export KUBECONFIG={kc}\n  {kubectl} get nodes -L topology.kubernetes.io/zone\n  {kubectl} -n demo get statefulsets,pods -o wide\n  {kubectl} get leases -n default\n  {kubectl} get addonslayers\nService logs: {logs}\nPress Ctrl-C to stop.",
         kc = plane.kubeconfig().display(),
         kubectl = plane.binaries().kubectl().display(),
         logs = plane.dir().join("logs").display(),
