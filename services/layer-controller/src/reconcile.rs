@@ -107,8 +107,14 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
     let index = store.clone();
     let controller = controller
-        .watches(api, layer_config, move |changed| {
-            wake_on_layer_change(&changed, &index)
+        .watches(api, layer_config, {
+            let seen: Mutex<HashMap<String, String>> = Mutex::default();
+            move |changed| {
+                if !gate_relevant_change(&changed, &seen) {
+                    return Vec::new();
+                }
+                wake_on_layer_change(&changed, &index)
+            }
         })
         .reconcile_on(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|key| (key, rx))
@@ -137,6 +143,32 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         reconcile(layer, ctx, shared.clone())
     })
     .await;
+}
+
+/// Whether a layer changed in a way its dependents' gates can see: spec, state, deployed
+/// revision, version, generations, deletion, or its first blocker. Message-only status
+/// updates do not wake dependents: otherwise every status write would ripple down the whole
+/// chain (each dependent's message quotes its dependency's), O(n²) reconciles for a chain of n.
+fn gate_relevant_change(changed: &AddonsLayer, seen: &Mutex<HashMap<String, String>>) -> bool {
+    let status = changed.status.clone().unwrap_or_default();
+    let key = serde_json::json!([
+        changed.metadata.generation,
+        changed.metadata.deletion_timestamp.is_some(),
+        changed.spec,
+        status.state,
+        status.revision,
+        status.version,
+        status.observed_generation,
+        status.blocked_by.first().map(|b| (&b.name, &b.reason)),
+        status
+            .inventory
+            .iter()
+            .filter(|e| e.status != "Current")
+            .count(),
+    ])
+    .to_string();
+    let previous = lock(seen).insert(changed.name_any(), key.clone());
+    previous.as_ref() != Some(&key) || changed.metadata.deletion_timestamp.is_some()
 }
 
 /// The dependents index: a change of `changed` wakes every layer that depends on it, and,
