@@ -195,8 +195,16 @@ spec:
     ])));
     tokio::time::sleep(Duration::from_secs(2)).await;
     apply_yaml(&client, &ns.name, &crd).await?;
-    strata_e2e::support::eventually("CR applied", Duration::from_secs(30), || async {
-        Ok(apply_yaml(&client, &ns.name, &cr).await.ok())
+    // `kubectl create`, not the server-side apply helper: apply bodies drop `status`, and the
+    // CR must exist with its Ready=False status from the first moment.
+    let cr_file = write_manifest(&ns.name, "cr.yaml", &cr);
+    strata_e2e::support::eventually("CR created", Duration::from_secs(30), || async {
+        let out = cluster()
+            .kubectl()
+            .args(["create", "-f"])
+            .arg(&cr_file)
+            .output()?;
+        Ok(out.status.success().then_some(()))
     })
     .await?;
     // Not Ready yet: the waiter must keep waiting.
@@ -222,10 +230,11 @@ spec:
     };
     assert!(patch("False")?.status.success());
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        !waiter.is_finished(),
-        "the wait ended while the CR was not Ready"
-    );
+    if waiter.is_finished() {
+        let out = waiter.await?;
+        let (stdout, stderr) = text(&out);
+        panic!("the wait ended while the CR was not Ready:\n{stdout}\n{stderr}");
+    }
     assert!(patch("True")?.status.success());
     let out = waiter.await?;
     let (stdout, stderr) = text(&out);
