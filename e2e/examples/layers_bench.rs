@@ -15,7 +15,7 @@ use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use layer_controller::crd::AddonsLayer;
-use strata_e2e::flux::{ArtifactServer, GITREPO_CRD, set_artifact};
+use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::ServiceProcess;
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
@@ -84,12 +84,7 @@ async fn main() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "bench-layers").await?;
     let ns = ns.name.clone();
-    let crd = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/addonslayers.yaml"),
-    )?;
-    apply_yaml(&client, &ns, &crd).await?;
-    apply_yaml(&client, &ns, GITREPO_CRD).await?;
+    install_layer_crds(&client, &ns).await?;
     let server = ArtifactServer::start().await?;
     let publish = |name: &str, generation: &str| {
         let files = revision_files(&ns, generation);
@@ -100,10 +95,7 @@ async fn main() -> Result<()> {
         server.publish(name, &refs)
     };
     let (url, digest) = publish("r1.tar.gz", "1");
-    eventually("GitRepository served", Duration::from_secs(30), || async {
-        Ok(apply_yaml(&client, &ns, &format!("apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {{name: repo, namespace: {ns}}}\nspec: {{url: https://example.com/repo}}\n")).await.ok())
-    })
-    .await?;
+    create_gitrepository(&client, &ns).await?;
     set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
 
     let binary = std::env::var("LAYER_CONTROLLER_BIN").context("LAYER_CONTROLLER_BIN")?;

@@ -5,12 +5,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
+use anyhow::{Result, ensure};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use layer_controller::source::{pack, sha256_digest};
 use serde_json::json;
+
+use crate::support::{apply_yaml, cluster};
 
 pub const GITREPO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -104,5 +106,41 @@ pub async fn set_artifact(
     }});
     api.patch_status("repo", &PatchParams::default(), &Patch::Merge(&status))
         .await?;
+    Ok(())
+}
+
+/// Installs the AddonsLayer CRD and the minimal GitRepository CRD, and waits until both are
+/// Established (so the next create does not race the API server's discovery).
+pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
+    let layers = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../manifests/crds/addonslayers.yaml"),
+    )?;
+    apply_yaml(client, ns, &layers).await?;
+    apply_yaml(client, ns, GITREPO_CRD).await?;
+    let out = cluster()
+        .kubectl()
+        .args([
+            "wait",
+            "--for=condition=Established",
+            "--timeout=30s",
+            "crd/addonslayers.strata.dev",
+            "crd/gitrepositories.source.toolkit.fluxcd.io",
+        ])
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "CRDs not Established: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Creates the GitRepository `repo` (its status is set by [`set_artifact`]).
+pub async fn create_gitrepository(client: &Client, ns: &str) -> Result<()> {
+    let yaml = format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {{name: repo, namespace: {ns}}}\nspec: {{url: https://example.com/repo, interval: 1m}}\n"
+    );
+    apply_yaml(client, ns, &yaml).await?;
     Ok(())
 }

@@ -15,7 +15,7 @@ use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use layer_controller::source::sha256_digest;
 use serde_json::{Value, json};
-use strata_e2e::flux::{ArtifactServer, GITREPO_CRD, set_artifact};
+use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
@@ -43,16 +43,6 @@ fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
         &args,
         &std::env::temp_dir().join("strata-e2e-logs"),
     )
-}
-
-async fn install_crds(client: &Client, ns: &str) -> Result<()> {
-    let layers = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/addonslayers.yaml"),
-    )?;
-    apply_yaml(client, ns, &layers).await?;
-    apply_yaml(client, ns, GITREPO_CRD).await?;
-    Ok(())
 }
 
 fn layer_yaml(ns: &str, name: &str, extra_spec: &str, deps: &[&str], kind: &str) -> String {
@@ -168,7 +158,7 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "layers").await?;
     let ns = ns.name.clone();
-    install_crds(&client, &ns).await?;
+    install_layer_crds(&client, &ns).await?;
     let server = ArtifactServer::start().await?;
     let r1_files = [
         ("bootstrap/boot.yaml", cm(&ns, "boot")),
@@ -184,24 +174,13 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     ];
     let r1: Vec<(&str, String)> = r1_files.to_vec();
     let (url, digest) = server.publish("r1.tar.gz", &as_refs(&r1));
-    eventually("GitRepository CRD served", Duration::from_secs(30), || async {
-        Ok(apply_yaml(&client, &ns, &format!("apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {{name: repo, namespace: {ns}}}\nspec: {{url: https://example.com/repo, interval: 1m}}\n")).await.ok())
-    })
-    .await?;
+    create_gitrepository(&client, &ns).await?;
     set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
     let controller = start_controller(&ns, &[])?;
-    eventually(
-        "AddonsLayer CRD served",
-        Duration::from_secs(30),
-        || async {
-            Ok(apply_yaml(
-                &client,
-                &ns,
-                &layer_yaml(&ns, "apps", "", &["base"], "GitRepository"),
-            )
-            .await
-            .ok())
-        },
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_yaml(&ns, "apps", "", &["base"], "GitRepository"),
     )
     .await?;
     apply_yaml(
@@ -419,7 +398,7 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "layers-gates").await?;
     let ns = ns.name.clone();
-    install_crds(&client, &ns).await?;
+    install_layer_crds(&client, &ns).await?;
     // One ConfigMap source per layer (`src-<layer>`), each holding ConfigMaps `objects`.
     let source = |layer: &str, objects: &[&str]| {
         let data: String = objects
@@ -447,18 +426,10 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
         apply_yaml(&client, &ns, &source(layer, &objects)).await?;
     }
     let controller = start_controller(&ns, &[])?;
-    eventually(
-        "AddonsLayer CRD served",
-        Duration::from_secs(30),
-        || async {
-            Ok(apply_yaml(
-                &client,
-                &ns,
-                &layer_yaml(&ns, "c1", "", &["c2"], "ConfigMap"),
-            )
-            .await
-            .ok())
-        },
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_yaml(&ns, "c1", "", &["c2"], "ConfigMap"),
     )
     .await?;
     apply_yaml(

@@ -374,6 +374,25 @@ impl Applier {
         manifest: &Value,
         default_namespace: Option<&str>,
     ) -> Result<DynamicObject> {
+        self.patch_dynamic(manifest, default_namespace, false).await
+    }
+
+    /// [`Applier::apply_dynamic`] as a server-side dry run: what the object would look like,
+    /// nothing written.
+    pub async fn dry_run_dynamic(
+        &self,
+        manifest: &Value,
+        default_namespace: Option<&str>,
+    ) -> Result<DynamicObject> {
+        self.patch_dynamic(manifest, default_namespace, true).await
+    }
+
+    async fn patch_dynamic(
+        &self,
+        manifest: &Value,
+        default_namespace: Option<&str>,
+        dry_run: bool,
+    ) -> Result<DynamicObject> {
         let (mut key, mut body) = apply_patch_body(manifest)?;
         let resolved = self.discovery.resolve(&key.gvk).await?;
         let api: Api<DynamicObject> = match (resolved.namespaced, &key.namespace) {
@@ -402,13 +421,13 @@ impl Applier {
             }
             (false, None) => Api::all_with(self.client.clone(), &resolved.resource),
         };
-        api.patch(
-            &key.name,
-            &apply_params(&self.field_manager, true),
-            &Patch::Apply(&body),
-        )
-        .await
-        .map_err(|e| Error::api(format!("apply {key}"), e))
+        let mut params = apply_params(&self.field_manager, true);
+        if dry_run {
+            params = params.dry_run();
+        }
+        api.patch(&key.name, &params, &Patch::Apply(&body))
+            .await
+            .map_err(|e| Error::api(format!("apply {key}"), e))
     }
 }
 

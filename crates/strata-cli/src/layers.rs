@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use core_k8s::apply::{Applier, apply_patch_body};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use core_k8s::apply::Applier;
+use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use layer_controller::plan::{self, Gate, GateInputs, ObjectRef, SourceRef, SourceState};
@@ -92,7 +92,9 @@ pub fn plan(
             eprintln!("strata layers plan: AddonsLayer {name} not found");
             return Ok(ExitCode::from(1));
         };
-        let applier = Applier::new(client.clone(), "strata-layer-controller");
+        // The controller's field manager, so the dry run shows what its apply would change.
+        let field_manager = core_k8s::runtime::field_manager(layer_controller::SERVICE);
+        let applier = Applier::new(client.clone(), field_manager);
         let reader = Reader::new(
             client.clone(),
             applier,
@@ -226,18 +228,10 @@ async fn dry_run(
     };
     let api = reader.api(&resolved, object.namespace.as_deref());
     let live = api.get_opt(&object.name).await?;
-    let (_, mut body) = apply_patch_body(prepared)?;
-    if let (Some(ns), Some(meta)) = (
-        &object.namespace,
-        body.get_mut("metadata").and_then(Value::as_object_mut),
-    ) {
-        meta.insert("namespace".into(), ns.clone().into());
-    }
-    let params = PatchParams::apply("strata-layer-controller")
-        .force()
-        .dry_run();
-    let after = api
-        .patch(&object.name, &params, &Patch::Apply(&body))
+    // Dry-run even a create: the API server's validation errors are part of the plan.
+    let after = reader
+        .applier()
+        .dry_run_dynamic(prepared, Some("default"))
         .await?;
     let Some(live) = live else {
         return Ok(Change::Create);

@@ -9,6 +9,8 @@ pub const MANAGED_BY_VALUE: &str = "strata";
 /// layer takes it back first. The value is a UTC time with `:` replaced by `.` (label values
 /// cannot hold colons), as Kraan's `orphaned` label.
 pub const ORPHANED_LABEL: &str = "strata.dev/orphaned";
+/// `status.inventory[].status` of an object waiting out the orphan grace window.
+pub const ORPHANED_STATUS: &str = "Orphaned";
 /// Marks a ConfigMap as a layer source so its changes trigger the layers reading it.
 pub const SOURCE_LABEL: &str = "strata.dev/layer-source";
 /// Held by every layer until its objects are torn down.
@@ -79,4 +81,6 @@ pub mod reason {
     pub const PRUNED: &str = "Pruned";
     pub const HANDED_OVER: &str = "HandedOver";
     pub const SUCCEEDED: &str = "ReconciliationSucceeded";
+    pub const PROGRESSING: &str = "Progressing";
+    pub const TEARDOWN_TIMED_OUT: &str = "TeardownTimedOut";
 }

@@ -19,6 +19,11 @@ use prometheus_client::registry::Registry;
 
 pub use reconcile::LayerArgs;
 
+/// Locks a mutex whose data stays usable after a panic elsewhere (caches and counters).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// The service name: Lease `layer-controller-leader`, metrics `layer_controller_*`, field
 /// manager `strata-layer-controller`.
 pub const SERVICE: &str = "layer-controller";

@@ -83,6 +83,22 @@ impl Metrics {
         }
     }
 
+    pub fn count_applied(&self, layer: &str) {
+        self.applied_objects
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn count_pruned(&self, layer: &str, objects: u64) {
+        self.pruned_objects
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .inc_by(objects);
+    }
+
     /// Drops the series of a deleted layer.
     pub fn forget(&self, layer: &str) {
         for s in state::ALL {

@@ -130,6 +130,27 @@ pub enum Gate {
     Proceed,
 }
 
+/// The first `shown` items joined with `separator`, then `(and N more)`: messages stay
+/// short however many objects are involved.
+pub fn summarize(items: &[String], shown: usize, separator: &str) -> String {
+    let mut text = items
+        .iter()
+        .take(shown)
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join(separator);
+    let more = items.len().saturating_sub(shown);
+    if more > 0 {
+        text.push_str(&format!(" (and {more} more)"));
+    }
+    text
+}
+
+/// [`timing`], with the defaults when the spec is invalid (the gate reports that error).
+pub fn timing_or_default(layer: &AddonsLayer) -> (Duration, Duration) {
+    timing(layer).unwrap_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT))
+}
+
 /// Parsed `spec.interval` and `spec.timeout` (defaults applied).
 pub fn timing(layer: &AddonsLayer) -> Result<(Duration, Duration), String> {
     let parse = |field: &str, value: &Option<String>, default: Duration| match value {
@@ -202,17 +223,19 @@ pub fn dependency_graph<'a>(
 ) -> BTreeMap<String, BTreeSet<String>> {
     layers
         .into_iter()
-        .map(|layer| {
-            let deps = layer
-                .spec
-                .prereqs
-                .depends_on
-                .iter()
-                .filter_map(|entry| parse_dependency(entry).ok())
-                .map(|d| d.layer)
-                .collect();
-            (name(layer).to_string(), deps)
-        })
+        .map(|layer| (name(layer).to_string(), dependencies_of(layer)))
+        .collect()
+}
+
+/// The layers `layer` depends on (unparsable entries left out, as in [`dependency_graph`]).
+pub fn dependencies_of(layer: &AddonsLayer) -> BTreeSet<String> {
+    layer
+        .spec
+        .prereqs
+        .depends_on
+        .iter()
+        .filter_map(|entry| parse_dependency(entry).ok())
+        .map(|d| d.layer)
         .collect()
 }
 
@@ -742,17 +765,11 @@ pub fn outcome(inventory: &[InventoryEntry], elapsed: Duration, timeout: Duratio
         return Outcome::Deployed;
     }
     let describe = |entries: &[&InventoryEntry]| {
-        let shown: Vec<String> = entries
+        let items: Vec<String> = entries
             .iter()
-            .take(5)
             .map(|e| format!("{} is {}", ObjectRef::of_entry(e), e.status))
             .collect();
-        let more = entries.len().saturating_sub(5);
-        if more > 0 {
-            format!("{} (and {more} more)", shown.join(", "))
-        } else {
-            shown.join(", ")
-        }
+        summarize(&items, 5, ", ")
     };
     let failed: Vec<&InventoryEntry> = not_current
         .iter()

@@ -13,17 +13,15 @@ use kube::core::GroupVersionKind;
 
 use crate::crd::AddonsLayer;
 use crate::error::{LayerError, Result};
+use crate::lock;
 use crate::plan::{ObjectRef, SourceRef, SourceState};
 use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
 
-/// (source, revision, path): what a layer wants depends on nothing else.
-type DesiredKey = (SourceRef, String, String);
+/// (source, path) → (revision, objects): what a layer wants depends on nothing else, and
+/// only the latest revision is kept.
+type DesiredCache = HashMap<(SourceRef, String), (String, Arc<BTreeSet<ObjectRef>>)>;
 
 type ArtifactSlot = Arc<tokio::sync::Mutex<Option<(String, Arc<Files>)>>>;
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Reads sources and live kinds for the layer-controller and the CLI.
 pub struct Reader {
@@ -32,7 +30,7 @@ pub struct Reader {
     limits: Limits,
     default_namespace: String,
     artifacts: Mutex<HashMap<SourceRef, ArtifactSlot>>,
-    desired: Mutex<HashMap<DesiredKey, Arc<BTreeSet<ObjectRef>>>>,
+    desired: Mutex<DesiredCache>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -194,14 +192,16 @@ impl Reader {
 
     /// What another layer wants right now: its source content, or, when its source cannot be
     /// read, its inventory (so nothing it owns is mistaken for abandoned).
-    pub async fn desired_of(&self, layer: &AddonsLayer) -> BTreeSet<ObjectRef> {
+    pub async fn desired_of(&self, layer: &AddonsLayer) -> Arc<BTreeSet<ObjectRef>> {
         let inventory = || {
-            layer
-                .status
-                .iter()
-                .flat_map(|s| s.inventory.iter())
-                .map(ObjectRef::of_entry)
-                .collect()
+            Arc::new(
+                layer
+                    .status
+                    .iter()
+                    .flat_map(|s| s.inventory.iter())
+                    .map(ObjectRef::of_entry)
+                    .collect(),
+            )
         };
         let source = SourceRef::of(layer, &self.default_namespace);
         let Ok(fetched) = self.fetch(&source).await else {
@@ -211,9 +211,11 @@ impl Reader {
         else {
             return inventory();
         };
-        let key = (source, revision.clone(), layer.spec.source.path.clone());
-        if let Some(cached) = lock(&self.desired).get(&key) {
-            return cached.as_ref().clone();
+        let key = (source, layer.spec.source.path.clone());
+        if let Some((cached_revision, refs)) = lock(&self.desired).get(&key)
+            && cached_revision == revision
+        {
+            return refs.clone();
         }
         let Ok(manifests) = source::layer_manifests(files, &layer.spec.source.path) else {
             return inventory();
@@ -222,7 +224,8 @@ impl Reader {
         for manifest in &manifests {
             refs.insert(self.identity(manifest).await);
         }
-        lock(&self.desired).insert(key, Arc::new(refs.clone()));
+        let refs = Arc::new(refs);
+        lock(&self.desired).insert(key, (revision.clone(), refs.clone()));
         refs
     }
 
@@ -237,8 +240,11 @@ impl Reader {
             if name == this || layer.metadata.deletion_timestamp.is_some() {
                 continue;
             }
-            for object in self.desired_of(layer).await {
-                wanted.entry(object).or_default().insert(name.clone());
+            for object in self.desired_of(layer).await.iter() {
+                wanted
+                    .entry(object.clone())
+                    .or_default()
+                    .insert(name.clone());
             }
         }
         wanted

@@ -26,7 +26,10 @@ use tokio::sync::mpsc;
 
 use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry};
 use crate::error::{LayerError, Result};
-use crate::keys::{FINALIZER, LAYER_LABEL, ORPHANED_LABEL, SOURCE_LABEL, blocker, reason, state};
+use crate::keys::{
+    FINALIZER, LAYER_LABEL, ORPHANED_LABEL, ORPHANED_STATUS, SOURCE_LABEL, blocker, reason, state,
+};
+use crate::lock;
 use crate::metrics::Metrics;
 use crate::plan::{
     self, Gate, GateInputs, LiveOwnership, ObjectRef, Outcome, SourceRef, SourceState, Stage,
@@ -89,10 +92,6 @@ impl std::fmt::Debug for Shared {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shared").field("args", &self.args).finish()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Runs the controller until shutdown.
@@ -185,10 +184,11 @@ fn wake_on_layer_change(
             .map(|n| LayerKey::new(n))
             .collect();
     if changed.metadata.deletion_timestamp.is_some() {
-        let graph = plan::dependency_graph([changed]);
-        for dep in graph.get(&name).into_iter().flatten() {
-            wake.push(LayerKey::new(dep));
-        }
+        wake.extend(
+            plan::dependencies_of(changed)
+                .iter()
+                .map(|d| LayerKey::new(d)),
+        );
     }
     wake
 }
@@ -354,8 +354,7 @@ async fn fresh_dependencies(
     all: &mut BTreeMap<String, AddonsLayer>,
 ) -> Result<()> {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let graph = plan::dependency_graph([layer]);
-    for dep in graph.values().flatten() {
+    for dep in &plan::dependencies_of(layer) {
         match api
             .get_opt(dep)
             .await
@@ -391,10 +390,9 @@ async fn reconcile(
         return teardown(&layer, &ctx, &shared).await;
     }
     if !layer.finalizers().iter().any(|f| f == FINALIZER) {
-        set_finalizer(&ctx, &name, true).await?;
+        set_finalizer(&ctx, &layer, true).await?;
     }
-    let (interval, timeout) =
-        plan::timing(&layer).unwrap_or((plan::DEFAULT_INTERVAL, plan::DEFAULT_TIMEOUT));
+    let (interval, timeout) = plan::timing_or_default(&layer);
     let mut all = layers_map(&shared.layers);
     fresh_dependencies(&ctx, &layer, &mut all).await?;
     let source_ref = SourceRef::of(&layer, &shared.args.default_source_namespace);
@@ -516,6 +514,41 @@ async fn apply_layer(
 ) -> Result<Action> {
     let name = layer.name_any();
     let previous = layer.status.clone().unwrap_or_default();
+    let attempt_key = (revision.clone(), layer.metadata.generation);
+    let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
+        && previous.observed_generation == layer.metadata.generation;
+    let previous_state = previous.state.as_deref().unwrap_or_default();
+    // How long ago this very attempt was fully applied, if within the interval.
+    let applied_ago = lock(&shared.memory)
+        .get(&name)
+        .and_then(|m| m.applied.as_ref())
+        .filter(|(key, _)| *key == attempt_key)
+        .map(|(_, at)| at.elapsed())
+        .filter(|ago| *ago < interval);
+    let prune_pending = previous
+        .inventory
+        .iter()
+        .any(|e| e.status == ORPHANED_STATUS);
+    if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending) {
+        if previous_state == state::DEPLOYED {
+            return Ok(Action::requeue(
+                interval.saturating_sub(ago).max(Duration::from_secs(1)),
+            ));
+        }
+        if (previous_state == state::APPLYING || previous_state == state::FAILED)
+            && let Some(inventory) = recheck(&shared.reader, &previous.inventory).await?
+        {
+            let attempt = Attempt {
+                revision,
+                same: same_attempt,
+                interval,
+                timeout,
+                prune_wait: None,
+            };
+            return judge(layer, ctx, shared, attempt, inventory).await;
+        }
+    }
+
     let manifests = match source::layer_manifests(files, &layer.spec.source.path) {
         Ok(manifests) => manifests,
         Err(e) => {
@@ -525,45 +558,6 @@ async fn apply_layer(
             return Ok(Action::requeue(interval));
         }
     };
-    let attempt = (revision.clone(), layer.metadata.generation);
-    let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
-        && previous.observed_generation == layer.metadata.generation;
-    let previous_state = previous.state.as_deref().unwrap_or_default();
-    let recently_applied = lock(&shared.memory).get(&name).is_some_and(|m| {
-        m.applied
-            .as_ref()
-            .is_some_and(|(key, at)| *key == attempt && at.elapsed() < interval)
-    });
-    let prune_pending = previous
-        .inventory
-        .iter()
-        .any(|e| e.status == ORPHANED_STATUS);
-    if same_attempt && recently_applied && !prune_pending {
-        if previous_state == state::DEPLOYED {
-            let since = lock(&shared.memory)
-                .get(&name)
-                .and_then(|m| m.applied.as_ref().map(|(_, at)| at.elapsed()))
-                .unwrap_or_default();
-            return Ok(Action::requeue(
-                interval.saturating_sub(since).max(Duration::from_secs(1)),
-            ));
-        }
-        if matches!(previous_state, s if s == state::APPLYING || s == state::FAILED)
-            && let Some(inventory) = recheck(&shared.reader, &previous.inventory).await?
-        {
-            return judge(
-                layer,
-                ctx,
-                shared,
-                revision,
-                inventory,
-                same_attempt,
-                interval,
-                timeout,
-            )
-            .await;
-        }
-    }
 
     // A new attempt starts the timeout clock.
     if !same_attempt || previous_state != state::APPLYING {
@@ -623,12 +617,11 @@ async fn apply_layer(
         .enumerate()
         .map(|(i, m)| (i, plan::prepare_manifest(&m.value, &name, &version)))
         .collect();
-    let (definitions, rest): (Vec<_>, Vec<_>) = prepared.into_iter().partition(|(i, _)| {
+    let (mut definitions, rest): (Vec<_>, Vec<_>) = prepared.into_iter().partition(|(i, _)| {
         plan::is_definition(&manifests[*i].api_version, &manifests[*i].object.kind)
     });
     let mut inventory = Vec::new();
     let mut failures = Vec::new();
-    let mut definitions = definitions;
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     apply_all(
         ctx,
@@ -680,25 +673,16 @@ async fn apply_layer(
     }
     if !failures.is_empty() {
         // Nothing is pruned after a failed apply; the inventory keeps everything we own.
+        let owned: BTreeSet<ObjectRef> =
+            previous.inventory.iter().map(ObjectRef::of_entry).collect();
         let mut kept = previous.inventory.clone();
-        for entry in &inventory {
-            if !kept
+        kept.extend(
+            inventory
                 .iter()
-                .any(|e| ObjectRef::of_entry(e) == ObjectRef::of_entry(entry))
-            {
-                kept.push(entry.clone());
-            }
-        }
-        let shown: Vec<&String> = failures.iter().take(3).collect();
-        let more = failures.len().saturating_sub(3);
-        let mut message = shown
-            .iter()
-            .map(|s| s.as_str())
-            .collect::<Vec<_>>()
-            .join("; ");
-        if more > 0 {
-            message.push_str(&format!(" (and {more} more)"));
-        }
+                .filter(|e| !owned.contains(&ObjectRef::of_entry(e)))
+                .cloned(),
+        );
+        let message = plan::summarize(&failures, 3, "; ");
         let mut report = Report::new(state::FAILED, reason::APPLY_FAILED, message);
         report.inventory = Some(kept);
         report.attempted_revision = Some(revision);
@@ -708,7 +692,7 @@ async fn apply_layer(
     lock(&shared.memory)
         .entry(name.clone())
         .or_default()
-        .applied = Some((attempt, Instant::now()));
+        .applied = Some((attempt_key, Instant::now()));
 
     // Prune what left the layer, now that the whole desired set is applied.
     let applied: BTreeSet<ObjectRef> = inventory.iter().map(ObjectRef::of_entry).collect();
@@ -717,33 +701,23 @@ async fn apply_layer(
         .iter()
         .filter(|e| !applied.contains(&ObjectRef::of_entry(e)))
         .collect();
-    let mut requeue = interval;
+    let mut prune_wait = None;
     if !stale_entries.is_empty() {
         let pending = prune(ctx, shared, layer, &stale_entries, &wanted_by).await?;
         if let Some((entries, wait)) = pending {
-            requeue = requeue.min(wait);
+            prune_wait = Some(wait);
             inventory.extend(entries);
         }
     }
-    let action = judge(
-        layer,
-        ctx,
-        shared,
+    let attempt = Attempt {
         revision,
-        inventory,
-        same_attempt,
+        same: same_attempt,
         interval,
         timeout,
-    )
-    .await?;
-    Ok(match action {
-        a if a == Action::requeue(interval) => Action::requeue(requeue),
-        other => other,
-    })
+        prune_wait,
+    };
+    judge(layer, ctx, shared, attempt, inventory).await
 }
-
-/// Inventory status of objects waiting out the orphan grace window.
-const ORPHANED_STATUS: &str = "Orphaned";
 
 /// Applies manifests in the given order, four at a time, recording inventory entries and
 /// failures (`file: document N: object: error`).
@@ -770,13 +744,7 @@ async fn apply_all(
     for (m, applied) in results {
         match applied {
             Ok(object) => {
-                shared
-                    .metrics
-                    .applied_objects
-                    .get_or_create(&crate::metrics::LayerLabels {
-                        layer: layer.to_string(),
-                    })
-                    .inc();
+                shared.metrics.count_applied(layer);
                 if object.labels().contains_key(ORPHANED_LABEL) {
                     // Taken back within the grace window: it is ours again.
                     let _ = remove_orphaned_label(&shared.reader, &m.api_version, &object).await;
@@ -902,8 +870,12 @@ async fn prune(
             // The kind is gone (its CRD was removed): so are its objects.
             Err(LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
                 stale.push(StaleObject {
+                    stage: plan::stage_of(
+                        &entry.api_version,
+                        &entry.kind,
+                        entry.namespace.is_some(),
+                    ),
                     object,
-                    stage: Stage::Namespaced,
                     live: None,
                 });
                 continue;
@@ -952,25 +924,10 @@ async fn prune(
             }
         }
     }
-    let reference = layer.object_ref(&());
     if !deleted.is_empty() {
-        shared
-            .metrics
-            .pruned_objects
-            .get_or_create(&crate::metrics::LayerLabels {
-                layer: name.clone(),
-            })
-            .inc_by(deleted.len() as u64);
-        let _ = ctx
-            .events
-            .publish(
-                &reference,
-                Severity::Normal,
-                reason::PRUNED,
-                "Prune",
-                format!("pruned {}", deleted.join(", ")),
-            )
-            .await;
+        shared.metrics.count_pruned(&name, deleted.len() as u64);
+        let note = format!("pruned {}", deleted.join(", "));
+        publish_event(ctx, layer, Severity::Normal, reason::PRUNED, "Prune", note).await;
     }
     if !plan.hand_over.is_empty() {
         let moved: Vec<String> = plan
@@ -978,16 +935,16 @@ async fn prune(
             .iter()
             .map(|(o, to)| format!("{o} to layer {to}"))
             .collect();
-        let _ = ctx
-            .events
-            .publish(
-                &reference,
-                Severity::Normal,
-                reason::HANDED_OVER,
-                "Prune",
-                format!("handed over {}", moved.join(", ")),
-            )
-            .await;
+        let note = format!("handed over {}", moved.join(", "));
+        publish_event(
+            ctx,
+            layer,
+            Severity::Normal,
+            reason::HANDED_OVER,
+            "Prune",
+            note,
+        )
+        .await;
     }
     if plan.orphan.is_empty() && plan.waiting.is_empty() {
         return Ok(None);
@@ -1019,18 +976,33 @@ fn background() -> DeleteParams {
     }
 }
 
+/// The apply attempt being judged.
+#[derive(Debug)]
+struct Attempt {
+    revision: String,
+    /// Same revision and generation as the previous pass.
+    same: bool,
+    interval: Duration,
+    timeout: Duration,
+    /// When the next orphaned object's grace window ends.
+    prune_wait: Option<Duration>,
+}
+
 /// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
-#[allow(clippy::too_many_arguments)]
 async fn judge(
     layer: &AddonsLayer,
     ctx: &Context,
     shared: &Shared,
-    revision: String,
+    attempt: Attempt,
     inventory: Vec<InventoryEntry>,
-    same_attempt: bool,
-    interval: Duration,
-    timeout: Duration,
 ) -> Result<Action> {
+    let Attempt {
+        revision,
+        same: same_attempt,
+        interval,
+        timeout,
+        prune_wait,
+    } = attempt;
     let name = layer.name_any();
     let previous = layer.status.clone().unwrap_or_default();
     let previous_state = previous.state.as_deref().unwrap_or_default();
@@ -1070,7 +1042,8 @@ async fn judge(
             }
             let mut report = Report::new(state::DEPLOYED, reason::SUCCEEDED, message);
             report.deployed_revision = Some(revision.clone());
-            (report, Action::requeue(interval))
+            let next = prune_wait.map_or(interval, |wait| wait.min(interval));
+            (report, Action::requeue(next))
         }
         Outcome::Waiting(message) if same_attempt && previous_state == state::FAILED => (
             Report::new(
@@ -1083,7 +1056,7 @@ async fn judge(
         Outcome::Waiting(message) => (
             Report::new(
                 state::APPLYING,
-                "Progressing",
+                reason::PROGRESSING,
                 format!("waiting for {message}"),
             ),
             Action::requeue(shared.args.health_poll),
@@ -1168,37 +1141,19 @@ async fn write_status(
         } else {
             report.state
         };
-        if let Err(e) = ctx
-            .events
-            .publish(
-                &layer.object_ref(&()),
-                severity,
-                event_reason,
-                "Reconcile",
-                report.message.clone(),
-            )
-            .await
-        {
-            tracing::debug!(layer = %name, error = %e, "publishing an event");
-        }
+        let note = report.message.clone();
+        publish_event(ctx, layer, severity, event_reason, "Reconcile", note).await;
         tracing::info!(layer = %name, state = report.state, message = %report.message, "layer state changed");
     }
     Ok(())
 }
 
-/// Adds or removes our finalizer on the latest copy of the layer (the cached copy may be
-/// older than our own status write, which would make the compare-and-swap fail every time).
-async fn set_finalizer(ctx: &Context, name: &str, present: bool) -> Result<()> {
-    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let context = || format!("finalizer of layer {name}");
-    let Some(fresh) = api
-        .get_opt(name)
-        .await
-        .map_err(|e| LayerError::api(context(), e))?
-    else {
-        return Ok(());
-    };
-    let mut finalizers: Vec<String> = fresh
+/// Adds or removes our finalizer. `layer` must be the copy just read from the API server
+/// (not the cache, which may be older than our own status write and would make the
+/// compare-and-swap fail every time).
+async fn set_finalizer(ctx: &Context, layer: &AddonsLayer, present: bool) -> Result<()> {
+    let name = layer.name_any();
+    let mut finalizers: Vec<String> = layer
         .finalizers()
         .iter()
         .filter(|f| *f != FINALIZER)
@@ -1207,15 +1162,34 @@ async fn set_finalizer(ctx: &Context, name: &str, present: bool) -> Result<()> {
     if present {
         finalizers.push(FINALIZER.into());
     }
-    if finalizers.as_slice() == fresh.finalizers() {
+    if finalizers.as_slice() == layer.finalizers() {
         return Ok(());
     }
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
     // resourceVersion makes this a compare-and-swap: a concurrent finalizer edit is retried.
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": fresh.resource_version()}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": layer.resource_version()}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(|e| LayerError::api(context(), e))?;
+        .map_err(|e| LayerError::api(format!("finalizer of layer {name}"), e))?;
     Ok(())
+}
+
+/// Publishes an Event about a layer; a failure to publish is logged, never fatal.
+async fn publish_event(
+    ctx: &Context,
+    layer: &AddonsLayer,
+    severity: Severity,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    if let Err(e) = ctx
+        .events
+        .publish(&layer.object_ref(&()), severity, reason, action, note)
+        .await
+    {
+        tracing::debug!(layer = %layer.name_any(), error = %e, "publishing an event");
+    }
 }
 
 /// Deleting a layer: its dependents go first, then its objects in reverse apply order; the
@@ -1253,13 +1227,7 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         .inventory
         .iter()
         .map(|e| {
-            let stage = if plan::is_definition(&e.api_version, &e.kind) {
-                Stage::Definitions
-            } else if e.namespace.is_some() {
-                Stage::Namespaced
-            } else {
-                Stage::ClusterScoped
-            };
+            let stage = plan::stage_of(&e.api_version, &e.kind, e.namespace.is_some());
             (plan::apply_key(&ObjectRef::of_entry(e), stage), e)
         })
         .collect();
@@ -1290,8 +1258,7 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         }
         remaining.push(object.to_string());
     }
-    let (_, timeout) =
-        plan::timing(layer).unwrap_or((plan::DEFAULT_INTERVAL, plan::DEFAULT_TIMEOUT));
+    let (_, timeout) = plan::timing_or_default(layer);
     let deleting_for = layer
         .metadata
         .deletion_timestamp
@@ -1300,22 +1267,22 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         .unwrap_or_default();
     if remaining.is_empty() || deleting_for >= timeout {
         if !remaining.is_empty() {
-            let _ = ctx
-                .events
-                .publish(
-                    &layer.object_ref(&()),
-                    Severity::Warning,
-                    "TeardownTimedOut",
-                    "Delete",
-                    format!(
-                        "released after {}s with objects still terminating: {}",
-                        timeout.as_secs(),
-                        remaining.join(", ")
-                    ),
-                )
-                .await;
+            let note = format!(
+                "released after {}s with objects still terminating: {}",
+                timeout.as_secs(),
+                remaining.join(", ")
+            );
+            publish_event(
+                ctx,
+                layer,
+                Severity::Warning,
+                reason::TEARDOWN_TIMED_OUT,
+                "Delete",
+                note,
+            )
+            .await;
         }
-        set_finalizer(ctx, &name, false).await?;
+        set_finalizer(ctx, layer, false).await?;
         shared.metrics.forget(&name);
         lock(&shared.memory).remove(&name);
         return Ok(Action::await_change());
@@ -1326,12 +1293,7 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         format!(
             "waiting for {} objects to be deleted: {}",
             remaining.len(),
-            remaining
-                .iter()
-                .take(5)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            plan::summarize(&remaining, 5, ", ")
         ),
     );
     write_status(ctx, shared, layer, report).await?;
