@@ -10,8 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, anyhow, bail};
 use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::{DynamicObject, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use serde_json::Value;
 
 /// The cluster the tests run against.
@@ -84,10 +83,7 @@ impl TestCluster {
 
     /// A new client (each test has its own runtime, so clients are not shared).
     pub async fn client(&self) -> Result<Client> {
-        let kubeconfig = Kubeconfig::read_from(&self.kubeconfig)?;
-        let config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-        Ok(Client::try_from(config)?)
+        Ok(core_k8s::client::client_from(Some(&self.kubeconfig), None).await?)
     }
 
     /// kubectl pointed at the cluster.

@@ -103,12 +103,8 @@ pub struct WaitArgs {
     /// Stricter than kstatus (see `strata status --help`).
     #[arg(long)]
     pub strict: bool,
-    /// Path to a kubeconfig.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context.
-    #[arg(long)]
-    pub context: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -177,6 +173,15 @@ pub struct ClusterArgs {
     /// Kubeconfig context.
     #[arg(long)]
     pub context: Option<String>,
+}
+
+impl ClusterArgs {
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        Ok(
+            core_k8s::client::client_from(self.kubeconfig.as_deref(), self.context.as_deref())
+                .await?,
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use core_k8s::apply::Applier;
 use kube::api::{Api, ListParams};
@@ -15,13 +16,6 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cli::{ClusterArgs, GraphFormat, PlanFormat};
-
-async fn connect(cluster: &ClusterArgs) -> anyhow::Result<Client> {
-    Ok(
-        core_k8s::client::client_from(cluster.kubeconfig.as_deref(), cluster.context.as_deref())
-            .await?,
-    )
-}
 
 async fn all_layers(client: &Client) -> anyhow::Result<Vec<AddonsLayer>> {
     let api: Api<AddonsLayer> = Api::all(client.clone());
@@ -36,7 +30,7 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 pub fn graph(format: GraphFormat, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
-        let client = connect(cluster).await?;
+        let client = cluster.client().await?;
         let graph = layer_controller::graph::build(&all_layers(&client).await?);
         let text = match format {
             GraphFormat::Dot => layer_controller::graph::to_dot(&graph),
@@ -84,7 +78,7 @@ pub fn plan(
     cluster: &ClusterArgs,
 ) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
-        let client = connect(cluster).await?;
+        let client = cluster.client().await?;
         let layers = all_layers(&client).await?;
         let all: BTreeMap<String, AddonsLayer> =
             layers.iter().map(|l| (l.name_any(), l.clone())).collect();
@@ -183,23 +177,37 @@ async fn compute(
                 .push(format!("{}: {object}: {e}", manifest.origin)),
         }
     }
-    let stale: Vec<ObjectRef> = status
+    // The controller's own prune decision: objects already gone or taken over by another
+    // layer are not listed; orphaned ones (pruned after the grace window) are.
+    let stale_entries: Vec<_> = status
         .inventory
         .iter()
-        .map(ObjectRef::of_entry)
-        .filter(|o| !desired.contains(o))
+        .filter(|e| !desired.contains(&ObjectRef::of_entry(e)))
         .collect();
-    if !stale.is_empty() {
+    if !stale_entries.is_empty() {
         let wanted_by = reader.wanted_by(&name, all).await;
-        for object in stale {
-            match wanted_by.get(&object).and_then(|w| w.iter().next()) {
-                Some(to) => out.hand_over.push(HandOver {
-                    object: object.to_string(),
-                    to: to.clone(),
-                }),
-                None => out.prune.push(object.to_string()),
-            }
-        }
+        let stale: Vec<_> = reader
+            .read_stale(&stale_entries)
+            .await?
+            .into_iter()
+            .map(|r| r.stale)
+            .collect();
+        let prune = plan::prune_plan(
+            &name,
+            &stale,
+            &wanted_by,
+            Duration::ZERO,
+            jiff::Timestamp::now(),
+        );
+        out.prune = prune.pending().map(ToString::to_string).collect();
+        out.hand_over = prune
+            .hand_over
+            .iter()
+            .map(|(object, to)| HandOver {
+                object: object.to_string(),
+                to: to.clone(),
+            })
+            .collect();
     }
     Ok(out)
 }

@@ -54,9 +54,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()?;
     runtime.block_on(async {
-        let client =
-            core_k8s::client::client_from(args.kubeconfig.as_deref(), args.context.as_deref())
-                .await?;
+        let client = args.cluster.client().await?;
         let started = Instant::now();
         let mut printer = ProgressPrinter::new(std::io::stderr().is_terminal(), mode);
         let report = wait(

@@ -81,8 +81,7 @@ fn ca_params(not_before: i64, not_after: i64) -> Result<CertificateParams, rcgen
     Ok(params)
 }
 
-/// Makes a serving certificate for `names` (IP addresses become IP SANs), signed by the CA of
-/// `keep_ca` when given, else by a new CA.
+/// Makes a new CA and a serving certificate for `names` (IP addresses become IP SANs).
 pub fn generate(
     names: &[String],
     validity: Duration,
@@ -339,7 +338,7 @@ mod tests {
         assert_eq!(renewed.ca_pem, first.ca_pem);
         assert_ne!(renewed.cert_pem, first.cert_pem);
         // The renewed certificate verifies against the original CA: checked end to end by the
-        // TLS test in tests/tls.rs; here we check it is a different key under the same CA.
+        // certificate-rotation e2e test (e2e/tests/webhook.rs); here: a new key, same CA.
         assert_ne!(renewed.key_pem, first.key_pem);
     }
 

@@ -23,9 +23,6 @@ use tokio::sync::watch;
 /// The service name: Lease `admission-webhook-leader`, metrics `admission_webhook_*`.
 pub const SERVICE: &str = "admission-webhook";
 
-/// The anchor's label asking for the CA bundle to be injected into a webhook configuration.
-pub const INJECT_CA_LABEL: &str = inject::INJECT_LABEL;
-
 /// Flags of the webhook server.
 #[derive(Clone, Debug, clap::Args)]
 pub struct WebhookArgs {
@@ -64,7 +61,13 @@ pub struct WebhookArgs {
     pub pod_address_override: Option<String>,
 }
 
-async fn load_or_issue(ctx: &Context, args: &WebhookArgs, namespace: &str) -> certs::Bundle {
+/// The certificate bundle from the Secret (issued or renewed as needed), retried until it is
+/// available; `None` when the process is asked to stop first.
+async fn load_or_issue(
+    ctx: &Context,
+    args: &WebhookArgs,
+    namespace: &str,
+) -> Option<certs::Bundle> {
     let names = certs::names(&args.service_name, namespace, &args.tls_extra_names);
     loop {
         match certs::ensure(
@@ -76,27 +79,15 @@ async fn load_or_issue(ctx: &Context, args: &WebhookArgs, namespace: &str) -> ce
         )
         .await
         {
-            Ok(bundle) => return bundle,
+            Ok(bundle) => return Some(bundle),
             Err(e) => {
                 tracing::warn!(error = %e, secret = %args.tls_secret_name, "certificate not available yet; retrying");
                 tokio::select! {
-                    _ = ctx.shutdown.cancelled() => return certs::generate(&names, args.cert_validity, jiff::Timestamp::now()).unwrap_or_else(|_| unreachable_bundle()),
+                    _ = ctx.shutdown.cancelled() => return None,
                     _ = tokio::time::sleep(Duration::from_secs(5)) => {}
                 }
             }
         }
-    }
-}
-
-/// Only used when shutting down before any certificate existed: never served.
-fn unreachable_bundle() -> certs::Bundle {
-    certs::Bundle {
-        ca_pem: String::new(),
-        ca_key_pem: String::new(),
-        cert_pem: String::new(),
-        key_pem: String::new(),
-        not_after: jiff::Timestamp::UNIX_EPOCH,
-        names: Vec::new(),
     }
 }
 
@@ -113,10 +104,9 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
             }
         },
         _ => {
-            let bundle = load_or_issue(&ctx, &args, &namespace).await;
-            if ctx.shutdown.is_cancelled() {
+            let Some(bundle) = load_or_issue(&ctx, &args, &namespace).await else {
                 return;
-            }
+            };
             ca_tx.send_replace(bundle.ca_pem.clone());
             let tls = match RustlsConfig::from_pem(
                 bundle.cert_pem.clone().into_bytes(),
@@ -141,7 +131,9 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
                         _ = ctx2.shutdown.cancelled() => return,
                         _ = tokio::time::sleep(args2.cert_check_interval) => {}
                     }
-                    let next = load_or_issue(&ctx2, &args2, &ns2).await;
+                    let Some(next) = load_or_issue(&ctx2, &args2, &ns2).await else {
+                        return;
+                    };
                     if next.cert_pem != current.cert_pem {
                         match tls2
                             .reload_from_pem(

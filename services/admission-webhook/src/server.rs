@@ -130,6 +130,10 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     let namespace = review.field("namespace").to_string();
     let mut state = Observed::default();
     match webhook {
+        // Not a downscale (an upscale, or no replica change): decided from the request alone,
+        // so none of the reads below are paid for it.
+        Webhook::NoDownscale | Webhook::PrepareDownscale
+            if crate::webhooks::downscale_prefix(review).is_none() => {}
         Webhook::NoDownscale | Webhook::PrepareDownscale => {
             let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
             if let Ok(list) = sts.list(&ListParams::default()).await {
@@ -175,14 +179,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             if let Ok(list) = sts.list(&ListParams::default()).await {
                 state.stateful_sets = list.items;
             }
-            let ar = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk(
-                    "rollout-operator.grafana.com",
-                    "v1",
-                    "ZoneAwarePodDisruptionBudget",
-                ),
-                "zoneawarepoddisruptionbudgets",
-            );
+            let ar = ApiResource::erase::<rollout_operator::crd::ZoneAwarePodDisruptionBudget>(&());
             let zpdbs: Api<DynamicObject> =
                 Api::namespaced_with(app.client.clone(), &namespace, &ar);
             if let Ok(list) = zpdbs.list(&ListParams::default()).await {
@@ -195,10 +192,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         }
         Webhook::ZpdbValidation => {}
         Webhook::AddonsLayerValidation => {
-            let ar = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("strata.dev", "v1alpha1", "AddonsLayer"),
-                "addonslayers",
-            );
+            let ar = ApiResource::erase::<layer_controller::crd::AddonsLayer>(&());
             let api: Api<DynamicObject> = Api::all_with(app.client.clone(), &ar);
             if let Ok(list) = api.list(&ListParams::default()).await {
                 state.references = list

@@ -32,7 +32,7 @@ async fn status(path: &str, content_type: &str, body: Vec<u8>) -> StatusCode {
 
 #[tokio::test]
 async fn random_bytes_get_400_and_never_a_crash() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    core_k8s::install_crypto_provider();
     let valid = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","name":"z","namespace":"n","object":{"kind":"ZoneAwarePodDisruptionBudget","spec":{"selector":{"matchLabels":{"a":"b"}}}}}}"#;
     let mut seed: u64 = 0x5eed;
     let mut next = || {

@@ -32,8 +32,7 @@ use crate::keys::{
 use crate::lock;
 use crate::metrics::Metrics;
 use crate::plan::{
-    self, Gate, GateInputs, LiveOwnership, ObjectRef, Outcome, SourceRef, SourceState, Stage,
-    StaleObject,
+    self, Gate, GateInputs, ObjectRef, Outcome, SourceRef, SourceState, Stage, StaleObject,
 };
 use crate::read::Reader;
 use crate::source::{self, CONFIGMAP_KIND, FLUX_KINDS, Files, Limits, Manifest};
@@ -861,47 +860,12 @@ async fn prune(
 ) -> Result<Option<(Vec<InventoryEntry>, Duration)>> {
     let name = layer.name_any();
     let now = Timestamp::now();
-    let mut stale = Vec::new();
-    let mut by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = BTreeMap::new();
-    for entry in stale_entries {
-        let object = ObjectRef::of_entry(entry);
-        let resolved = match shared.reader.resolve(&entry.api_version, &entry.kind).await {
-            Ok(resolved) => resolved,
-            // The kind is gone (its CRD was removed): so are its objects.
-            Err(LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
-                stale.push(StaleObject {
-                    stage: plan::stage_of(
-                        &entry.api_version,
-                        &entry.kind,
-                        entry.namespace.is_some(),
-                    ),
-                    object,
-                    live: None,
-                });
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let api = shared.reader.api(&resolved, entry.namespace.as_deref());
-        let live = api
-            .get_opt(&entry.name)
-            .await
-            .map_err(|e| LayerError::api(format!("reading {object}"), e))?
-            .map(|o| LiveOwnership {
-                layer: o.labels().get(LAYER_LABEL).cloned(),
-                orphaned_at: o
-                    .labels()
-                    .get(ORPHANED_LABEL)
-                    .and_then(|v| plan::parse_orphaned_label(v)),
-            });
-        let stage = plan::stage_of(&entry.api_version, &entry.kind, resolved.namespaced);
-        stale.push(StaleObject {
-            object: object.clone(),
-            stage,
-            live,
-        });
-        by_ref.insert(object, (entry, resolved));
-    }
+    let read = shared.reader.read_stale(stale_entries).await?;
+    let stale: Vec<StaleObject> = read.iter().map(|r| r.stale.clone()).collect();
+    let by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = read
+        .into_iter()
+        .filter_map(|r| Some((r.stale.object, (r.entry, r.resolved?))))
+        .collect();
     let plan = plan::prune_plan(&name, &stale, wanted_by, shared.args.orphan_grace, now);
     let orphaned_value = plan::orphaned_label_value(now);
     for object in &plan.orphan {

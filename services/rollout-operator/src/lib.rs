@@ -18,9 +18,6 @@ use prometheus_client::registry::Registry;
 /// The service name: Lease `rollout-operator-leader`, metrics `rollout_operator_*`.
 pub const SERVICE: &str = "rollout-operator";
 
-/// The anchor's label that puts a StatefulSet into a rollout group.
-pub const ROLLOUT_GROUP_LABEL: &str = keys::ROLLOUT_GROUP;
-
 pub async fn run(args: core_k8s::CommonArgs) -> core_k8s::Result<()> {
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);

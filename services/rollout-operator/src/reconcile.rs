@@ -18,7 +18,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
-use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -74,27 +74,34 @@ struct Stores {
     zpdb_resource: kube::core::ApiResource,
 }
 
-fn group_of(sts: &StatefulSet) -> Option<String> {
-    label(&sts.metadata.labels, keys::ROLLOUT_GROUP).map(str::to_string)
+/// A rollout group: the `rollout-group` label value within one namespace (two namespaces
+/// may each run an `ingester` group; they are rolled independently).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct GroupKey {
+    namespace: String,
+    group: String,
 }
 
-/// Marks the group of the StatefulSet owning `pod` dirty.
-fn group_of_pod(stores: &Stores, pod: &Pod) -> Option<String> {
+fn group_of(sts: &StatefulSet) -> Option<GroupKey> {
+    Some(GroupKey {
+        namespace: sts.namespace()?,
+        group: label(&sts.metadata.labels, keys::ROLLOUT_GROUP)?.to_string(),
+    })
+}
+
+/// The group of the StatefulSet owning `pod`.
+fn group_of_pod(stores: &Stores, pod: &Pod) -> Option<GroupKey> {
     let owner = pod
         .owner_references()
         .iter()
         .find(|r| r.kind == "StatefulSet")?;
-    stores
-        .stateful_sets
-        .state()
-        .into_iter()
-        .find(|s| s.name_any() == owner.name && s.namespace() == pod.namespace())
-        .and_then(|s| group_of(&s))
+    let key = ObjectRef::new(&owner.name).within(&pod.namespace()?);
+    stores.stateful_sets.get(&key).and_then(|s| group_of(&s))
 }
 
 /// Runs the rollout controller until shutdown.
 pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
-    let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<String>();
+    let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<GroupKey>();
 
     let sts_api: Api<StatefulSet> = ctx.watched_api();
     let (sts_reader, sts_writer) = reflector::store();
@@ -114,14 +121,8 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
         .touched_objects();
     // ZPDBs are optional: a missing CRD only means no zone-aware budget (the anchor never
     // became ready without it, §19.10).
-    let zpdb_resource = kube::core::ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(
-            "rollout-operator.grafana.com",
-            "v1",
-            "ZoneAwarePodDisruptionBudget",
-        ),
-        "zoneawarepoddisruptionbudgets",
-    );
+    let zpdb_resource =
+        kube::core::ApiResource::erase::<crate::crd::ZoneAwarePodDisruptionBudget>(&());
     let zpdb_api: Api<DynamicObject> = match ctx.args.watch_namespace() {
         Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &zpdb_resource),
         None => Api::all_with(ctx.client.clone(), &zpdb_resource),
@@ -227,7 +228,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
     tracing::info!("rollout controller stopped");
 }
 
-fn all_groups(stores: &Stores) -> BTreeSet<String> {
+fn all_groups(stores: &Stores) -> BTreeSet<GroupKey> {
     stores
         .stateful_sets
         .state()
@@ -242,15 +243,16 @@ async fn reconcile_group(
     metrics: &Metrics,
     stores: &Stores,
     recent: &mut RecentlyDeleted,
-    group: &str,
+    key: &GroupKey,
 ) -> Option<jiff::SignedDuration> {
+    let group = key.group.as_str();
     let labels = Metrics::labels(group);
     metrics.group_reconciles.get_or_create(&labels).inc();
     // Create the failure series at 0 so alerts on its rate work from the first reconcile.
     let _ = metrics.group_reconciles_failed.get_or_create(&labels);
     ctx.metrics.reconcile_total.inc();
     let started = Instant::now();
-    let result = reconcile_group_inner(ctx, metrics, stores, recent, group).await;
+    let result = reconcile_group_inner(ctx, metrics, stores, recent, key).await;
     let elapsed = started.elapsed().as_secs_f64();
     metrics
         .group_reconcile_duration
@@ -269,7 +271,7 @@ async fn reconcile_group(
         Err(e) => {
             metrics.group_reconciles_failed.get_or_create(&labels).inc();
             ctx.metrics.observe_error(e.category());
-            tracing::warn!(rollout_group = group, error = %e, "reconcile failed");
+            tracing::warn!(rollout_group = group, namespace = %key.namespace, error = %e, "reconcile failed");
             None
         }
     }
@@ -280,17 +282,18 @@ async fn reconcile_group_inner(
     metrics: &Metrics,
     stores: &Stores,
     recent: &mut RecentlyDeleted,
-    group: &str,
+    key: &GroupKey,
 ) -> Result<Option<jiff::SignedDuration>, core_k8s::Error> {
     let members: Vec<Arc<StatefulSet>> = stores
         .stateful_sets
         .state()
         .into_iter()
-        .filter(|s| group_of(s).as_deref() == Some(group))
+        .filter(|s| group_of(s).as_ref() == Some(key))
         .collect();
-    let Some(namespace) = members.first().and_then(|s| s.namespace()) else {
+    if members.is_empty() {
         return Ok(None);
-    };
+    }
+    let namespace = key.namespace.clone();
     let mut observed = Observed {
         stateful_sets: members.iter().map(|s| (**s).clone()).collect(),
         pods: stores
@@ -324,7 +327,7 @@ async fn reconcile_group_inner(
         Ok(plan.recheck_after)
     } else {
         Err(core_k8s::Error::InvalidObject {
-            object: format!("rollout group {namespace}/{group}"),
+            object: format!("rollout group {namespace}/{}", key.group),
             field: "metadata",
             reason: plan.errors.join("; "),
         })
