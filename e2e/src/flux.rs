@@ -12,7 +12,7 @@ use kube::core::GroupVersionKind;
 use layer_controller::source::{pack, sha256_digest};
 use serde_json::json;
 
-use crate::support::{apply_yaml, cluster};
+use crate::support::{apply_shipped_crd, apply_yaml, cluster};
 
 pub const GITREPO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
@@ -112,11 +112,7 @@ pub async fn set_artifact(
 /// Installs the AddonsLayer CRD and the minimal GitRepository CRD, and waits until both are
 /// Established (so the next create does not race the API server's discovery).
 pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
-    let layers = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/addonslayers.yaml"),
-    )?;
-    apply_yaml(client, ns, &layers).await?;
+    apply_shipped_crd(client, ns, "addonslayers.yaml").await?;
     apply_yaml(client, ns, GITREPO_CRD).await?;
     let out = cluster()
         .kubectl()

@@ -164,6 +164,24 @@ pub async fn apply_yaml(
     Ok(applied)
 }
 
+/// Whether a pod reports Ready=True.
+pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Applies one of the CRDs the project ships (`manifests/crds/<file>`).
+pub async fn apply_shipped_crd(client: &Client, namespace: &str, file: &str) -> Result<()> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../manifests/crds")
+        .join(file);
+    let yaml = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    apply_yaml(client, namespace, &yaml).await?;
+    Ok(())
+}
+
 /// Polls `check` every 250 ms until it yields `Some`, failing after `timeout` with the last
 /// error. `what` names the condition in the failure message.
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T>

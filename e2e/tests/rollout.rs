@@ -15,7 +15,8 @@ use kube::{Api, ResourceExt};
 use strata_e2e::plane::{FAKE_READY_LABEL, free_port};
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{
-    TestNamespace, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
+    TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
+    pod_ready,
 };
 
 const ZONES: [&str; 3] = ["a", "b", "c"];
@@ -46,12 +47,7 @@ spec:
 }
 
 fn ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    pod.metadata.deletion_timestamp.is_none() && pod_ready(pod)
 }
 
 /// Per zone: (pods not ready or missing, ready pods on a revision other than `old[zone]`).
@@ -388,11 +384,7 @@ async fn a_follower_zone_scales_down_only_after_the_minimum_time() -> Result<()>
 async fn replicas_mirror_a_replica_template_and_are_written_back() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "mirror").await?;
-    let crd = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/replica-templates.yaml"),
-    )?;
-    apply_yaml(&client, &ns.name, &crd).await?;
+    apply_shipped_crd(&client, &ns.name, "replica-templates.yaml").await?;
     let template = "apiVersion: rollout-operator.grafana.com/v1\nkind: ReplicaTemplate\nmetadata: {name: querier}\nspec: {replicas: 2, labelSelector: name=querier-zone-a}\n";
     eventually(
         "ReplicaTemplate served",

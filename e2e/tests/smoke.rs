@@ -12,14 +12,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use strata_e2e::plane::FAKE_READY_LABEL;
-use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually, pod_ready};
 
 fn pod_phase(pod: &Pod) -> &str {
     pod.status

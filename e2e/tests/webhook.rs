@@ -13,7 +13,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir};
-use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+use strata_e2e::support::{
+    TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, pod_ready,
+};
 
 fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);
@@ -209,11 +211,7 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
     .await?;
 
     // ZPDB validation.
-    let crd = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/zone-aware-pod-disruption-budget.yaml"),
-    )?;
-    apply_yaml(&client, &ns.name, &crd).await?;
+    apply_shipped_crd(&client, &ns.name, "zone-aware-pod-disruption-budget.yaml").await?;
     let zname = format!("{}-zpdb", ns.name);
     let zrules = "  - apiGroups: [rollout-operator.grafana.com]\n    apiVersions: [v1]\n    operations: [CREATE, UPDATE]\n    resources: [zoneawarepoddisruptionbudgets]";
     apply_yaml(
@@ -421,11 +419,7 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
 async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "evict").await?;
-    let crd = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/zone-aware-pod-disruption-budget.yaml"),
-    )?;
-    apply_yaml(&client, &ns.name, &crd).await?;
+    apply_shipped_crd(&client, &ns.name, "zone-aware-pod-disruption-budget.yaml").await?;
     let zpdb = "apiVersion: rollout-operator.grafana.com/v1\nkind: ZoneAwarePodDisruptionBudget\nmetadata: {name: ingester}\nspec: {maxUnavailable: 1, selector: {matchLabels: {rollout-group: ingester}}}\n";
     eventually("ZPDB served", Duration::from_secs(30), || async {
         Ok(apply_yaml(&client, &ns.name, zpdb).await.ok())
@@ -440,16 +434,7 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns.name);
     eventually("6 ready pods", Duration::from_secs(60), || async {
         let list = pods.list(&Default::default()).await?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|p| {
-                p.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            })
-            .count();
+        let ready = list.items.iter().filter(|p| pod_ready(p)).count();
         Ok((ready == 6).then_some(()))
     })
     .await?;
@@ -538,11 +523,7 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
 async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "layers").await?;
-    let crd = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../manifests/crds/addonslayers.yaml"),
-    )?;
-    apply_yaml(&client, &ns.name, &crd).await?;
+    apply_shipped_crd(&client, &ns.name, "addonslayers.yaml").await?;
     let port = free_port()?;
     let server = start(&ns.name, port, &[])?;
     let name = format!("{}-layers", ns.name);
