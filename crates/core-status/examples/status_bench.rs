@@ -2,15 +2,20 @@
 //!
 //! `status_bench gen OUT.json N` writes a deterministic mixed corpus of N objects: every
 //! special-cased kind in several states, plus custom resources with and without conditions.
-//! `status_bench run CORPUS.json ITERATIONS` computes every object's status ITERATIONS times
-//! and prints one JSON line: throughput and peak memory. The corpus is parsed before the clock
-//! starts, as in the Go harness, so only status computation is timed.
+//! `status_bench run CORPUS.json ITERATIONS [compact|full|decode]` computes every object's
+//! status ITERATIONS times and prints one JSON line: throughput and peak memory.
+//! - `compact` (default): the corpus is decoded before the clock starts into the compact
+//!   status-only form (`core_status::Observed`, what bulk status uses), as the Go harness
+//!   decodes into unstructured objects first; only status computation is timed.
+//! - `full`: the same, from fully decoded `serde_json::Value` trees.
+//! - `decode`: end to end, each pass decodes the file (compact) and computes every status.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark tool: fail loudly
 
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use core_status::Observed;
 use serde_json::{Value, json};
 
 /// A tiny deterministic generator (64-bit LCG), so both harnesses see the same corpus.
@@ -148,70 +153,77 @@ fn peak_rss_kib() -> i64 {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    match args.get(1).map(String::as_str) {
-        Some("gen") => {
+    match (args.get(1).map(String::as_str), args.len()) {
+        (Some("gen"), 4) => {
             let n: usize = args[3].parse().unwrap();
             let mut rng = Lcg(42);
             let corpus: Vec<Value> = (0..n).map(|i| object(i, &mut rng)).collect();
             std::fs::write(&args[2], serde_json::to_vec(&corpus).unwrap()).unwrap();
         }
-        Some("run") if args.get(4).map(String::as_str) == Some("decode") => {
-            // End to end, as `strata status` does: decode the file, then compute every status.
+        (Some("run"), 4 | 5) => {
             let iterations: usize = args[3].parse().unwrap();
-            let raw = std::fs::read(&args[2]).unwrap();
-            let now = jiff::Timestamp::now();
-            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            let (mut total, mut objects) = (0usize, 0usize);
-            let start = Instant::now();
-            for it in 0..iterations {
-                let corpus: Vec<Value> = serde_json::from_slice(&raw).unwrap();
-                objects = corpus.len();
-                for object in &corpus {
-                    let evaluation = core_status::evaluate(object, now);
-                    if it == 0 {
-                        *counts.entry(evaluation.status.to_string()).or_default() += 1;
-                    }
-                    std::hint::black_box(&evaluation);
-                }
-                total += corpus.len();
-            }
-            let seconds = start.elapsed().as_secs_f64();
-            println!(
-                "{{\"engine\":\"strata-core-status-decode\",\"objects\":{objects},\"iterations\":{iterations},\"seconds\":{seconds:.6},\"objects_per_second\":{:.0},\"peak_rss_kib\":{},\"statuses\":{}}}",
-                total as f64 / seconds,
-                peak_rss_kib(),
-                serde_json::to_string(&counts).unwrap()
-            );
-        }
-        Some("run") => {
-            let iterations: usize = args[3].parse().unwrap();
-            let corpus: Vec<Value> =
-                serde_json::from_slice(&std::fs::read(&args[2]).unwrap()).unwrap();
-            let now = jiff::Timestamp::now();
-            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            let start = Instant::now();
-            for it in 0..iterations {
-                for object in &corpus {
-                    let evaluation = core_status::evaluate(object, now);
-                    if it == 0 {
-                        *counts.entry(evaluation.status.to_string()).or_default() += 1;
-                    }
-                    std::hint::black_box(&evaluation);
-                }
-            }
-            let seconds = start.elapsed().as_secs_f64();
-            let total = (corpus.len() * iterations) as f64;
-            println!(
-                "{{\"engine\":\"strata-core-status\",\"objects\":{},\"iterations\":{iterations},\"seconds\":{seconds:.6},\"objects_per_second\":{:.0},\"peak_rss_kib\":{},\"statuses\":{}}}",
-                corpus.len(),
-                total / seconds,
-                peak_rss_kib(),
-                serde_json::to_string(&counts).unwrap()
-            );
+            let mode = args.get(4).map_or("compact", String::as_str);
+            let raw = std::fs::read_to_string(&args[2]).unwrap();
+            run(&raw, iterations, mode);
         }
         _ => {
-            eprintln!("usage: status_bench gen OUT.json N | run CORPUS.json ITERATIONS [decode]");
+            eprintln!(
+                "usage: status_bench gen OUT.json N | run CORPUS.json ITERATIONS [compact|full|decode]"
+            );
             std::process::exit(2);
         }
     }
+}
+
+fn run(raw: &str, iterations: usize, mode: &str) {
+    let now = jiff::Timestamp::now();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    let mut count = |it: usize, evaluation: &core_status::Evaluation| {
+        if it == 0 {
+            *counts.entry(evaluation.status.to_string()).or_default() += 1;
+        }
+        std::hint::black_box(evaluation);
+    };
+    let mut objects = 0;
+    let start;
+    match mode {
+        "decode" => {
+            start = Instant::now();
+            for it in 0..iterations {
+                let corpus = Observed::many_from_json(raw).unwrap();
+                objects = corpus.len();
+                for object in &corpus {
+                    count(it, &object.evaluate(now));
+                }
+            }
+        }
+        "full" => {
+            let corpus: Vec<Value> = serde_json::from_str(raw).unwrap();
+            objects = corpus.len();
+            start = Instant::now();
+            for it in 0..iterations {
+                for object in &corpus {
+                    count(it, &core_status::evaluate(object, now));
+                }
+            }
+        }
+        "compact" => {
+            let corpus = Observed::many_from_json(raw).unwrap();
+            objects = corpus.len();
+            start = Instant::now();
+            for it in 0..iterations {
+                for object in &corpus {
+                    count(it, &object.evaluate(now));
+                }
+            }
+        }
+        other => panic!("unknown mode {other}"),
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    println!(
+        "{{\"engine\":\"strata-core-status-{mode}\",\"objects\":{objects},\"iterations\":{iterations},\"seconds\":{seconds:.6},\"objects_per_second\":{:.0},\"peak_rss_kib\":{},\"statuses\":{}}}",
+        (objects * iterations) as f64 / seconds,
+        peak_rss_kib(),
+        serde_json::to_string(&counts).unwrap()
+    );
 }

@@ -9,10 +9,7 @@ use serde_json::Value;
 
 use crate::Status;
 use crate::error::StatusError;
-use crate::object::{
-    ObservedCondition, Parts, api_group, conditions_in, int_or, lookup, str_or, strict_int_in,
-    strict_str_in,
-};
+use crate::object::{Counter, Fields, ObservedCondition, Parts, Text as Field, api_group};
 
 /// How long an unschedulable Pod is given before it counts as Failed.
 pub const SCHEDULE_WINDOW: SignedDuration = SignedDuration::from_secs(15);
@@ -122,17 +119,21 @@ fn owned(text: &str) -> Text {
 /// Computes the status of `object` at `now`. Errors (a wrongly typed field, an unknown Pod
 /// phase) are returned as such; [`evaluate`] turns them into Unknown.
 pub fn compute(object: &Value, now: Timestamp) -> Result<Evaluation, StatusError> {
-    let parts = Parts::new(object);
-    if let Some(result) = generic_metadata(&parts)? {
+    compute_fields(&Parts::new(object), now)
+}
+
+/// [`compute`] over any representation of an object's fields.
+pub fn compute_fields<F: Fields>(object: &F, now: Timestamp) -> Result<Evaluation, StatusError> {
+    if let Some(result) = generic_metadata(object)? {
         return Ok(result);
     }
     // Decoded once; every rule reads the same borrowed list.
-    let observed = conditions_in(parts.status)?;
+    let observed = object.conditions()?;
     if let Some(result) = generic_conditions(&observed) {
         return Ok(result);
     }
-    if let Some(rule) = builtin_rule(api_group(parts.api_version), parts.kind) {
-        return rule(&parts, &observed, now);
+    if let Some(result) = builtin(object, &observed, now) {
+        return result;
     }
     Ok(ready_fallback(&observed))
 }
@@ -142,43 +143,90 @@ pub fn evaluate(object: &Value, now: Timestamp) -> Evaluation {
     compute(object, now).unwrap_or_else(|e| Evaluation::unknown(&e))
 }
 
-type Rule = fn(&Parts, &[ObservedCondition], Timestamp) -> Result<Evaluation, StatusError>;
+/// [`evaluate`] over any representation of an object's fields.
+pub fn evaluate_fields<F: Fields>(object: &F, now: Timestamp) -> Evaluation {
+    compute_fields(object, now).unwrap_or_else(|e| Evaluation::unknown(&e))
+}
 
 /// The special-cased kinds, keyed on group and kind (version ignored, as kstatus does).
-pub fn builtin_rule(group: &str, kind: &str) -> Option<Rule> {
-    let rule: Rule = match (group, kind) {
-        ("", "ConfigMap") | ("", "Secret") | ("batch", "CronJob") => {
-            |_, _, _| Ok(Evaluation::current("Resource is always ready"))
-        }
-        ("", "Service") => |o, _, _| Ok(service(o)),
-        ("", "Pod") => pod,
-        ("", "PersistentVolumeClaim") => |o, _, _| Ok(pvc(o)),
-        ("apps", "StatefulSet") => |o, _, _| Ok(stateful_set(o)),
-        ("apps" | "extensions", "DaemonSet") => |o, _, _| daemon_set(o),
-        ("apps" | "extensions", "Deployment") => |o, c, _| Ok(deployment(o, c)),
-        ("apps" | "extensions", "ReplicaSet") => |o, c, _| Ok(replica_set(o, c)),
-        ("policy", "PodDisruptionBudget") => {
-            |_, _, _| Ok(Evaluation::current("AllowedDisruptions has been computed."))
-        }
-        ("batch", "Job") => |o, c, _| Ok(job(o, c)),
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => |_, c, _| Ok(crd(c)),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Builtin {
+    AlwaysReady,
+    Service,
+    Pod,
+    PersistentVolumeClaim,
+    StatefulSet,
+    DaemonSet,
+    Deployment,
+    ReplicaSet,
+    PodDisruptionBudget,
+    Job,
+    CustomResourceDefinition,
+}
+
+/// The built-in rule for a group and kind, if kstatus special-cases it.
+pub fn builtin_rule(group: &str, kind: &str) -> Option<Builtin> {
+    Some(match (group, kind) {
+        ("", "ConfigMap") | ("", "Secret") | ("batch", "CronJob") => Builtin::AlwaysReady,
+        ("", "Service") => Builtin::Service,
+        ("", "Pod") => Builtin::Pod,
+        ("", "PersistentVolumeClaim") => Builtin::PersistentVolumeClaim,
+        ("apps", "StatefulSet") => Builtin::StatefulSet,
+        ("apps" | "extensions", "DaemonSet") => Builtin::DaemonSet,
+        ("apps" | "extensions", "Deployment") => Builtin::Deployment,
+        ("apps" | "extensions", "ReplicaSet") => Builtin::ReplicaSet,
+        ("policy", "PodDisruptionBudget") => Builtin::PodDisruptionBudget,
+        ("batch", "Job") => Builtin::Job,
+        ("apiextensions.k8s.io", "CustomResourceDefinition") => Builtin::CustomResourceDefinition,
         _ => return None,
-    };
-    Some(rule)
+    })
+}
+
+fn builtin<F: Fields>(
+    o: &F,
+    observed: &[ObservedCondition],
+    now: Timestamp,
+) -> Option<Result<Evaluation, StatusError>> {
+    let rule = builtin_rule(api_group(o.api_version()), o.kind())?;
+    Some(Ok(match rule {
+        Builtin::AlwaysReady => Evaluation::current("Resource is always ready"),
+        Builtin::Service => service(o),
+        Builtin::Pod => return Some(pod(o, observed, now)),
+        Builtin::PersistentVolumeClaim => pvc(o),
+        Builtin::StatefulSet => stateful_set(o),
+        Builtin::DaemonSet => return Some(daemon_set(o)),
+        Builtin::Deployment => deployment(o, observed),
+        Builtin::ReplicaSet => replica_set(o, observed),
+        Builtin::PodDisruptionBudget => {
+            Evaluation::current("AllowedDisruptions has been computed.")
+        }
+        Builtin::Job => job(o, observed),
+        Builtin::CustomResourceDefinition => crd(observed),
+    }))
+}
+
+/// A lenient counter: an integer, else `default`.
+fn count<F: Fields>(o: &F, counter: Counter, default: i64) -> i64 {
+    o.counter(counter).unwrap_or(default)
+}
+
+/// A lenient string: a string, else `default`.
+fn text<'a, F: Fields>(o: &'a F, field: Field, default: &'a str) -> &'a str {
+    o.text(field).unwrap_or(default)
 }
 
 /// Deletion and generation: checked for every kind first.
-fn generic_metadata(object: &Parts) -> Result<Option<Evaluation>, StatusError> {
-    if let Some(ts) = strict_str_in(object.metadata, "metadata", "deletionTimestamp")?
+fn generic_metadata<F: Fields>(object: &F) -> Result<Option<Evaluation>, StatusError> {
+    if let Some(ts) = object.deletion_timestamp()?
         && !ts.is_empty()
     {
         return Ok(Some(Evaluation::terminating()));
     }
-    if let Some(observed) = strict_int_in(object.status, "status", "observedGeneration")?
-        && let Some(generation) = strict_int_in(object.metadata, "metadata", "generation")?
+    if let Some(observed) = object.observed_generation()?
+        && let Some(generation) = object.generation()?
         && generation != observed
     {
-        let kind = object.kind;
+        let kind = object.kind();
         return Ok(Some(Evaluation::in_progress(
             "LatestGenerationNotObserved",
             format!(
@@ -230,15 +278,15 @@ fn has_true(conditions: &[ObservedCondition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
-fn deployment(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
-    let spec = int_or(o.spec, &["replicas"], 1);
-    let replicas = int_or(o.status, &["replicas"], 0);
-    let updated = int_or(o.status, &["updatedReplicas"], 0);
-    let ready = int_or(o.status, &["readyReplicas"], 0);
-    let available = int_or(o.status, &["availableReplicas"], 0);
+fn deployment<F: Fields>(o: &F, observed: &[ObservedCondition]) -> Evaluation {
+    let spec = count(o, Counter::SpecReplicas, 1);
+    let replicas = count(o, Counter::Replicas, 0);
+    let updated = count(o, Counter::UpdatedReplicas, 0);
+    let ready = count(o, Counter::ReadyReplicas, 0);
+    let available = count(o, Counter::AvailableReplicas, 0);
     // Without a progress deadline the controller never reports progress, so don't wait for it.
     let mut progressing =
-        int_or(o.spec, &["progressDeadlineSeconds"], i64::from(i32::MAX)) == i64::from(i32::MAX);
+        count(o, Counter::ProgressDeadlineSeconds, i64::from(i32::MAX)) == i64::from(i32::MAX);
     let mut is_available = false;
     for c in observed {
         match c.type_ {
@@ -277,20 +325,16 @@ fn deployment(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
     }
 }
 
-fn stateful_set(o: &Parts) -> Evaluation {
-    if str_or(o.spec, &["updateStrategy", "type"], "") == "OnDelete" {
+fn stateful_set<F: Fields>(o: &F) -> Evaluation {
+    if text(o, Field::UpdateStrategyType, "") == "OnDelete" {
         return Evaluation::current("StatefulSet is using the ondelete update strategy");
     }
-    let spec = int_or(o.spec, &["replicas"], 1);
-    let replicas = int_or(o.status, &["replicas"], 0);
-    let ready = int_or(o.status, &["readyReplicas"], 0);
-    let current = int_or(o.status, &["currentReplicas"], 0);
-    let updated = int_or(o.status, &["updatedReplicas"], 0);
-    let partition = int_or(
-        o.spec,
-        &["updateStrategy", "rollingUpdate", "partition"],
-        -1,
-    );
+    let spec = count(o, Counter::SpecReplicas, 1);
+    let replicas = count(o, Counter::Replicas, 0);
+    let ready = count(o, Counter::ReadyReplicas, 0);
+    let current = count(o, Counter::CurrentReplicas, 0);
+    let updated = count(o, Counter::UpdatedReplicas, 0);
+    let partition = count(o, Counter::Partition, -1);
     if spec > replicas {
         return Evaluation::in_progress("LessReplicas", format!("Replicas: {replicas}/{spec}"));
     }
@@ -316,7 +360,7 @@ fn stateful_set(o: &Parts) -> Evaluation {
     if spec > current {
         return Evaluation::in_progress("LessCurrent", format!("current: {current}/{spec}"));
     }
-    if str_or(o.status, &["currentRevision"], "") != str_or(o.status, &["updateRevision"], "") {
+    if text(o, Field::CurrentRevision, "") != text(o, Field::UpdateRevision, "") {
         return Evaluation::in_progress(
             "RevisionMismatch",
             "Waiting for updated revision to match current",
@@ -327,21 +371,21 @@ fn stateful_set(o: &Parts) -> Evaluation {
     ))
 }
 
-fn daemon_set(o: &Parts) -> Result<Evaluation, StatusError> {
-    let kind = o.kind;
-    if strict_int_in(o.metadata, "metadata", "generation")?.is_none() {
+fn daemon_set<F: Fields>(o: &F) -> Result<Evaluation, StatusError> {
+    let kind = o.kind();
+    if o.generation()?.is_none() {
         let message = format!("{kind} metadata.generation not found");
         return Ok(Evaluation::in_progress("NoGeneration", message));
     }
-    if strict_int_in(o.status, "status", "observedGeneration")?.is_none() {
+    if o.observed_generation()?.is_none() {
         let message = format!("{kind} status.observedGeneration not found");
         return Ok(Evaluation::in_progress("NoObservedGeneration", message));
     }
-    let desired = int_or(o.status, &["desiredNumberScheduled"], -1);
-    let current = int_or(o.status, &["currentNumberScheduled"], 0);
-    let updated = int_or(o.status, &["updatedNumberScheduled"], 0);
-    let available = int_or(o.status, &["numberAvailable"], 0);
-    let ready = int_or(o.status, &["numberReady"], 0);
+    let desired = count(o, Counter::DesiredNumberScheduled, -1);
+    let current = count(o, Counter::CurrentNumberScheduled, 0);
+    let updated = count(o, Counter::UpdatedNumberScheduled, 0);
+    let available = count(o, Counter::NumberAvailable, 0);
+    let ready = count(o, Counter::NumberReady, 0);
     Ok(if desired == -1 {
         Evaluation::in_progress("NoDesiredNumber", "Missing .status.desiredNumberScheduled")
     } else if desired > current {
@@ -359,15 +403,15 @@ fn daemon_set(o: &Parts) -> Result<Evaluation, StatusError> {
     })
 }
 
-fn replica_set(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
+fn replica_set<F: Fields>(o: &F, observed: &[ObservedCondition]) -> Evaluation {
     if has_true(observed, "ReplicaFailure") {
         return Evaluation::in_progress("ReplicaFailure", "Replica Failure condition. Check Pods");
     }
-    let spec = int_or(o.spec, &["replicas"], 1);
-    let replicas = int_or(o.status, &["replicas"], 0);
-    let labelled = int_or(o.status, &["fullyLabeledReplicas"], 0);
-    let available = int_or(o.status, &["availableReplicas"], 0);
-    let ready = int_or(o.status, &["readyReplicas"], 0);
+    let spec = count(o, Counter::SpecReplicas, 1);
+    let replicas = count(o, Counter::Replicas, 0);
+    let labelled = count(o, Counter::FullyLabeledReplicas, 0);
+    let available = count(o, Counter::AvailableReplicas, 0);
+    let ready = count(o, Counter::ReadyReplicas, 0);
     if spec > labelled {
         Evaluation::in_progress("LessLabelled", format!("Labelled: {labelled}/{spec}"))
     } else if spec > available {
@@ -384,31 +428,17 @@ fn replica_set(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
     }
 }
 
-/// Names of containers waiting in CrashLoopBackOff (only `containerStatuses`, as kstatus).
-fn crash_looping<'a>(o: &Parts<'a>) -> Vec<&'a str> {
-    lookup(o.status, &["containerStatuses"])
-        .and_then(Value::as_array)
-        .map(|statuses| {
-            statuses
-                .iter()
-                .filter(|cs| str_or(cs, &["state", "waiting", "reason"], "") == "CrashLoopBackOff")
-                .filter_map(|cs| cs.get("name").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Creation time; absent or unparsable counts as infinitely old (Go's zero time).
-fn created(o: &Parts) -> Option<Timestamp> {
-    str_or(o.metadata, &["creationTimestamp"], "").parse().ok()
+fn created<F: Fields>(o: &F) -> Option<Timestamp> {
+    text(o, Field::CreationTimestamp, "").parse().ok()
 }
 
-fn pod(
-    o: &Parts,
+fn pod<F: Fields>(
+    o: &F,
     observed: &[ObservedCondition],
     now: Timestamp,
 ) -> Result<Evaluation, StatusError> {
-    let phase = str_or(o.status, &["phase"], "");
+    let phase = text(o, Field::Phase, "");
     Ok(match phase {
         "Succeeded" => Evaluation::current("Pod has completed successfully"),
         "Failed" => Evaluation::current("Pod has completed, but not successfully"),
@@ -416,7 +446,7 @@ fn pod(
             if has_true(observed, "Ready") {
                 return Ok(Evaluation::current("Pod is Ready"));
             }
-            let looping = crash_looping(o);
+            let looping = o.crash_looping();
             if looping.is_empty() {
                 Evaluation::in_progress("PodRunningNotReady", "Pod is running but is not Ready")
             } else {
@@ -444,8 +474,8 @@ fn pod(
     })
 }
 
-fn pvc(o: &Parts) -> Evaluation {
-    let phase = str_or(o.status, &["phase"], "unknown");
+fn pvc<F: Fields>(o: &F) -> Evaluation {
+    let phase = text(o, Field::Phase, "unknown");
     if phase == "Bound" {
         Evaluation::current("PVC is Bound")
     } else {
@@ -453,9 +483,9 @@ fn pvc(o: &Parts) -> Evaluation {
     }
 }
 
-fn service(o: &Parts) -> Evaluation {
-    if str_or(o.spec, &["type"], "ClusterIP") == "LoadBalancer"
-        && str_or(o.spec, &["clusterIP"], "").is_empty()
+fn service<F: Fields>(o: &F) -> Evaluation {
+    if text(o, Field::ServiceType, "ClusterIP") == "LoadBalancer"
+        && text(o, Field::ClusterIp, "").is_empty()
     {
         return Evaluation::in_progress(
             "NoIPAssigned",
@@ -465,13 +495,13 @@ fn service(o: &Parts) -> Evaluation {
     Evaluation::current("Service is ready")
 }
 
-fn job(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
-    let parallelism = int_or(o.spec, &["parallelism"], 1);
-    let completions = int_or(o.spec, &["completions"], parallelism);
-    let succeeded = int_or(o.status, &["succeeded"], 0);
-    let active = int_or(o.status, &["active"], 0);
-    let failed = int_or(o.status, &["failed"], 0);
-    let suspend = lookup(o.spec, &["suspend"]).and_then(Value::as_bool) == Some(true);
+fn job<F: Fields>(o: &F, observed: &[ObservedCondition]) -> Evaluation {
+    let parallelism = count(o, Counter::Parallelism, 1);
+    let completions = count(o, Counter::Completions, parallelism);
+    let succeeded = count(o, Counter::Succeeded, 0);
+    let active = count(o, Counter::Active, 0);
+    let failed = count(o, Counter::Failed, 0);
+    let suspend = o.suspended();
     for c in observed.iter().filter(|c| c.status == "True") {
         match c.type_ {
             "Complete" => {
@@ -489,7 +519,7 @@ fn job(o: &Parts, observed: &[ObservedCondition]) -> Evaluation {
             _ => {}
         }
     }
-    if str_or(o.status, &["startTime"], "").is_empty() {
+    if text(o, Field::StartTime, "").is_empty() {
         return Evaluation::in_progress("JobNotStarted", "Job not started");
     }
     Evaluation::current(format!(

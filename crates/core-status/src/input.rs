@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::compact::Observed;
 use crate::error::StatusError;
 
 /// One object read from input, with where it came from.
@@ -162,12 +163,21 @@ fn flatten(
 /// name order) or `-` for standard input.
 pub fn read_sources(sources: &[String]) -> Result<Vec<Document>, StatusError> {
     let mut out = Vec::new();
+    for (source, text) in read_texts(sources)? {
+        out.extend(parse(&source, &text)?);
+    }
+    Ok(out)
+}
+
+/// The text of every `-f` argument, as [`read_sources`] finds them: `(source name, text)`.
+pub fn read_texts(sources: &[String]) -> Result<Vec<(String, String)>, StatusError> {
+    let mut out = Vec::new();
     for source in sources {
         if source == "-" {
             let mut text = String::new();
             std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
                 .map_err(|e| StatusError::Io(format!("-: reading standard input: {e}")))?;
-            out.extend(parse("-", &text)?);
+            out.push(("-".to_string(), text));
             continue;
         }
         let path = Path::new(source);
@@ -183,10 +193,106 @@ pub fn read_sources(sources: &[String]) -> Result<Vec<Document>, StatusError> {
         for file in files {
             let text = std::fs::read_to_string(&file)
                 .map_err(|e| StatusError::Io(format!("{}: {e}", file.display())))?;
-            out.extend(parse(&file.display().to_string(), &text)?);
+            out.push((file.display().to_string(), text));
         }
     }
     Ok(out)
+}
+
+/// A JSON text (one object, or a list object such as `kubectl get -o json` prints) decoded
+/// straight into the compact status-only form. `None` when the text is not JSON, or has
+/// anything [`parse`] would report or treat specially (a missing `kind`, a non-string field,
+/// nested lists): the caller then uses [`parse`], which gives the exact error.
+pub fn parse_compact(text: &str) -> Option<Vec<Observed<'_>>> {
+    if !text.trim_start().starts_with('{') {
+        return None;
+    }
+    let envelope: Envelope = serde_json::from_str(text).ok()?;
+    let is_list =
+        envelope.kind == "List" || (envelope.kind.ends_with("List") && envelope.items.is_some());
+    let objects = if is_list {
+        let mut items = envelope.items?;
+        // Typed lists (PodList from the raw API) leave apiVersion/kind off their items.
+        let item_kind = envelope.kind.strip_suffix("List").unwrap_or_default();
+        for item in &mut items {
+            if envelope.kind != "List"
+                && let Observed::Compact(compact) = item
+            {
+                compact.fill_type(&envelope.api_version, item_kind);
+            }
+        }
+        items
+    } else {
+        vec![Observed::from_json(text).ok()?]
+    };
+    let regular = objects.iter().all(|o| match o {
+        Observed::Compact(_) => {
+            !o.api_version().is_empty() && !o.kind().is_empty() && !o.kind().ends_with("List")
+        }
+        Observed::Full(_) => false,
+    });
+    regular.then_some(objects)
+}
+
+/// The top of a JSON text: its type and, if it is a list, its items (decoded compactly).
+struct Envelope<'a> {
+    api_version: String,
+    kind: String,
+    items: Option<Vec<Observed<'a>>>,
+}
+
+impl<'de> serde::Deserialize<'de> for Envelope<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EnvelopeVisitor;
+        impl<'de> serde::de::Visitor<'de> for EnvelopeVisitor {
+            type Value = Envelope<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut envelope = Envelope {
+                    api_version: String::new(),
+                    kind: String::new(),
+                    items: None,
+                };
+                while let Some(key) = map.next_key::<std::borrow::Cow<str>>()? {
+                    match key.as_ref() {
+                        "apiVersion" => envelope.api_version = map.next_value()?,
+                        "kind" => envelope.kind = map.next_value()?,
+                        "items" => envelope.items = Some(map.next_value_seed(ManyObserved)?),
+                        _ => drop(map.next_value::<serde::de::IgnoredAny>()?),
+                    }
+                }
+                Ok(envelope)
+            }
+        }
+        deserializer.deserialize_map(EnvelopeVisitor)
+    }
+}
+
+/// `items` that are not a list of objects make the envelope fail, and the caller fall back.
+struct ManyObserved;
+
+impl<'de> serde::de::DeserializeSeed<'de> for ManyObserved {
+    type Value = Vec<Observed<'de>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        let items: Vec<crate::compact::Compact<'de>> = serde::Deserialize::deserialize(d)?;
+        // Irregular items are left as such; `parse_compact` then falls back for the text.
+        Ok(items
+            .into_iter()
+            .map(|c| {
+                if c.is_irregular() {
+                    Observed::Full(Value::Null)
+                } else {
+                    Observed::Compact(c)
+                }
+            })
+            .collect())
+    }
 }
 
 fn collect_manifests(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), StatusError> {
@@ -269,6 +375,38 @@ mod tests {
             let err = parse("f.yaml", text).unwrap_err().to_string();
             assert!(err.starts_with(want), "{text:?}: {err}");
             assert!(!err.contains('\n'), "one line: {err}");
+        }
+    }
+
+    #[test]
+    fn json_lists_decode_compactly_unless_parse_must_speak() {
+        let list = r#"{"apiVersion": "v1", "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}}], "kind": "List"}"#;
+        let objects = parse_compact(list).unwrap();
+        assert!(matches!(objects[0], Observed::Compact(_)));
+        assert_eq!((objects[0].kind(), objects[0].name()), ("Pod", "a"));
+        let typed =
+            r#"{"apiVersion": "v1", "kind": "PodList", "items": [{"metadata": {"name": "b"}}]}"#;
+        let objects = parse_compact(typed).unwrap();
+        assert_eq!(
+            (
+                objects[0].api_version(),
+                objects[0].kind(),
+                objects[0].name()
+            ),
+            ("v1", "Pod", "b")
+        );
+        let single = r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}"#;
+        assert_eq!(parse_compact(single).unwrap()[0].name(), "c");
+        for fallback in [
+            "apiVersion: v1\nkind: Pod\n",
+            r#"{"apiVersion": "v1", "metadata": {"name": "no-kind"}}"#,
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": null}"#,
+            r#"{"apiVersion": "v1", "kind": "Pod", "metadata": {"generation": "1"}}"#,
+            r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "PodList", "items": []}]}"#,
+            r#"{"apiVersion": "v1", "kind": "List", "items": {}}"#,
+            r#"{"apiVersion": "v1", "kind": "Pod""#,
+        ] {
+            assert!(parse_compact(fallback).is_none(), "{fallback}");
         }
     }
 }

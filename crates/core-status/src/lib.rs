@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod aggregate;
 pub mod augment;
+pub mod compact;
 pub mod compute;
 pub mod error;
 pub mod health;
@@ -18,7 +19,10 @@ pub mod policy;
 pub mod wait;
 
 pub use aggregate::aggregate;
-pub use compute::{Condition, ConditionType, Evaluation, compute, evaluate};
+pub use compact::Observed;
+pub use compute::{
+    Condition, ConditionType, Evaluation, compute, compute_fields, evaluate, evaluate_fields,
+};
 pub use error::StatusError;
 
 /// The computed status of an object, with kstatus' names.

@@ -316,3 +316,172 @@ impl<'a> Parts<'a> {
         parts
     }
 }
+
+/// A counter the rules read leniently (anything but an integer falls back to a default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    SpecReplicas,
+    ProgressDeadlineSeconds,
+    Parallelism,
+    Completions,
+    Partition,
+    Replicas,
+    UpdatedReplicas,
+    ReadyReplicas,
+    AvailableReplicas,
+    CurrentReplicas,
+    DesiredNumberScheduled,
+    CurrentNumberScheduled,
+    UpdatedNumberScheduled,
+    NumberAvailable,
+    NumberReady,
+    FullyLabeledReplicas,
+    Succeeded,
+    Active,
+    Failed,
+}
+
+impl Counter {
+    pub const COUNT: usize = 19;
+
+    /// Whether the counter lives under `spec` (else under `status`), and its path there.
+    pub fn path(self) -> (bool, &'static [&'static str]) {
+        use Counter::*;
+        match self {
+            SpecReplicas => (true, &["replicas"]),
+            ProgressDeadlineSeconds => (true, &["progressDeadlineSeconds"]),
+            Parallelism => (true, &["parallelism"]),
+            Completions => (true, &["completions"]),
+            Partition => (true, &["updateStrategy", "rollingUpdate", "partition"]),
+            Replicas => (false, &["replicas"]),
+            UpdatedReplicas => (false, &["updatedReplicas"]),
+            ReadyReplicas => (false, &["readyReplicas"]),
+            AvailableReplicas => (false, &["availableReplicas"]),
+            CurrentReplicas => (false, &["currentReplicas"]),
+            DesiredNumberScheduled => (false, &["desiredNumberScheduled"]),
+            CurrentNumberScheduled => (false, &["currentNumberScheduled"]),
+            UpdatedNumberScheduled => (false, &["updatedNumberScheduled"]),
+            NumberAvailable => (false, &["numberAvailable"]),
+            NumberReady => (false, &["numberReady"]),
+            FullyLabeledReplicas => (false, &["fullyLabeledReplicas"]),
+            Succeeded => (false, &["succeeded"]),
+            Active => (false, &["active"]),
+            Failed => (false, &["failed"]),
+        }
+    }
+}
+
+/// A string the rules read leniently (anything but a string falls back to a default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Text {
+    CreationTimestamp,
+    UpdateStrategyType,
+    ServiceType,
+    ClusterIp,
+    Phase,
+    CurrentRevision,
+    UpdateRevision,
+    StartTime,
+}
+
+impl Text {
+    pub const COUNT: usize = 8;
+
+    /// The top-level part the text lives in, and its path there.
+    pub fn path(self) -> (&'static str, &'static [&'static str]) {
+        use Text::*;
+        match self {
+            CreationTimestamp => ("metadata", &["creationTimestamp"]),
+            UpdateStrategyType => ("spec", &["updateStrategy", "type"]),
+            ServiceType => ("spec", &["type"]),
+            ClusterIp => ("spec", &["clusterIP"]),
+            Phase => ("status", &["phase"]),
+            CurrentRevision => ("status", &["currentRevision"]),
+            UpdateRevision => ("status", &["updateRevision"]),
+            StartTime => ("status", &["startTime"]),
+        }
+    }
+}
+
+/// Every field kstatus' rules read, with its strictness. Two representations implement it:
+/// [`Parts`] over a full decoded object, and [`crate::compact::Compact`], which holds only
+/// these fields; one copy of the rules serves both.
+pub trait Fields {
+    fn api_version(&self) -> &str;
+    fn kind(&self) -> &str;
+    /// `metadata.deletionTimestamp` (strict).
+    fn deletion_timestamp(&self) -> Result<Option<&str>, StatusError>;
+    /// `metadata.generation` (strict).
+    fn generation(&self) -> Result<Option<i64>, StatusError>;
+    /// `status.observedGeneration` (strict).
+    fn observed_generation(&self) -> Result<Option<i64>, StatusError>;
+    /// `status.conditions` (strict).
+    fn conditions(&self) -> Result<Vec<ObservedCondition<'_>>, StatusError>;
+    fn counter(&self, counter: Counter) -> Option<i64>;
+    fn text(&self, text: Text) -> Option<&str>;
+    /// `spec.suspend` is `true`.
+    fn suspended(&self) -> bool;
+    /// Names of containers waiting in CrashLoopBackOff (only `status.containerStatuses`).
+    fn crash_looping(&self) -> Vec<&str>;
+}
+
+impl Fields for Parts<'_> {
+    fn api_version(&self) -> &str {
+        self.api_version
+    }
+
+    fn kind(&self) -> &str {
+        self.kind
+    }
+
+    fn deletion_timestamp(&self) -> Result<Option<&str>, StatusError> {
+        strict_str_in(self.metadata, "metadata", "deletionTimestamp")
+    }
+
+    fn generation(&self) -> Result<Option<i64>, StatusError> {
+        strict_int_in(self.metadata, "metadata", "generation")
+    }
+
+    fn observed_generation(&self) -> Result<Option<i64>, StatusError> {
+        strict_int_in(self.status, "status", "observedGeneration")
+    }
+
+    fn conditions(&self) -> Result<Vec<ObservedCondition<'_>>, StatusError> {
+        conditions_in(self.status)
+    }
+
+    fn counter(&self, counter: Counter) -> Option<i64> {
+        let (in_spec, path) = counter.path();
+        let part = if in_spec { self.spec } else { self.status };
+        lookup(part, path).and_then(Value::as_i64)
+    }
+
+    fn text(&self, text: Text) -> Option<&str> {
+        let (part, path) = text.path();
+        let part = match part {
+            "metadata" => self.metadata,
+            "spec" => self.spec,
+            _ => self.status,
+        };
+        lookup(part, path).and_then(Value::as_str)
+    }
+
+    fn suspended(&self) -> bool {
+        lookup(self.spec, &["suspend"]).and_then(Value::as_bool) == Some(true)
+    }
+
+    fn crash_looping(&self) -> Vec<&str> {
+        lookup(self.status, &["containerStatuses"])
+            .and_then(Value::as_array)
+            .map(|statuses| {
+                statuses
+                    .iter()
+                    .filter(|cs| {
+                        str_or(cs, &["state", "waiting", "reason"], "") == "CrashLoopBackOff"
+                    })
+                    .filter_map(|cs| cs.get("name").and_then(Value::as_str))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use core_status::{Status, evaluate};
+use core_status::{Observed, Status, evaluate};
 use jiff::Timestamp;
 use serde_json::{Value, json};
 
@@ -42,6 +42,12 @@ fn check(cases: Vec<Case>) {
     let mut failures = Vec::new();
     for case in &cases {
         let got = evaluate(&case.object, now());
+        // The compact decoder (bulk status from JSON) must give the very same result.
+        let text = serde_json::to_string(&case.object).unwrap();
+        let compact = Observed::from_json(&text).unwrap().evaluate(now());
+        if compact != got {
+            failures.push(format!("{}: compact decoding gave {compact:?}", case.name));
+        }
         let want = (case.status, case.reason, case.message);
         let have = (got.status, got.reason(), got.message.as_ref());
         if want != have {

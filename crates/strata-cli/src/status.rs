@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use core_status::Evaluation;
-use core_status::input::{Document, read_sources};
+use core_status::input::{Document, parse, parse_compact, read_texts};
+use core_status::policy::Policy;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -11,15 +12,35 @@ use crate::cli::{StatusArgs, StatusOutput};
 
 /// One element of `-o json`, fields in the documented order.
 #[derive(Debug, Serialize)]
-pub struct StatusLine<'a> {
+pub struct StatusLine {
     #[serde(rename = "apiVersion")]
-    pub api_version: &'a str,
-    pub kind: &'a str,
-    pub namespace: &'a str,
-    pub name: &'a str,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
     pub status: String,
-    pub message: &'a str,
-    pub reason: Option<&'a str>,
+    pub message: String,
+    pub reason: Option<String>,
+}
+
+impl StatusLine {
+    fn new(
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        evaluation: Evaluation,
+    ) -> Self {
+        StatusLine {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            status: evaluation.status.to_string(),
+            reason: evaluation.reason().map(str::to_string),
+            message: evaluation.message.into_owned(),
+        }
+    }
 }
 
 /// Parses `--now`, defaulting to the system clock.
@@ -41,27 +62,42 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(rules) => rules,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
-    let documents = match read_sources(&args.files) {
-        Ok(documents) => documents,
+    let texts = match read_texts(&args.files) {
+        Ok(texts) => texts,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
     };
-    let evaluations: Vec<Evaluation> = documents
-        .iter()
-        .map(|d| rules.evaluate(&d.object, now))
-        .collect();
-    let lines: Vec<StatusLine> = documents
-        .iter()
-        .zip(&evaluations)
-        .map(|(d, e): (&Document, &Evaluation)| StatusLine {
-            api_version: d.api_version(),
-            kind: d.kind(),
-            namespace: d.namespace(),
-            name: d.name(),
-            status: e.status.to_string(),
-            message: &e.message,
-            reason: e.reason(),
-        })
-        .collect();
+    // kstatus' rules alone read few fields: JSON input is decoded straight into the compact
+    // form (much faster and smaller on large `kubectl get -o json` lists). Policies and
+    // health expressions read anything, so they get full objects.
+    let compact_ok = rules.policy == Policy::kstatus() && rules.health.is_empty();
+    let mut lines = Vec::new();
+    for (source, text) in &texts {
+        if compact_ok && let Some(objects) = parse_compact(text) {
+            lines.extend(objects.iter().map(|o| {
+                StatusLine::new(
+                    o.api_version(),
+                    o.kind(),
+                    o.namespace(),
+                    o.name(),
+                    o.evaluate(now),
+                )
+            }));
+            continue;
+        }
+        let documents = match parse(source, text) {
+            Ok(documents) => documents,
+            Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
+        };
+        lines.extend(documents.iter().map(|d: &Document| {
+            StatusLine::new(
+                d.api_version(),
+                d.kind(),
+                d.namespace(),
+                d.name(),
+                rules.evaluate(&d.object, now),
+            )
+        }));
+    }
     match args.output {
         StatusOutput::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
         StatusOutput::Table => print!("{}", table(&lines)),
@@ -80,7 +116,7 @@ pub fn table(lines: &[StatusLine]) -> String {
             l.namespace.to_string(),
             l.name.to_string(),
             l.status.clone(),
-            l.reason.unwrap_or("").to_string(),
+            l.reason.clone().unwrap_or_default(),
             l.message.to_string(),
         ]
     }))

@@ -233,3 +233,58 @@ fn strict_is_opt_in() {
         (Some("Failed"), Some("PodFailed"))
     );
 }
+
+/// JSON input takes the compact decoding path; the same text read as YAML (a comment line in
+/// front) takes the full one. Both must print exactly the same.
+#[test]
+fn json_input_is_judged_exactly_like_yaml() {
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "a", "generation": 3, "labels": {"x": "y"}},
+         "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}},
+         "status": {"observedGeneration": 3, "replicas": 2, "updatedReplicas": 2, "readyReplicas": 1, "availableReplicas": 1}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p\u{e9}\\x", "namespace": "a", "creationTimestamp": "2026-01-01T00:00:00Z"},
+         "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes \"available\""}]}},
+        {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "generation": "2"}},
+        {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "v"},
+         "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "Waiting", "message": "line\nbreak"}]}},
+    ]});
+    let pods = serde_json::json!({"apiVersion": "v1", "kind": "PodList", "items": [
+        {"metadata": {"name": "q"}, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}]});
+    let deployment = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "solo"},
+        "status": {"conditions": [{"type": "Progressing", "status": "True", "reason": "ProgressDeadlineExceeded"}]}});
+    for value in [list, pods, deployment] {
+        let json = serde_json::to_string_pretty(&value).unwrap();
+        let args = [
+            "status",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            "--now",
+            "2026-01-01T00:00:05Z",
+        ];
+        let fast = strata(&args, &json);
+        let full = strata(&args, &format!("# read as YAML\n{json}"));
+        assert_eq!(
+            fast.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&fast.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&fast.stdout),
+            String::from_utf8_lossy(&full.stdout)
+        );
+        let lines: Vec<serde_json::Value> = serde_json::from_slice(&fast.stdout).unwrap();
+        assert!(!lines.is_empty());
+    }
+    let out = strata(
+        &["status", "-f", "-"],
+        r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "metadata": {"name": "x"}}]}"#,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .starts_with("strata: -: document index 0: missing field kind")
+    );
+}

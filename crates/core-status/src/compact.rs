@@ -1,0 +1,1039 @@
+//! A compact, status-only representation of an object, decoded straight from JSON.
+//!
+//! Computing a status reads a few dozen fields (see [`Fields`]). Decoding everything else —
+//! pod templates, labels, `managedFields`, `data` — into a tree of maps costs far more than
+//! the rules, and walking scattered trees makes large sets memory-bound. [`Compact`] keeps only
+//! those fields, inline and borrowed from the input text where it can, and skips the rest while
+//! parsing without allocating.
+//!
+//! Exactness: kstatus reports wrongly typed fields as errors with precise messages. Rather than
+//! reproduce every such message twice, the decoder notes any irregular shape on a strictly read
+//! field (a non-integer `generation`, a `conditions` entry that is not a map, ...) and
+//! [`Observed::from_json`] decodes such an object in full instead, so the result is always the
+//! one [`crate::evaluate`] gives for the full object. Custom health expressions and the opt-in
+//! policies read arbitrary fields: they need the full object.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use jiff::Timestamp;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::compute::{Evaluation, evaluate, evaluate_fields};
+use crate::error::StatusError;
+use crate::object::{Counter, Fields, ObservedCondition, Text};
+
+/// The status-relevant fields of one object (see the module docs).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Compact<'a> {
+    api_version: Cow<'a, str>,
+    kind: Cow<'a, str>,
+    name: Cow<'a, str>,
+    namespace: Cow<'a, str>,
+    generation: Option<i64>,
+    deletion_timestamp: Option<Cow<'a, str>>,
+    observed_generation: Option<i64>,
+    /// Counter values; a bit in `present` says which were integers (keeps the struct small).
+    counters: [i64; Counter::COUNT],
+    present: u32,
+    texts: [Option<Cow<'a, str>>; Text::COUNT],
+    suspend: Option<bool>,
+    /// type, status, reason, message of each `status.conditions` entry.
+    conditions: Vec<[Cow<'a, str>; 4]>,
+    crash_looping: Vec<Cow<'a, str>>,
+    /// A strictly read field had a shape the rules would report as an error.
+    irregular: bool,
+}
+
+/// An object ready for status computation: compact when its shape is regular, else in full.
+// Almost every object is compact and lives inline in a Vec; boxing it would cost an allocation
+// per object for the sake of the rare full one.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed<'a> {
+    Compact(Compact<'a>),
+    Full(Value),
+}
+
+impl<'a> Observed<'a> {
+    /// Decodes one JSON object.
+    pub fn from_json(text: &'a str) -> Result<Self, serde_json::Error> {
+        let compact: Compact = serde_json::from_str(text)?;
+        if compact.irregular {
+            return Ok(Observed::Full(serde_json::from_str(text)?));
+        }
+        Ok(Observed::Compact(compact))
+    }
+
+    /// Decodes a JSON array of objects in one pass; the rare irregular ones are decoded again
+    /// in full.
+    pub fn many_from_json(text: &'a str) -> Result<Vec<Self>, serde_json::Error> {
+        // Objects are rarely under 1 KiB of JSON: starting near the final size saves most of
+        // the growth copies of a large list.
+        let mut decoder = serde_json::Deserializer::from_str(text);
+        let mut out = Many(text.len() / 1024).deserialize(&mut decoder)?;
+        decoder.end()?;
+        let mut full: Option<Vec<Value>> = None;
+        for (i, item) in out.iter_mut().enumerate() {
+            if matches!(item, Observed::Compact(c) if c.irregular) {
+                let all = match &mut full {
+                    Some(all) => all,
+                    None => full.insert(serde_json::from_str(text)?),
+                };
+                *item = Observed::Full(std::mem::take(&mut all[i]));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The status, exactly as [`crate::evaluate`] computes it for the full object.
+    pub fn evaluate(&self, now: Timestamp) -> Evaluation {
+        match self {
+            Observed::Compact(compact) => evaluate_fields(compact, now),
+            Observed::Full(object) => evaluate(object, now),
+        }
+    }
+
+    pub fn api_version(&self) -> &str {
+        match self {
+            Observed::Compact(c) => &c.api_version,
+            Observed::Full(o) => crate::object::str_or(o, &["apiVersion"], ""),
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        match self {
+            Observed::Compact(c) => &c.kind,
+            Observed::Full(o) => crate::object::str_or(o, &["kind"], ""),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Observed::Compact(c) => &c.name,
+            Observed::Full(o) => crate::object::str_or(o, &["metadata", "name"], ""),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        match self {
+            Observed::Compact(c) => &c.namespace,
+            Observed::Full(o) => crate::object::str_or(o, &["metadata", "namespace"], ""),
+        }
+    }
+}
+
+impl Compact<'_> {
+    /// Whether a strictly read field had a shape only the full decoder reports exactly.
+    pub fn is_irregular(&self) -> bool {
+        self.irregular
+    }
+
+    /// Sets apiVersion and kind where the object has none (items of a typed list).
+    pub fn fill_type(&mut self, api_version: &str, kind: &str) {
+        if self.api_version.is_empty() {
+            self.api_version = Cow::Owned(api_version.to_string());
+        }
+        if self.kind.is_empty() {
+            self.kind = Cow::Owned(kind.to_string());
+        }
+    }
+}
+
+impl Fields for Compact<'_> {
+    fn api_version(&self) -> &str {
+        &self.api_version
+    }
+
+    fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    fn deletion_timestamp(&self) -> Result<Option<&str>, StatusError> {
+        Ok(self.deletion_timestamp.as_deref())
+    }
+
+    fn generation(&self) -> Result<Option<i64>, StatusError> {
+        Ok(self.generation)
+    }
+
+    fn observed_generation(&self) -> Result<Option<i64>, StatusError> {
+        Ok(self.observed_generation)
+    }
+
+    fn conditions(&self) -> Result<Vec<ObservedCondition<'_>>, StatusError> {
+        Ok(self
+            .conditions
+            .iter()
+            .map(|[type_, status, reason, message]| ObservedCondition {
+                type_,
+                status,
+                reason,
+                message,
+            })
+            .collect())
+    }
+
+    fn counter(&self, counter: Counter) -> Option<i64> {
+        (self.present & (1 << counter as u32) != 0).then(|| self.counters[counter as usize])
+    }
+
+    fn text(&self, text: Text) -> Option<&str> {
+        self.texts[text as usize].as_deref()
+    }
+
+    fn suspended(&self) -> bool {
+        self.suspend == Some(true)
+    }
+
+    fn crash_looping(&self) -> Vec<&str> {
+        self.crash_looping.iter().map(|n| n.as_ref()).collect()
+    }
+}
+
+/// A list of objects decoded straight into their final place (no second move), with an
+/// initial capacity.
+struct Many(usize);
+
+impl<'de> DeserializeSeed<'de> for Many {
+    type Value = Vec<Observed<'de>>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Many {
+    type Value = Vec<Observed<'de>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list of objects")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(self.0);
+        while let Some(item) = seq.next_element::<Compact>()? {
+            out.push(Observed::Compact(item));
+        }
+        Ok(out)
+    }
+}
+
+/// A scalar as the rules see it; maps and lists are skipped without being built.
+enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Str(Cow<'a, str>),
+    /// A float, an integer beyond i64, a map or a list.
+    Other,
+}
+
+impl<'a> Scalar<'a> {
+    fn int(self) -> Option<i64> {
+        match self {
+            Scalar::Int(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn text(self) -> Option<Cow<'a, str>> {
+        match self {
+            Scalar::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Scalar<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ScalarVisitor)
+    }
+}
+
+struct ScalarVisitor;
+
+impl<'de> Visitor<'de> for ScalarVisitor {
+    type Value = Scalar<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(Scalar::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(Scalar::Int(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(i64::try_from(v).map_or(Scalar::Other, Scalar::Int))
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Scalar::Other)
+    }
+
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(Scalar::Str(Cow::Borrowed(v)))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(Scalar::Str(Cow::Owned(v.to_owned())))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(Scalar::Str(Cow::Owned(v)))
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Scalar::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(Scalar::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Scalar::Other)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(Scalar::Other)
+    }
+}
+
+/// A map key, borrowed from the input unless it had escapes.
+struct Key<'a>(Cow<'a, str>);
+
+impl<'de> de::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string key")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
+    }
+}
+
+/// One map-shaped part of an object, decoding its entries into the [`Compact`].
+trait Section<'de> {
+    /// Decodes (or skips) the value of `key`; must consume it.
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error>;
+
+    /// The part was not a map: `null` says whether it was null (usually the same as absent).
+    fn not_a_map(&mut self, null: bool);
+}
+
+/// Decodes a value into a [`Section`].
+struct Part<'s, S>(&'s mut S);
+
+impl<'de, S: Section<'de>> DeserializeSeed<'de> for Part<'_, S> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, S: Section<'de>> Visitor<'de> for Part<'_, S> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(Key(key)) = map.next_key::<Key>()? {
+            self.0.entry(&key, &mut map)?;
+        }
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.not_a_map(true);
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.0.not_a_map(true);
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        self.0.not_a_map(false);
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        self.0.not_a_map(false);
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        self.0.not_a_map(false);
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        self.0.not_a_map(false);
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        self.0.not_a_map(false);
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        self.0.not_a_map(false);
+        Ok(())
+    }
+}
+
+impl<'de> de::Deserialize<'de> for Compact<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut compact = Compact::default();
+        Part(&mut compact).deserialize(deserializer)?;
+        Ok(compact)
+    }
+}
+
+fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+    map.next_value::<IgnoredAny>().map(drop)
+}
+
+impl<'de> Compact<'de> {
+    fn set_text(&mut self, text: Text, value: Scalar<'de>) {
+        self.texts[text as usize] = value.text();
+    }
+
+    fn set_counter(&mut self, counter: Counter, value: Scalar<'de>) {
+        match value.int() {
+            Some(v) => {
+                self.counters[counter as usize] = v;
+                self.present |= 1 << counter as u32;
+            }
+            None => self.clear_counter(counter),
+        }
+    }
+
+    fn clear_counter(&mut self, counter: Counter) {
+        self.present &= !(1 << counter as u32);
+    }
+
+    /// A strictly read integer: anything present but not an integer is irregular.
+    fn strict_int(&mut self, value: Scalar<'de>) -> Option<i64> {
+        match value {
+            Scalar::Int(v) => Some(v),
+            _ => {
+                self.irregular = true;
+                None
+            }
+        }
+    }
+}
+
+/// The object's root. A repeated key replaces its part wholesale, as a decoded map would.
+impl<'de> Section<'de> for Compact<'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "apiVersion" => {
+                self.api_version = map.next_value::<Scalar>()?.text().unwrap_or_default()
+            }
+            "kind" => self.kind = map.next_value::<Scalar>()?.text().unwrap_or_default(),
+            "metadata" => {
+                self.name = Cow::Borrowed("");
+                self.namespace = Cow::Borrowed("");
+                self.generation = None;
+                self.deletion_timestamp = None;
+                self.texts[Text::CreationTimestamp as usize] = None;
+                map.next_value_seed(Part(&mut Metadata(self)))?;
+            }
+            "spec" => {
+                for counter in SPEC_COUNTERS {
+                    self.clear_counter(counter);
+                }
+                for text in [Text::UpdateStrategyType, Text::ServiceType, Text::ClusterIp] {
+                    self.texts[text as usize] = None;
+                }
+                self.suspend = None;
+                map.next_value_seed(Part(&mut Spec(self)))?;
+            }
+            "status" => {
+                self.observed_generation = None;
+                for counter in STATUS_COUNTERS {
+                    self.clear_counter(counter);
+                }
+                for text in [
+                    Text::Phase,
+                    Text::CurrentRevision,
+                    Text::UpdateRevision,
+                    Text::StartTime,
+                ] {
+                    self.texts[text as usize] = None;
+                }
+                self.conditions.clear();
+                self.crash_looping.clear();
+                map.next_value_seed(Part(&mut Status(self)))?;
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {
+        // Not an object at all: let the full decoder and the rules deal with it.
+        self.irregular = true;
+    }
+}
+
+const SPEC_COUNTERS: [Counter; 5] = [
+    Counter::SpecReplicas,
+    Counter::ProgressDeadlineSeconds,
+    Counter::Parallelism,
+    Counter::Completions,
+    Counter::Partition,
+];
+
+const STATUS_COUNTERS: [Counter; 14] = [
+    Counter::Replicas,
+    Counter::UpdatedReplicas,
+    Counter::ReadyReplicas,
+    Counter::AvailableReplicas,
+    Counter::CurrentReplicas,
+    Counter::DesiredNumberScheduled,
+    Counter::CurrentNumberScheduled,
+    Counter::UpdatedNumberScheduled,
+    Counter::NumberAvailable,
+    Counter::NumberReady,
+    Counter::FullyLabeledReplicas,
+    Counter::Succeeded,
+    Counter::Active,
+    Counter::Failed,
+];
+
+struct Metadata<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Section<'de> for Metadata<'_, 'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let c = &mut *self.0;
+        match key {
+            "name" => c.name = map.next_value::<Scalar>()?.text().unwrap_or_default(),
+            "namespace" => c.namespace = map.next_value::<Scalar>()?.text().unwrap_or_default(),
+            "generation" => {
+                let value = map.next_value::<Scalar>()?;
+                c.generation = c.strict_int(value);
+            }
+            "deletionTimestamp" => match map.next_value::<Scalar>()? {
+                Scalar::Str(s) => c.deletion_timestamp = Some(s),
+                _ => c.irregular = true,
+            },
+            "creationTimestamp" => {
+                let value = map.next_value()?;
+                c.set_text(Text::CreationTimestamp, value);
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {
+        // Even null: input validation reports a null `metadata`, and only the full decoder
+        // carries what it needs.
+        self.0.irregular = true;
+    }
+}
+
+struct Spec<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Section<'de> for Spec<'_, 'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let c = &mut *self.0;
+        let counter = match key {
+            "replicas" => Counter::SpecReplicas,
+            "progressDeadlineSeconds" => Counter::ProgressDeadlineSeconds,
+            "parallelism" => Counter::Parallelism,
+            "completions" => Counter::Completions,
+            "type" | "clusterIP" => {
+                let text = if key == "type" {
+                    Text::ServiceType
+                } else {
+                    Text::ClusterIp
+                };
+                let value = map.next_value()?;
+                c.set_text(text, value);
+                return Ok(());
+            }
+            "suspend" => {
+                c.suspend = match map.next_value::<Scalar>()? {
+                    Scalar::Bool(b) => Some(b),
+                    _ => None,
+                };
+                return Ok(());
+            }
+            "updateStrategy" => {
+                c.texts[Text::UpdateStrategyType as usize] = None;
+                c.clear_counter(Counter::Partition);
+                return map.next_value_seed(Part(&mut UpdateStrategy(c)));
+            }
+            _ => return skip(map),
+        };
+        let value = map.next_value()?;
+        c.set_counter(counter, value);
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {
+        // Lenient reads only: a non-map spec reads as empty.
+    }
+}
+
+struct UpdateStrategy<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Section<'de> for UpdateStrategy<'_, 'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let c = &mut *self.0;
+        match key {
+            "type" => {
+                let value = map.next_value()?;
+                c.set_text(Text::UpdateStrategyType, value);
+            }
+            "rollingUpdate" => {
+                c.clear_counter(Counter::Partition);
+                map.next_value_seed(Part(&mut RollingUpdate(c)))?;
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+struct RollingUpdate<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Section<'de> for RollingUpdate<'_, 'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        if key != "partition" {
+            return skip(map);
+        }
+        let value = map.next_value()?;
+        self.0.set_counter(Counter::Partition, value);
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+struct Status<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Section<'de> for Status<'_, 'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let c = &mut *self.0;
+        let counter = match key {
+            "observedGeneration" => {
+                let value = map.next_value::<Scalar>()?;
+                c.observed_generation = c.strict_int(value);
+                return Ok(());
+            }
+            "conditions" => {
+                c.conditions.clear();
+                return map.next_value_seed(List(&mut ConditionList(c)));
+            }
+            "containerStatuses" => {
+                c.crash_looping.clear();
+                return map.next_value_seed(List(&mut ContainerStatuses(c)));
+            }
+            "phase" | "currentRevision" | "updateRevision" | "startTime" => {
+                let text = match key {
+                    "phase" => Text::Phase,
+                    "currentRevision" => Text::CurrentRevision,
+                    "updateRevision" => Text::UpdateRevision,
+                    _ => Text::StartTime,
+                };
+                let value = map.next_value()?;
+                c.set_text(text, value);
+                return Ok(());
+            }
+            "replicas" => Counter::Replicas,
+            "updatedReplicas" => Counter::UpdatedReplicas,
+            "readyReplicas" => Counter::ReadyReplicas,
+            "availableReplicas" => Counter::AvailableReplicas,
+            "currentReplicas" => Counter::CurrentReplicas,
+            "desiredNumberScheduled" => Counter::DesiredNumberScheduled,
+            "currentNumberScheduled" => Counter::CurrentNumberScheduled,
+            "updatedNumberScheduled" => Counter::UpdatedNumberScheduled,
+            "numberAvailable" => Counter::NumberAvailable,
+            "numberReady" => Counter::NumberReady,
+            "fullyLabeledReplicas" => Counter::FullyLabeledReplicas,
+            "succeeded" => Counter::Succeeded,
+            "active" => Counter::Active,
+            "failed" => Counter::Failed,
+            _ => return skip(map),
+        };
+        let value = map.next_value()?;
+        c.set_counter(counter, value);
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, null: bool) {
+        self.0.irregular |= !null;
+    }
+}
+
+/// One list-shaped part of an object, decoding its elements into the [`Compact`].
+trait Elements<'de> {
+    /// Decodes the next element; `false` at the end of the list.
+    fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error>;
+
+    /// The part was not a list: `null` says whether it was null (the same as empty).
+    fn not_a_list(&mut self, null: bool);
+}
+
+/// Decodes a value into an [`Elements`].
+struct List<'s, S>(&'s mut S);
+
+impl<'de, S: Elements<'de>> DeserializeSeed<'de> for List<'_, S> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de, S: Elements<'de>> Visitor<'de> for List<'_, S> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while self.0.element(&mut seq)? {}
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.not_a_list(true);
+        Ok(())
+    }
+
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.0.not_a_list(true);
+        Ok(())
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        self.0.not_a_list(false);
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        self.0.not_a_list(false);
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        self.0.not_a_list(false);
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        self.0.not_a_list(false);
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        self.0.not_a_list(false);
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        self.0.not_a_list(false);
+        Ok(())
+    }
+}
+
+/// `status.conditions`: strictly read, so anything unusual is irregular.
+struct ConditionList<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Elements<'de> for ConditionList<'_, 'de> {
+    fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
+        let mut condition = ConditionEntry {
+            fields: Default::default(),
+            irregular: false,
+        };
+        if seq.next_element_seed(Part(&mut condition))?.is_none() {
+            return Ok(false);
+        }
+        self.0.irregular |= condition.irregular;
+        self.0.conditions.push(condition.fields);
+        Ok(true)
+    }
+
+    fn not_a_list(&mut self, null: bool) {
+        self.0.irregular |= !null;
+    }
+}
+
+struct ConditionEntry<'a> {
+    fields: [Cow<'a, str>; 4],
+    irregular: bool,
+}
+
+impl<'de> Section<'de> for ConditionEntry<'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        let slot = match key {
+            "type" => 0,
+            "status" => 1,
+            "reason" => 2,
+            "message" => 3,
+            _ => return skip(map),
+        };
+        self.fields[slot] = match map.next_value::<Scalar>()? {
+            Scalar::Str(s) => s,
+            Scalar::Null => Cow::Borrowed(""),
+            _ => {
+                self.irregular = true;
+                Cow::Borrowed("")
+            }
+        };
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, null: bool) {
+        // A null entry reads as a condition with empty fields.
+        self.irregular |= !null;
+    }
+}
+
+/// `status.containerStatuses`: read leniently, keeping the names of crash-looping containers.
+struct ContainerStatuses<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
+    fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
+        let mut container = Container::default();
+        if seq.next_element_seed(Part(&mut container))?.is_none() {
+            return Ok(false);
+        }
+        if container.crash_looping
+            && let Some(name) = container.name
+        {
+            self.0.crash_looping.push(name);
+        }
+        Ok(true)
+    }
+
+    // Anything but a list has no crash-looping containers.
+    fn not_a_list(&mut self, _: bool) {}
+}
+
+#[derive(Default)]
+struct Container<'a> {
+    name: Option<Cow<'a, str>>,
+    crash_looping: bool,
+}
+
+impl<'de> Section<'de> for Container<'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "name" => self.name = map.next_value::<Scalar>()?.text(),
+            "state" => {
+                let mut state = Waiting::default();
+                map.next_value_seed(Part(&mut state))?;
+                self.crash_looping = state.reason.as_deref() == Some("CrashLoopBackOff");
+            }
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+/// `state` of a container status, then its `waiting` (the same section, one level down).
+#[derive(Default)]
+struct Waiting<'a> {
+    inside: bool,
+    reason: Option<Cow<'a, str>>,
+}
+
+impl<'de> Section<'de> for Waiting<'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match (self.inside, key) {
+            (false, "waiting") => {
+                let mut waiting = Waiting {
+                    inside: true,
+                    reason: None,
+                };
+                map.next_value_seed(Part(&mut waiting))?;
+                self.reason = waiting.reason;
+            }
+            (true, "reason") => self.reason = map.next_value::<Scalar>()?.text(),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2026-01-01T00:00:10Z".parse().unwrap()
+    }
+
+    /// Compact and full decoding give the same evaluation.
+    fn same(object: &Value) -> Observed<'static> {
+        let text: &'static str = Box::leak(serde_json::to_string(object).unwrap().into_boxed_str());
+        let observed = Observed::from_json(text).unwrap();
+        assert_eq!(
+            observed.evaluate(now()),
+            evaluate(object, now()),
+            "{object}"
+        );
+        observed
+    }
+
+    #[test]
+    fn regular_objects_stay_compact_and_agree() {
+        let template = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        let objects = [
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n", "generation": 2, "managedFields": [{"m": 1}]},
+                "spec": {"replicas": 3, "progressDeadlineSeconds": 600, "template": template},
+                "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 2, "availableReplicas": 2,
+                    "conditions": [{"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable", "lastTransitionTime": "x"}]}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"generation": 1},
+                "spec": {"replicas": 3, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 2}}, "template": template},
+                "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"updateStrategy": {"type": "OnDelete"}}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": {"replicas": 2, "updateStrategy": "odd"},
+                "status": {"replicas": 2, "readyReplicas": 2, "currentReplicas": 2, "currentRevision": "a", "updateRevision": "b"}}),
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"generation": 1}, "status": {"observedGeneration": 1, "desiredNumberScheduled": 2, "currentNumberScheduled": 2, "updatedNumberScheduled": 1}}),
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"generation": 1}}),
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "spec": {"replicas": "3"}, "status": {"replicas": 1.5, "fullyLabeledReplicas": 1, "availableReplicas": 1, "readyReplicas": 1,
+                "conditions": [{"type": "ReplicaFailure", "status": "False"}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"creationTimestamp": "2025-01-01T00:00:00Z"},
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running", "containerStatuses": [
+                {"state": {"waiting": {"reason": "CrashLoopBackOff"}}, "name": "a"},
+                {"name": "b", "state": {"running": {}}},
+                {"name": "c", "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
+                "junk", {"name": 7, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Evicted"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running", "containerStatuses": {"a": 1}}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "spec": {"parallelism": 2, "suspend": true}, "status": {"conditions": [{"type": "Suspended", "status": "True"}]}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "spec": {"parallelism": 2}, "status": {"startTime": "t", "succeeded": 1, "active": 1}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"failed": 2, "conditions": [{"type": "Failed", "status": "True"}]}}),
+            json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": ""}}),
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "status": {"phase": "Pending"}}),
+            json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "status": null}),
+            json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "status": {"conditions": [
+                {"type": "NamesAccepted", "status": "True"}, {"type": "Established", "status": "False", "reason": "Oops", "message": "bad"}]}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"deletionTimestamp": ""}, "data": {"a": "b"}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"generation": 3}, "status": {"observedGeneration": 2}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "status": {"conditions": [null, {"type": "Stalled", "status": "True", "reason": "Bad", "message": "m"}]}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": null, "message": "wait \"quoted\""}]}}),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": 3, "status": null}),
+        ];
+        for object in &objects {
+            assert!(matches!(same(object), Observed::Compact(_)), "{object}");
+        }
+        let observed = same(&objects[0]);
+        assert_eq!(
+            (
+                observed.api_version(),
+                observed.kind(),
+                observed.namespace(),
+                observed.name()
+            ),
+            ("apps/v1", "Deployment", "n", "d")
+        );
+    }
+
+    #[test]
+    fn irregular_objects_are_decoded_in_full_and_agree() {
+        for object in [
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generation": "2"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generation": null}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"deletionTimestamp": 5}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": [1]}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": null}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": "broken"}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"observedGeneration": 1.5}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"conditions": {}}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"conditions": ["x"]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "status": {"conditions": [{"type": "Ready", "status": true}]}}),
+            json!(["not", "an", "object"]),
+        ] {
+            assert!(matches!(same(&object), Observed::Full(_)), "{object}");
+        }
+    }
+
+    #[test]
+    fn repeated_keys_behave_like_a_decoded_map() {
+        // serde_json keeps the last value of a repeated key; so must the compact form.
+        let text = r#"{"apiVersion": "apps/v1", "kind": "Deployment",
+            "spec": {"replicas": 5}, "spec": {"replicas": 1},
+            "status": {"replicas": 9, "conditions": [{"type": "Stalled", "status": "True"}]},
+            "status": {"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1}}"#;
+        let full: Value = serde_json::from_str(text).unwrap();
+        let observed = Observed::from_json(text).unwrap();
+        assert!(matches!(observed, Observed::Compact(_)));
+        assert_eq!(observed.evaluate(now()), evaluate(&full, now()));
+    }
+
+    #[test]
+    fn arrays_decode_in_one_pass_and_keep_order() {
+        let objects = json!([
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "generation": "x"}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "c"}, "status": {"phase": "Running"}},
+        ]);
+        let text = serde_json::to_string(&objects).unwrap();
+        let observed = Observed::many_from_json(&text).unwrap();
+        let names: Vec<&str> = observed.iter().map(Observed::name).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(matches!(observed[1], Observed::Full(_)));
+        for (o, full) in observed.iter().zip(objects.as_array().unwrap()) {
+            assert_eq!(o.evaluate(now()), evaluate(full, now()));
+        }
+        assert!(Observed::many_from_json("[{").is_err());
+    }
+}
