@@ -264,20 +264,22 @@ fn json_label(value: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {FAKE_READY_LABEL: value}}})
 }
 
-fn start_operator(ns: &str) -> Result<ServiceProcess> {
+fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);
+    let mut args = vec![
+        "--admin-address",
+        &admin,
+        "--watch-namespace",
+        ns,
+        "--lease-namespace",
+        ns,
+        "--leader-elect=false",
+    ];
+    args.extend_from_slice(extra);
     ServiceProcess::spawn_blocking(
         &bin_dir().join("rollout-operator"),
         cluster().kubeconfig(),
-        &[
-            "--admin-address",
-            &admin,
-            "--watch-namespace",
-            ns,
-            "--lease-namespace",
-            ns,
-            "--leader-elect=false",
-        ],
+        &args,
         &std::env::temp_dir().join("strata-e2e-logs"),
     )
 }
@@ -346,7 +348,7 @@ async fn a_follower_zone_scales_down_only_after_the_minimum_time() -> Result<()>
         ),
     )
     .await?;
-    let _operator = start_operator(&ns.name)?;
+    let _operator = start_operator(&ns.name, &[])?;
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     sts.patch(
         "store-zone-a",
@@ -380,18 +382,52 @@ async fn a_follower_zone_scales_down_only_after_the_minimum_time() -> Result<()>
     Ok(())
 }
 
+/// Installs the ReplicaTemplate CRD and creates template `name` with `replicas`, selecting
+/// the pods of `name`-zone-a.
+async fn replica_template(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    replicas: i32,
+) -> Result<()> {
+    apply_shipped_crd(client, ns, "replica-templates.yaml").await?;
+    let template = format!(
+        "apiVersion: rollout-operator.grafana.com/v1\nkind: ReplicaTemplate\nmetadata: {{name: {name}}}\nspec: {{replicas: {replicas}, labelSelector: name={name}-zone-a}}\n"
+    );
+    eventually(
+        "ReplicaTemplate served",
+        Duration::from_secs(30),
+        || async { Ok(apply_yaml(client, ns, &template).await.ok()) },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Scales template `name` through its scale subresource, as an HPA would.
+fn scale_template(ns: &str, name: &str, replicas: i32) -> Result<()> {
+    let out = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            ns,
+            "scale",
+            &format!("replicatemplates.rollout-operator.grafana.com/{name}"),
+            &format!("--replicas={replicas}"),
+        ])
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn replicas_mirror_a_replica_template_and_are_written_back() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "mirror").await?;
-    apply_shipped_crd(&client, &ns.name, "replica-templates.yaml").await?;
-    let template = "apiVersion: rollout-operator.grafana.com/v1\nkind: ReplicaTemplate\nmetadata: {name: querier}\nspec: {replicas: 2, labelSelector: name=querier-zone-a}\n";
-    eventually(
-        "ReplicaTemplate served",
-        Duration::from_secs(30),
-        || async { Ok(apply_yaml(&client, &ns.name, template).await.ok()) },
-    )
-    .await?;
+    replica_template(&client, &ns.name, "querier", 2).await?;
     let mirror = r#""grafana.com/rollout-mirror-replicas-from-resource-name": querier, "grafana.com/rollout-mirror-replicas-from-resource-kind": ReplicaTemplate, "grafana.com/rollout-mirror-replicas-from-resource-api-version": rollout-operator.grafana.com/v1"#;
     apply_yaml(
         &client,
@@ -399,28 +435,13 @@ async fn replicas_mirror_a_replica_template_and_are_written_back() -> Result<()>
         &plain_zone("a", "querier", 1, "", mirror),
     )
     .await?;
-    let _operator = start_operator(&ns.name)?;
+    let _operator = start_operator(&ns.name, &[])?;
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     eventually("mirrored to 2", Duration::from_secs(30), || async {
         Ok((replicas(&sts, "querier-zone-a").await? == 2).then_some(()))
     })
     .await?;
-    // Scale the template through its scale subresource, as an HPA would.
-    let out = cluster()
-        .kubectl()
-        .args([
-            "-n",
-            &ns.name,
-            "scale",
-            "replicatemplates.rollout-operator.grafana.com/querier",
-            "--replicas=4",
-        ])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    scale_template(&ns.name, "querier", 4)?;
     eventually("mirrored to 4", Duration::from_secs(30), || async {
         Ok((replicas(&sts, "querier-zone-a").await? == 4).then_some(()))
     })
@@ -440,6 +461,129 @@ async fn replicas_mirror_a_replica_template_and_are_written_back() -> Result<()>
             ])
             .output()?;
         Ok((String::from_utf8_lossy(&out.stdout) == "4").then_some(()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// Stand-in for the pods' delayed-downscale endpoints (the operator reaches it through its
+/// test-only address override; the `Host` header names the pod): answers POST with the
+/// preparation time set for the pod and records every call.
+#[derive(Clone, Default)]
+struct DelayEndpoints {
+    prepared_at: std::sync::Arc<std::sync::Mutex<BTreeMap<String, i64>>>,
+    calls: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+}
+
+impl DelayEndpoints {
+    async fn start(&self) -> Result<std::net::SocketAddr> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let me = self.clone();
+        let app = axum::Router::new().fallback(
+            move |method: axum::http::Method, headers: axum::http::HeaderMap| {
+                let me = me.clone();
+                async move {
+                    let host = headers
+                        .get(axum::http::header::HOST)
+                        .and_then(|h| h.to_str().ok())
+                        .unwrap_or_default();
+                    let pod = host.split('.').next().unwrap_or_default().to_string();
+                    me.calls
+                        .lock()
+                        .unwrap()
+                        .push((method.to_string(), pod.clone()));
+                    let at = me.prepared_at.lock().unwrap().get(&pod).copied();
+                    match (method.as_str(), at) {
+                        ("POST", Some(at)) => (
+                            axum::http::StatusCode::OK,
+                            format!("{{\"timestamp\": {at}}}"),
+                        ),
+                        ("POST", None) => {
+                            (axum::http::StatusCode::SERVICE_UNAVAILABLE, String::new())
+                        }
+                        _ => (axum::http::StatusCode::OK, String::new()),
+                    }
+                }
+            },
+        );
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(address)
+    }
+
+    fn prepare(&self, pod: &str, ago: Duration) {
+        let at = jiff::Timestamp::now().as_second() - ago.as_secs() as i64;
+        self.prepared_at.lock().unwrap().insert(pod.to_string(), at);
+    }
+
+    fn called(&self, method: &str, pod: &str) -> bool {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(m, p)| m == method && p == pod)
+    }
+}
+
+#[tokio::test]
+async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "delayed").await?;
+    replica_template(&client, &ns.name, "ingester", 3).await?;
+    let endpoints = DelayEndpoints::default();
+    let address = endpoints.start().await?;
+    // Pod 2 prepared two hours ago, pod 1 only now: with a 1h delay only pod 2 may go.
+    endpoints.prepare("ingester-zone-a-2", Duration::from_secs(7200));
+    endpoints.prepare("ingester-zone-a-1", Duration::ZERO);
+    let annotations = r#""grafana.com/rollout-mirror-replicas-from-resource-name": ingester, "grafana.com/rollout-mirror-replicas-from-resource-kind": ReplicaTemplate, "grafana.com/rollout-mirror-replicas-from-resource-api-version": rollout-operator.grafana.com/v1, "grafana.com/rollout-delayed-downscale": 1h, "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod:8080/ingester/prepare-delayed-downscale""#;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &plain_zone("a", "ingester", 3, "", annotations),
+    )
+    .await?;
+    let address = address.to_string();
+    let _operator = start_operator(&ns.name, &["--pod-address-override", &address])?;
+    // Stable at start-up: the surviving pods' stale preparations are cancelled once.
+    eventually("start-up cancel sweep", Duration::from_secs(30), || async {
+        Ok((0..3)
+            .all(|i| endpoints.called("DELETE", &format!("ingester-zone-a-{i}")))
+            .then_some(()))
+    })
+    .await?;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    scale_template(&ns.name, "ingester", 1)?;
+    eventually(
+        "partial downscale to 2",
+        Duration::from_secs(30),
+        || async { Ok((replicas(&sts, "ingester-zone-a").await? == 2).then_some(())) },
+    )
+    .await?;
+    assert!(endpoints.called("POST", "ingester-zone-a-1"));
+    assert!(endpoints.called("POST", "ingester-zone-a-2"));
+    assert!(
+        !endpoints.called("POST", "ingester-zone-a-0"),
+        "the surviving pod is never asked to prepare"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        replicas(&sts, "ingester-zone-a").await?,
+        2,
+        "pod 1 was prepared too recently"
+    );
+    // Pod 1's preparation is now old enough; any change to the group makes the operator ask
+    // again (the resync would too, later).
+    endpoints.prepare("ingester-zone-a-1", Duration::from_secs(7200));
+    sts.patch(
+        "ingester-zone-a",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touch": "1"}}})),
+    )
+    .await?;
+    eventually("downscale to 1", Duration::from_secs(30), || async {
+        Ok((replicas(&sts, "ingester-zone-a").await? == 1).then_some(()))
     })
     .await?;
     Ok(())

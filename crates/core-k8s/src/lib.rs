@@ -15,6 +15,7 @@ pub mod error;
 pub mod events;
 pub mod leader;
 pub mod metrics;
+pub mod pod_http;
 pub mod runtime;
 pub mod shutdown;
 pub mod telemetry;

@@ -163,8 +163,7 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
     let app = Arc::new(server::App {
         client: ctx.client.clone(),
         cluster_domain: args.cluster_domain.clone(),
-        pod_address_override: args.pod_address_override.clone(),
-        http: server::reqwest_free::Http::new(args.pod_timeout),
+        http: core_k8s::pod_http::PodHttp::new(args.pod_timeout, args.pod_address_override.clone()),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     let serving = server::serve(args.tls_address, tls, app, ctx.shutdown.clone());

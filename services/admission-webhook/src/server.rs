@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use core_k8s::apply::typed_value;
-use futures::StreamExt;
+use core_k8s::pod_http::{PodHttp, PodResponse};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
@@ -34,9 +34,8 @@ pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(9);
 pub struct App {
     pub client: Client,
     pub cluster_domain: String,
-    /// Test-only: send every pod call to this `host:port` instead of the pod's DNS name.
-    pub pod_address_override: Option<String>,
-    pub http: reqwest_free::Http,
+    /// Pod calls (with the test-only address override, if any).
+    pub http: PodHttp,
 }
 
 impl std::fmt::Debug for App {
@@ -44,58 +43,6 @@ impl std::fmt::Debug for App {
         f.debug_struct("App")
             .field("cluster_domain", &self.cluster_domain)
             .finish()
-    }
-}
-
-pub mod reqwest_free {
-    #![allow(clippy::module_name_repetitions)]
-    //! A tiny HTTP/1 client for the pods' prepare endpoints (plain HTTP inside the cluster).
-    use std::time::Duration;
-
-    use axum::body::Bytes;
-    use http_body_util::{BodyExt, Empty};
-    use hyper_util::client::legacy::Client;
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::rt::TokioExecutor;
-
-    #[derive(Clone)]
-    pub struct Http {
-        client: Client<HttpConnector, Empty<Bytes>>,
-        timeout: Duration,
-    }
-
-    impl std::fmt::Debug for Http {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("Http")
-                .field("timeout", &self.timeout)
-                .finish()
-        }
-    }
-
-    impl Http {
-        pub fn new(timeout: Duration) -> Self {
-            Self {
-                client: Client::builder(TokioExecutor::new()).build_http(),
-                timeout,
-            }
-        }
-
-        /// Sends `method url` with no body; Ok(status) or a transport error message.
-        pub async fn call(&self, method: &str, url: &str) -> Result<u16, String> {
-            let request = http::Request::builder()
-                .method(method)
-                .uri(url)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(Empty::<Bytes>::new())
-                .map_err(|e| e.to_string())?;
-            let response = tokio::time::timeout(self.timeout, self.client.request(request))
-                .await
-                .map_err(|_| format!("{method} {url}: timed out"))?
-                .map_err(|e| format!("{method} {url}: {e}"))?;
-            let status = response.status().as_u16();
-            let _ = response.into_body().collect().await;
-            Ok(status)
-        }
     }
 }
 
@@ -213,16 +160,6 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     decision
 }
 
-fn rewrite(app: &App, url: &str) -> String {
-    match (&app.pod_address_override, url.strip_prefix("http://")) {
-        (Some(addr), Some(rest)) => match rest.split_once('/') {
-            Some((_, path)) => format!("http://{addr}/{path}"),
-            None => format!("http://{addr}/"),
-        },
-        _ => url.to_string(),
-    }
-}
-
 /// POSTs to every pod going away; on any failure DELETEs them all and denies. Then records
 /// the downscale time on the StatefulSet.
 async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
@@ -230,19 +167,19 @@ async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
         .side_effects
         .iter()
         .filter_map(|e| e.strip_prefix("POST "))
-        .map(|u| rewrite(app, u))
+        .map(str::to_string)
         .collect();
     let prefix = crate::webhooks::downscale_prefix(review).unwrap_or_default();
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
-    let results = call_all(&app.http, "POST", &urls).await;
-    let undo = || call_all(&app.http, "DELETE", &urls);
+    let results = app.http.call_all("POST", &urls).await;
+    let undo = || app.http.call_all("DELETE", &urls);
     if results
         .iter()
-        .any(|r| !matches!(r, Ok(code) if (200..300).contains(code)))
+        .any(|r| !r.as_ref().is_ok_and(PodResponse::is_success))
     {
         for r in results
             .iter()
-            .filter(|r| !matches!(r, Ok(c) if (200..300).contains(c)))
+            .filter(|r| !r.as_ref().is_ok_and(PodResponse::is_success))
         {
             tracing::warn!(result = ?r, "prepare-downscale call failed");
         }
@@ -270,21 +207,6 @@ async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
 }
 
 /// Calls every URL, at most 32 at a time.
-async fn call_all(
-    http: &reqwest_free::Http,
-    method: &'static str,
-    urls: &[String],
-) -> Vec<Result<u16, String>> {
-    let calls = urls.iter().cloned().map(|url| {
-        let http = http.clone();
-        async move { http.call(method, &url).await }
-    });
-    futures::stream::iter(calls)
-        .buffer_unordered(32)
-        .collect()
-        .await
-}
-
 /// The routes.
 pub fn router(app: Arc<App>) -> Router {
     let route = |webhook: Webhook| {

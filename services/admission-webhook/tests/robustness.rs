@@ -5,9 +5,10 @@
 
 use std::sync::Arc;
 
-use admission_webhook::server::{App, reqwest_free::Http, router};
+use admission_webhook::server::{App, router};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
+use core_k8s::pod_http::PodHttp;
 use tower::ServiceExt;
 
 fn app() -> Arc<App> {
@@ -17,8 +18,7 @@ fn app() -> Arc<App> {
     Arc::new(App {
         client: kube::Client::try_from(config).unwrap(),
         cluster_domain: "cluster.local.".into(),
-        pod_address_override: None,
-        http: Http::new(std::time::Duration::from_millis(100)),
+        http: PodHttp::new(std::time::Duration::from_millis(100), None),
     })
 }
 

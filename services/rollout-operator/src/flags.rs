@@ -24,16 +24,6 @@ const IGNORED: &[(&str, bool, &str)] = &[
         true,
         "client-side rate limits are built in",
     ),
-    (
-        "pods.client-timeout",
-        true,
-        "pod HTTP calls use a built-in timeout",
-    ),
-    (
-        "kubernetes.cluster-domain",
-        true,
-        "pod addresses use the cluster's DNS",
-    ),
     ("reconcile.interval", true, "reconciles are event-driven"),
     (
         "server-tls.enabled",
@@ -155,6 +145,8 @@ pub fn translate(args: Vec<String>) -> (Vec<String>, Vec<String>) {
             "server.port" => Some("--admin-address"),
             "log.format" => Some("--log-format"),
             "log.level" => Some("--log-filter"),
+            "pods.client-timeout" => Some("--pod-timeout"),
+            "kubernetes.cluster-domain" => Some("--cluster-domain"),
             _ => None,
         };
         if let (true, Some(flag)) = (is_dash, mapped) {
@@ -244,6 +236,25 @@ mod tests {
             ]
         );
         assert!(warnings.is_empty());
+    }
+
+    #[test]
+    fn pod_call_flags_are_translated() {
+        let (args, warnings) = run(&[
+            "-pods.client-timeout=3s",
+            "-kubernetes.cluster-domain",
+            "example.org.",
+        ]);
+        assert_eq!(
+            args,
+            vec![
+                "rollout-operator",
+                "--pod-timeout=3s",
+                "--cluster-domain=example.org.",
+                "--leader-elect=false"
+            ]
+        );
+        assert!(warnings.is_empty(), "{warnings:?}");
     }
 
     #[test]

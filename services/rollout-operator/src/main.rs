@@ -6,6 +6,8 @@ use clap::Parser;
 struct Args {
     #[command(flatten)]
     common: core_k8s::CommonArgs,
+    #[command(flatten)]
+    pods: rollout_operator::PodArgs,
 }
 
 #[tokio::main]
@@ -17,6 +19,6 @@ async fn main() -> anyhow::Result<()> {
     for warning in warnings {
         eprintln!("rollout-operator: {warning}");
     }
-    rollout_operator::run(args.common).await?;
+    rollout_operator::run(args.common, args.pods).await?;
     Ok(())
 }

@@ -422,29 +422,18 @@ fn adjust_replicas(
         }
     }
     for sts in members {
-        let (Some(ref_name), Some(ref_kind)) = (
-            annotation(sts, keys::MIRROR_NAME).filter(|v| !v.is_empty()),
-            annotation(sts, keys::MIRROR_KIND).filter(|v| !v.is_empty()),
-        ) else {
-            continue;
+        let reference = match mirrored_reference(sts, observed) {
+            None => continue,
+            Some(Ok(reference)) => reference,
+            Some(Err(e)) => {
+                errors.push(e);
+                continue;
+            }
         };
-        let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or_default();
-        let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-        let reference = observed.references.iter().find(|r| {
-            r.get("kind").and_then(Value::as_str) == Some(ref_kind)
-                && r.pointer("/metadata/name").and_then(Value::as_str) == Some(ref_name)
-                && r.get("apiVersion")
-                    .and_then(Value::as_str)
-                    .map_or("", |v| v.rsplit_once('/').map_or("", |(g, _)| g))
-                    == group
-        });
-        let Some(reference) = reference else {
-            errors.push(format!(
-                "failed to query scale subresource of {ref_kind} {ref_name} for {}: not found",
-                name(sts)
-            ));
-            continue;
-        };
+        let (ref_kind, ref_name) = (
+            annotation(sts, keys::MIRROR_KIND).unwrap_or_default(),
+            annotation(sts, keys::MIRROR_NAME).unwrap_or_default(),
+        );
         let Some(scale_replicas) = reference.pointer("/spec/replicas").and_then(Value::as_i64)
         else {
             errors.push(format!("{ref_kind} {ref_name}: scale has no spec.replicas"));
@@ -541,6 +530,125 @@ fn follower_replicas(
     }
     plan.recheck(min_time - elapsed + SignedDuration::from_millis(1));
     Ok(current)
+}
+
+/// The reference resource a StatefulSet mirrors its replicas from: `None` when it mirrors
+/// nothing, an error when the reference was not found.
+fn mirrored_reference<'a>(
+    sts: &StatefulSet,
+    observed: &'a Observed,
+) -> Option<Result<&'a Value, String>> {
+    let (Some(ref_name), Some(ref_kind)) = (
+        annotation(sts, keys::MIRROR_NAME).filter(|v| !v.is_empty()),
+        annotation(sts, keys::MIRROR_KIND).filter(|v| !v.is_empty()),
+    ) else {
+        return None;
+    };
+    let api_version = annotation(sts, keys::MIRROR_API_VERSION).unwrap_or_default();
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    let reference = observed.references.iter().find(|r| {
+        r.get("kind").and_then(Value::as_str) == Some(ref_kind)
+            && r.pointer("/metadata/name").and_then(Value::as_str) == Some(ref_name)
+            && r.get("apiVersion")
+                .and_then(Value::as_str)
+                .map_or("", |v| v.rsplit_once('/').map_or("", |(g, _)| g))
+                == group
+    });
+    Some(reference.ok_or_else(|| {
+        format!(
+            "failed to query scale subresource of {ref_kind} {ref_name} for {}: not found",
+            name(sts)
+        )
+    }))
+}
+
+/// The delayed-downscale endpoint calls one reconcile makes for a StatefulSet before planning:
+/// the pods it would remove are asked to prepare (POST; their answers feed
+/// [`Observed::prepared_at`]) and the pods that stay are told to cancel (DELETE).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DelayedCalls {
+    /// `namespace/name` of the StatefulSet.
+    pub stateful_set: String,
+    /// (pod name, URL) of each pod to prepare, lowest ordinal first.
+    pub prepare: Vec<(String, String)>,
+    /// URLs of pods whose preparation is cancelled.
+    pub cancel: Vec<String>,
+}
+
+/// The delayed-downscale calls for the observed state. Unlike the anchor, which DELETEs on
+/// every pod of every stable StatefulSet on every reconcile (hundreds of calls every few
+/// seconds), cancellation of a stable StatefulSet happens only while `settled` says its pods
+/// may still hold a preparation (after a POST, and once after start-up).
+pub fn delayed_downscale_calls(
+    observed: &Observed,
+    cluster_domain: &str,
+    settled: &dyn Fn(&str) -> bool,
+) -> Vec<DelayedCalls> {
+    let mut out = Vec::new();
+    for sts in &observed.stateful_sets {
+        let (Some(delay), Some(url)) = (
+            annotation(sts, keys::DELAYED_DOWNSCALE).filter(|v| !v.is_empty()),
+            annotation(sts, keys::DELAYED_DOWNSCALE_URL).filter(|v| !v.is_empty()),
+        ) else {
+            continue;
+        };
+        // A bad annotation is reported by the planner when it matters (a downscale).
+        if parse_prometheus_duration(delay).is_none_or(|d| d <= SignedDuration::ZERO) {
+            continue;
+        }
+        let Some(Ok(reference)) = mirrored_reference(sts, observed) else {
+            continue;
+        };
+        let Some(scale) = reference.pointer("/spec/replicas").and_then(Value::as_i64) else {
+            continue;
+        };
+        let current = spec_replicas(sts);
+        let desired = force_replicas(sts).unwrap_or(scale as i32);
+        let key = sts_key(sts);
+        let service = sts
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_name.as_deref())
+            .filter(|s| !s.is_empty())
+            .unwrap_or(name(sts));
+        let namespace = sts.metadata.namespace.as_deref().unwrap_or_default();
+        let url_of = |ordinal: i32| {
+            let pod = format!("{}-{ordinal}", name(sts));
+            let url = core_k8s::pod_http::pod_url(url, &pod, service, namespace, cluster_domain);
+            url.ok().map(|url| (pod, url))
+        };
+        let mut calls = DelayedCalls {
+            stateful_set: key.clone(),
+            ..DelayedCalls::default()
+        };
+        let keep = if desired < current {
+            calls.prepare = (desired.max(0)..current).filter_map(url_of).collect();
+            desired.max(0)
+        } else if settled(&key) {
+            continue;
+        } else {
+            current
+        };
+        calls.cancel = (0..keep)
+            .filter_map(|o| url_of(o).map(|(_, u)| u))
+            .collect();
+        out.push(calls);
+    }
+    out
+}
+
+/// The preparation time a pod answered a delayed-downscale POST with: a 2xx JSON body
+/// `{"timestamp": <unix seconds>}` with a non-zero timestamp.
+pub fn prepared_at(status: u16, body: &[u8]) -> Result<i64, String> {
+    if !(200..300).contains(&status) {
+        return Err(format!("HTTP status {status}"));
+    }
+    let value: Value =
+        serde_json::from_slice(body).map_err(|e| format!("unparsable response: {e}"))?;
+    match value.get("timestamp").and_then(Value::as_i64) {
+        Some(t) if t > 0 => Ok(t),
+        _ => Err("response has no non-zero timestamp".into()),
+    }
 }
 
 /// The delayed-downscale target: pods being removed report when they were prepared; the

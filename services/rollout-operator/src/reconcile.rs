@@ -5,7 +5,7 @@
 //! only its own group dirty and is acted on at once; a periodic resync remains as a safety net.
 //! Groups are reconciled serially, so two plans never act on one group at the same time.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,6 +13,7 @@ use core_k8s::Context;
 use core_k8s::apply::typed_value;
 use core_k8s::controller::report_when_synced;
 use core_k8s::events::Severity;
+use core_k8s::pod_http::PodHttp;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -27,7 +28,7 @@ use tokio::sync::mpsc;
 use crate::keys;
 use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label};
-use crate::plan::{Plan, plan};
+use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at};
 
 /// How often every group is reconciled even without a change.
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -99,8 +100,19 @@ fn group_of_pod(stores: &Stores, pod: &Pod) -> Option<GroupKey> {
     stores.stateful_sets.get(&key).and_then(|s| group_of(&s))
 }
 
+/// What the controller keeps between reconciles (this replica only; nothing it needs survives
+/// only here: pods are the source of truth for delayed-downscale preparation).
+struct State {
+    recent: RecentlyDeleted,
+    pods: PodHttp,
+    cluster_domain: String,
+    /// StatefulSets (`namespace/name`) whose surviving pods hold no preparation we know of;
+    /// empty after start-up, so each is swept once.
+    settled: HashSet<String>,
+}
+
 /// Runs the rollout controller until shutdown.
-pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
+pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) {
     let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<GroupKey>();
 
     let sts_api: Api<StatefulSet> = ctx.watched_api();
@@ -191,7 +203,12 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
         });
     }
 
-    let mut recent = RecentlyDeleted::default();
+    let mut state = State {
+        recent: RecentlyDeleted::default(),
+        pods: PodHttp::new(pod_args.pod_timeout, pod_args.pod_address_override),
+        cluster_domain: pod_args.cluster_domain,
+        settled: HashSet::new(),
+    };
     let mut leadership = ctx.leadership.subscribe();
     let mut resync = tokio::time::interval(RESYNC);
     loop {
@@ -214,7 +231,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics) {
             continue;
         }
         for group in dirty {
-            if let Some(after) = reconcile_group(&ctx, &metrics, &stores, &mut recent, &group).await
+            if let Some(after) = reconcile_group(&ctx, &metrics, &stores, &mut state, &group).await
             {
                 // A decision waits for time to pass: look again right when it may change.
                 let tx = dirty_tx.clone();
@@ -242,7 +259,7 @@ async fn reconcile_group(
     ctx: &Arc<Context>,
     metrics: &Metrics,
     stores: &Stores,
-    recent: &mut RecentlyDeleted,
+    state: &mut State,
     key: &GroupKey,
 ) -> Option<jiff::SignedDuration> {
     let group = key.group.as_str();
@@ -252,7 +269,7 @@ async fn reconcile_group(
     let _ = metrics.group_reconciles_failed.get_or_create(&labels);
     ctx.metrics.reconcile_total.inc();
     let started = Instant::now();
-    let result = reconcile_group_inner(ctx, metrics, stores, recent, key).await;
+    let result = reconcile_group_inner(ctx, metrics, stores, state, key).await;
     let elapsed = started.elapsed().as_secs_f64();
     metrics
         .group_reconcile_duration
@@ -281,7 +298,7 @@ async fn reconcile_group_inner(
     ctx: &Arc<Context>,
     metrics: &Metrics,
     stores: &Stores,
-    recent: &mut RecentlyDeleted,
+    state: &mut State,
     key: &GroupKey,
 ) -> Result<Option<jiff::SignedDuration>, core_k8s::Error> {
     let members: Vec<Arc<StatefulSet>> = stores
@@ -313,7 +330,8 @@ async fn reconcile_group_inner(
         ..Observed::default()
     };
     observed.references = read_references(ctx, &namespace, &observed.stateful_sets).await;
-    observed.recently_evicted = recent.still_visible(&namespace, &observed.pods);
+    observed.recently_evicted = state.recent.still_visible(&namespace, &observed.pods);
+    call_delayed_downscale(state, &mut observed).await;
     let plan = plan(&observed, jiff::Timestamp::now());
     let acts = !(plan.delete_pods.is_empty()
         && plan.status_updates.is_empty()
@@ -322,7 +340,15 @@ async fn reconcile_group_inner(
     if acts && !ctx.leadership.confirm().await {
         return Ok(None);
     }
-    execute(ctx, metrics, &namespace, &observed, &plan, recent).await?;
+    execute(
+        ctx,
+        metrics,
+        &namespace,
+        &observed,
+        &plan,
+        &mut state.recent,
+    )
+    .await?;
     if plan.errors.is_empty() {
         Ok(plan.recheck_after)
     } else {
@@ -331,6 +357,53 @@ async fn reconcile_group_inner(
             field: "metadata",
             reason: plan.errors.join("; "),
         })
+    }
+}
+
+/// Makes the delayed-downscale calls ([`delayed_downscale_calls`]) and records each prepared
+/// pod's answer in `observed.prepared_at`; a pod that fails to answer is simply missing there,
+/// which makes the planner hold the downscale (the anchor's rule).
+async fn call_delayed_downscale(state: &mut State, observed: &mut Observed) {
+    let settled = &state.settled;
+    let calls = delayed_downscale_calls(observed, &state.cluster_domain, &|key| {
+        settled.contains(key)
+    });
+    for call in calls {
+        // Cancellations never block anything; 409 means the pod's state is locked (benign).
+        let cancelled = state.pods.call_all("DELETE", &call.cancel).await;
+        let mut all_cancelled = true;
+        for (url, result) in call.cancel.iter().zip(&cancelled) {
+            match result {
+                Ok(r) if r.is_success() || r.status == 404 || r.status == 409 => {}
+                Ok(r) => {
+                    all_cancelled = false;
+                    tracing::debug!(url = %url, status = r.status, "delayed-downscale cancel refused");
+                }
+                Err(e) => {
+                    all_cancelled = false;
+                    tracing::debug!(error = %e, "delayed-downscale cancel failed");
+                }
+            }
+        }
+        if call.prepare.is_empty() {
+            if all_cancelled {
+                state.settled.insert(call.stateful_set);
+            }
+            continue;
+        }
+        state.settled.remove(&call.stateful_set);
+        let urls: Vec<String> = call.prepare.iter().map(|(_, u)| u.clone()).collect();
+        let prepared = state.pods.call_all("POST", &urls).await;
+        for ((pod, url), result) in call.prepare.into_iter().zip(prepared) {
+            match result.and_then(|r| prepared_at(r.status, &r.body)) {
+                Ok(at) => {
+                    observed.prepared_at.insert(pod, at);
+                }
+                Err(e) => {
+                    tracing::warn!(statefulset = %call.stateful_set, url = %url, error = %e, "delayed-downscale prepare failed")
+                }
+            }
+        }
     }
 }
 

@@ -5,7 +5,8 @@
 use jiff::Timestamp;
 use rollout_operator::observed::Observed;
 use rollout_operator::plan::{
-    Plan, ReplicaChange, max_unavailable, parse_prometheus_duration, plan,
+    DelayedCalls, Plan, ReplicaChange, delayed_downscale_calls, max_unavailable,
+    parse_prometheus_duration, plan, prepared_at,
 };
 use serde_json::{Value, json};
 
@@ -407,6 +408,101 @@ fn delayed_downscale_is_partial_from_the_highest_ordinal() {
     );
     // Without the pods' answers there is no downscale at all.
     assert!(run(mirrored(2, delayed)).replica_changes.is_empty());
+}
+
+fn observed(docs: Vec<Value>) -> Observed {
+    Observed::from_documents("test", docs.into_iter().enumerate().collect()).unwrap()
+}
+
+#[test]
+fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
+    let delayed = json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "1h",
+        "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod:8080/ingester/prepare-delayed-downscale?x=1"}}});
+    let url = |i: usize| {
+        format!(
+            "http://ingester-zone-a-{i}.ingester.mimir.svc.cluster.local.:8080/ingester/prepare-delayed-downscale?x=1"
+        )
+    };
+    let never_settled = |_: &str| false;
+    // Downscale 5 -> 2: ordinals 2..5 prepare (the pods' Service name from spec.serviceName),
+    // 0..2 cancel.
+    let calls = delayed_downscale_calls(
+        &observed(mirrored(2, delayed.clone())),
+        "cluster.local.",
+        &never_settled,
+    );
+    assert_eq!(
+        calls,
+        vec![DelayedCalls {
+            stateful_set: "mimir/ingester-zone-a".into(),
+            prepare: (2..5)
+                .map(|i| (format!("ingester-zone-a-{i}"), url(i)))
+                .collect(),
+            cancel: vec![url(0), url(1)],
+        }]
+    );
+    // Stable (or scaling up): every pod cancels — once, until a preparation happens again.
+    let stable = observed(mirrored(5, delayed.clone()));
+    let calls = delayed_downscale_calls(&stable, "cluster.local.", &never_settled);
+    assert_eq!(calls[0].cancel, (0..5).map(url).collect::<Vec<_>>());
+    assert!(calls[0].prepare.is_empty());
+    assert!(
+        delayed_downscale_calls(&stable, "cluster.local.", &|k| k == "mimir/ingester-zone-a")
+            .is_empty()
+    );
+    // A forced replica count is the target too.
+    let forced = json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "4"}}});
+    let mut both = delayed.clone();
+    merge(&mut both, forced);
+    let calls = delayed_downscale_calls(
+        &observed(mirrored(5, both)),
+        "cluster.local.",
+        &never_settled,
+    );
+    assert_eq!(
+        calls[0].prepare,
+        vec![("ingester-zone-a-4".to_string(), url(4))]
+    );
+    // Not configured, zero or invalid delay, or no reference: no calls.
+    let mut zero = delayed.clone();
+    merge(
+        &mut zero,
+        json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "0s"}}}),
+    );
+    let mut bad = delayed.clone();
+    merge(
+        &mut bad,
+        json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "soon"}}}),
+    );
+    let mut unreferenced = mirrored(2, delayed);
+    unreferenced.pop();
+    for docs in [
+        mirrored(2, json!({})),
+        mirrored(2, zero),
+        mirrored(2, bad),
+        unreferenced,
+    ] {
+        assert!(
+            delayed_downscale_calls(&observed(docs), "cluster.local.", &never_settled).is_empty()
+        );
+    }
+}
+
+#[test]
+fn prepared_at_needs_a_2xx_json_timestamp() {
+    assert_eq!(
+        prepared_at(200, br#"{"timestamp": 1767268800}"#),
+        Ok(1767268800)
+    );
+    for (status, body, why) in [
+        (500, &br#"{"timestamp": 1}"#[..], "HTTP status 500"),
+        (200, b"not json", "unparsable response"),
+        (200, br#"{"timestamp": 0}"#, "no non-zero timestamp"),
+        (200, br#"{"other": 1}"#, "no non-zero timestamp"),
+    ] {
+        let err = prepared_at(status, body).unwrap_err();
+        assert!(err.contains(why), "{err}");
+    }
 }
 
 #[test]
