@@ -59,6 +59,14 @@ pub struct WebhookArgs {
     /// TEST ONLY: send every pod call to this host:port (a local stand-in for the pods).
     #[arg(long, hide = true)]
     pub pod_address_override: Option<String>,
+    /// prepare-downscale keeps downscale times in a ConfigMap instead of StatefulSet
+    /// annotations (the anchor's `-use-zone-tracker`; avoids conflicting with the client's
+    /// own update of the StatefulSet).
+    #[arg(long)]
+    pub use_zone_tracker: bool,
+    /// Name of the zone-tracker ConfigMap, in the StatefulSet's namespace.
+    #[arg(long, default_value = "rollout-operator-zone-tracker", value_parser = non_empty)]
+    pub zone_tracker_config_map_name: String,
 }
 
 /// The certificate bundle from the Secret (issued or renewed as needed), retried until it is
@@ -163,6 +171,9 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
     let app = Arc::new(server::App {
         client: ctx.client.clone(),
         cluster_domain: args.cluster_domain.clone(),
+        zone_tracker: args
+            .use_zone_tracker
+            .then(|| args.zone_tracker_config_map_name.clone()),
         http: core_k8s::pod_http::PodHttp::new(args.pod_timeout, args.pod_address_override.clone()),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
@@ -177,4 +188,11 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
     core_k8s::runtime::run_service(SERVICE, common, Registry::default(), |ctx| serve(ctx, args))
         .await
+}
+
+fn non_empty(value: &str) -> Result<String, String> {
+    if value.is_empty() {
+        return Err("must not be empty".into());
+    }
+    Ok(value.to_string())
 }

@@ -15,14 +15,14 @@ use axum_server::tls_rustls::RustlsConfig;
 use core_k8s::apply::typed_value;
 use core_k8s::pod_http::{PodHttp, PodResponse};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::review::{Decision, Review};
-use crate::webhooks::{Cluster, Webhook, decide};
+use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
 use rollout_operator::keys;
 use rollout_operator::observed::Observed;
 
@@ -36,6 +36,8 @@ pub struct App {
     pub cluster_domain: String,
     /// Pod calls (with the test-only address override, if any).
     pub http: PodHttp,
+    /// Zone-tracker mode: the ConfigMap holding downscale times.
+    pub zone_tracker: Option<String>,
 }
 
 impl std::fmt::Debug for App {
@@ -152,17 +154,46 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     }
     let mut cluster = Cluster::new(state);
     cluster.cluster_domain = app.cluster_domain.clone();
+    let mut tracked = None;
+    if let Some(config_map) = &app.zone_tracker
+        && webhook == Webhook::PrepareDownscale
+        && crate::webhooks::downscale_prefix(review).is_some()
+    {
+        let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), &namespace);
+        match api.get_opt(config_map).await {
+            Ok(found) => {
+                cluster.zone_tracker = Some(ZoneTracker {
+                    config_map: config_map.clone(),
+                    data: found.as_ref().map(|c| c.data.clone().unwrap_or_default()),
+                });
+                tracked = Some(found);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the zone-tracker ConfigMap failed");
+                let prefix = crate::webhooks::downscale_prefix(review).unwrap_or_default();
+                return Decision::deny(format!(
+                    "{prefix} is not allowed because reading the zone ConfigMap failed."
+                ));
+            }
+        }
+    }
     let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
     if webhook == Webhook::PrepareDownscale && decision.allowed && !decision.side_effects.is_empty()
     {
-        return prepare(app, review, decision).await;
+        return prepare(app, review, decision, tracked).await;
     }
     decision
 }
 
 /// POSTs to every pod going away; on any failure DELETEs them all and denies. Then records
-/// the downscale time on the StatefulSet.
-async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
+/// the downscale time: on the StatefulSet, or in zone-tracker mode in the ConfigMap as it was
+/// read (`tracked`: `Some(None)` when it did not exist).
+async fn prepare(
+    app: &App,
+    review: &Review,
+    decision: Decision,
+    tracked: Option<Option<ConfigMap>>,
+) -> Decision {
     let urls: Vec<String> = decision
         .side_effects
         .iter()
@@ -186,6 +217,14 @@ async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
         let _ = undo().await;
         return denied("one or more pods failed to prepare for shutdown.");
     }
+    if let (Some(tracked), Some(config_map)) = (tracked, &app.zone_tracker) {
+        if let Err(e) = record_in_zone_tracker(app, review, config_map, tracked).await {
+            tracing::warn!(error = %e, "recording the downscale in the zone ConfigMap failed");
+            let _ = undo().await;
+            return denied("setting downscale timestamp in the zone ConfigMap failed.");
+        }
+        return decision;
+    }
     let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), review.field("namespace"));
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -207,6 +246,43 @@ async fn prepare(app: &App, review: &Review, decision: Decision) -> Decision {
 }
 
 /// Calls every URL, at most 32 at a time.
+/// Writes this StatefulSet's entry into the zone-tracker ConfigMap. The write is conditional
+/// on the ConfigMap being unchanged since the decision read it (its resourceVersion, or its
+/// absence for a create), so two downscales decided at once — by this replica or another —
+/// cannot both pass the minimum-time check: the second write conflicts and is denied.
+/// FIX (anchor quirk §19.2: its in-progress marker lived in one request only).
+async fn record_in_zone_tracker(
+    app: &App,
+    review: &Review,
+    config_map: &str,
+    tracked: Option<ConfigMap>,
+) -> Result<(), kube::Error> {
+    let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), review.field("namespace"));
+    let entry = ZoneTracker::entry(jiff::Timestamp::now());
+    match tracked {
+        Some(mut existing) => {
+            existing
+                .data
+                .get_or_insert_with(Default::default)
+                .insert(review.field("name").to_string(), entry);
+            api.replace(config_map, &PostParams::default(), &existing)
+                .await
+                .map(drop)
+        }
+        None => {
+            let created = ConfigMap {
+                metadata: kube::api::ObjectMeta {
+                    name: Some(config_map.to_string()),
+                    ..Default::default()
+                },
+                data: Some([(review.field("name").to_string(), entry)].into()),
+                ..Default::default()
+            };
+            api.create(&PostParams::default(), &created).await.map(drop)
+        }
+    }
+}
+
 /// The routes.
 pub fn router(app: Arc<App>) -> Router {
     let route = |webhook: Webhook| {

@@ -2,9 +2,11 @@
 //! and the time. The TLS server and `strata admission review` both call these; side effects
 //! (HTTP calls to pods, the last-downscale patch) are returned, not performed.
 
+use std::collections::BTreeMap;
+
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use rollout_operator::observed::{Observed, annotation, label, running_and_ready};
 use rollout_operator::{keys, zpdb};
@@ -53,6 +55,9 @@ pub struct Cluster {
     pub state: Observed,
     /// Suffix of pod host names (the anchor's default keeps the trailing dot).
     pub cluster_domain: String,
+    /// Zone-tracker mode of prepare-downscale: downscale times live in a ConfigMap instead
+    /// of StatefulSet annotations.
+    pub zone_tracker: Option<ZoneTracker>,
 }
 
 impl Cluster {
@@ -60,7 +65,36 @@ impl Cluster {
         Self {
             state,
             cluster_domain: "cluster.local.".into(),
+            zone_tracker: None,
         }
+    }
+}
+
+/// The zone-tracker ConfigMap as read: one data key per StatefulSet name, each value
+/// `{"lastDownscaled":"<RFC 3339>"}` (the anchor's format).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ZoneTracker {
+    pub config_map: String,
+    /// `None` when the ConfigMap does not exist yet.
+    pub data: Option<BTreeMap<String, String>>,
+}
+
+impl ZoneTracker {
+    /// The recorded downscale time of a StatefulSet: `None` without an entry, an error for
+    /// an entry that is not the expected JSON.
+    pub fn last_downscaled(&self, stateful_set: &str) -> Option<Result<Timestamp, ()>> {
+        let raw = self.data.as_ref()?.get(stateful_set)?;
+        Some(
+            serde_json::from_str::<Value>(raw)
+                .ok()
+                .and_then(|v| v.get("lastDownscaled")?.as_str()?.parse().ok())
+                .ok_or(()),
+        )
+    }
+
+    /// The entry recording a downscale at `now`.
+    pub fn entry(now: Timestamp) -> String {
+        json!({"lastDownscaled": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}).to_string()
     }
 }
 
@@ -349,8 +383,15 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             })
             .collect();
         for other in &others {
+            let other_name = other.metadata.name.as_deref().unwrap_or_default();
+            // Zone-tracker mode reads the time from the ConfigMap; a missing entry is skipped.
+            let last = match &cluster.zone_tracker {
+                Some(tracker) => tracker.last_downscaled(other_name),
+                None => annotation(other, keys::LAST_DOWNSCALE)
+                    .map(|text| text.parse::<Timestamp>().map_err(drop)),
+            };
             let (Some(last), Some(min_time)) = (
-                annotation(other, keys::LAST_DOWNSCALE),
+                last,
                 label(
                     &other.metadata.labels,
                     keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
@@ -359,7 +400,7 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
                 continue;
             };
             let (Ok(last), Some(min_time)) = (
-                last.parse::<Timestamp>(),
+                last,
                 core_k8s::args::parse_duration(min_time)
                     .ok()
                     .and_then(|d| SignedDuration::try_from(d).ok()),
@@ -405,11 +446,25 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             cluster.cluster_domain
         ));
     }
-    decision.side_effects.push(format!(
-        "PATCH statefulsets/{name} in {namespace}: {}={}",
-        keys::LAST_DOWNSCALE,
-        now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    ));
+    decision.side_effects.push(match &cluster.zone_tracker {
+        // FIX (anchor quirk §19.3): a new ConfigMap holds only this entry; the anchor seeds
+        // every zone with "now", which blocks the first downscale of every other zone.
+        Some(tracker) => format!(
+            "{} configmaps/{} in {namespace}: {name}={}",
+            if tracker.data.is_some() {
+                "UPDATE"
+            } else {
+                "CREATE"
+            },
+            tracker.config_map,
+            ZoneTracker::entry(now)
+        ),
+        None => format!(
+            "PATCH statefulsets/{name} in {namespace}: {}={}",
+            keys::LAST_DOWNSCALE,
+            now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        ),
+    });
     decision
 }
 

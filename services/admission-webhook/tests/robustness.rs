@@ -19,6 +19,7 @@ fn app() -> Arc<App> {
         client: kube::Client::try_from(config).unwrap(),
         cluster_domain: "cluster.local.".into(),
         http: PodHttp::new(std::time::Duration::from_millis(100), None),
+        zone_tracker: None,
     })
 }
 

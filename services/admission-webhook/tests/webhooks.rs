@@ -487,3 +487,87 @@ fn addonslayer_validation() {
         "a malformed spec is rejected: {response}"
     );
 }
+
+/// Zone-tracker mode: sibling times come from the ConfigMap (a missing entry is skipped), and
+/// the downscale is recorded there instead of on the StatefulSet.
+#[test]
+fn prepare_downscale_with_the_zone_tracker() {
+    use admission_webhook::webhooks::ZoneTracker;
+    let labels = json!({"grafana.com/prepare-downscale": "true", "rollout-group": "ingester"});
+    let annotations = json!({"grafana.com/prepare-downscale-http-path": "prepare", "grafana.com/prepare-downscale-http-port": "80"});
+    let mut new = prepared(labels.clone(), annotations.clone());
+    new["spec"]["replicas"] = json!(2);
+    let review = Review::parse(
+        &serde_json::to_vec(&update("statefulsets", prepared(labels, annotations), new)).unwrap(),
+    )
+    .unwrap();
+    // The sibling's annotation says "just now", but in zone-tracker mode only the ConfigMap
+    // counts.
+    let sibling = sts(
+        "ingester-zone-b",
+        3,
+        json!({"rollout-group": "ingester", "grafana.com/min-time-between-zones-downscale": "30m"}),
+        json!({"grafana.com/last-downscale": "2026-01-01T11:59:00Z"}),
+        json!({"replicas": 0, "readyReplicas": 0, "updatedReplicas": 0}),
+    );
+    let decide_with = |data: Option<Vec<(&str, &str)>>| {
+        let mut cluster =
+            Cluster::new(Observed::from_documents("state", vec![(0, sibling.clone())]).unwrap());
+        cluster.zone_tracker = Some(ZoneTracker {
+            config_map: "rollout-operator-zone-tracker".into(),
+            data: data.map(|d| {
+                d.into_iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+        });
+        decide(
+            Webhook::PrepareDownscale,
+            &review,
+            &cluster,
+            NOW.parse::<Timestamp>().unwrap(),
+        )
+    };
+    let prefix = "downscale of statefulsets/ingester-zone-a in mimir from 3 to 2 replicas is not allowed because ";
+    // No ConfigMap yet: allowed, and it is created holding only this zone's entry.
+    let allowed = decide_with(None);
+    assert!(allowed.allowed, "{allowed:?}");
+    assert_eq!(
+        allowed.side_effects.last().unwrap(),
+        r#"CREATE configmaps/rollout-operator-zone-tracker in mimir: ingester-zone-a={"lastDownscaled":"2026-01-01T12:00:00Z"}"#
+    );
+    // No entry for the sibling: skipped. An old entry: allowed; the map is updated.
+    for data in [
+        vec![(
+            "ingester-zone-c",
+            r#"{"lastDownscaled":"2026-01-01T11:59:00Z"}"#,
+        )],
+        vec![(
+            "ingester-zone-b",
+            r#"{"lastDownscaled":"2026-01-01T10:00:00Z"}"#,
+        )],
+    ] {
+        let decision = decide_with(Some(data));
+        assert!(decision.allowed, "{decision:?}");
+        assert!(decision.side_effects.last().unwrap().starts_with(
+            "UPDATE configmaps/rollout-operator-zone-tracker in mimir: ingester-zone-a="
+        ));
+    }
+    // A recent entry denies with the anchor's message; a malformed one too.
+    let denied = decide_with(Some(vec![(
+        "ingester-zone-b",
+        r#"{"lastDownscaled":"2026-01-01T11:50:00Z"}"#,
+    )]));
+    assert!(!denied.allowed);
+    assert_eq!(
+        denied.message.unwrap(),
+        format!(
+            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01T11:50:00Z and is labelled to wait 30m0s between zone downscales"
+        )
+    );
+    let malformed = decide_with(Some(vec![("ingester-zone-b", "yesterday")]));
+    assert_eq!(
+        malformed.message.unwrap(),
+        format!("{prefix}parsing downscale annotations failed.")
+    );
+}
