@@ -77,11 +77,45 @@ const STS_RULES: &str = r#"  - apiGroups: [apps]
     operations: [UPDATE]
     resources: [statefulsets, statefulsets/scale]"#;
 
-async fn ca_injected(name: &str, kind: &str) -> Result<()> {
-    let resource = if kind == "MutatingWebhookConfiguration" {
-        "mutatingwebhookconfiguration"
-    } else {
-        "validatingwebhookconfiguration"
+/// A webhook configuration registered for one test: created, waited for its injected CA, and
+/// deleted when dropped (also when the test fails half-way).
+struct Registered {
+    resource: &'static str,
+    name: String,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        let _ = cluster()
+            .kubectl()
+            .args(["delete", self.resource, &self.name])
+            .output();
+    }
+}
+
+/// Creates the [`configuration`] and waits until the CA is injected into it.
+async fn register(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    port: u16,
+    path: &str,
+    rules: &str,
+) -> Result<Registered> {
+    apply_yaml(
+        client,
+        ns,
+        &configuration(kind, name, ns, port, path, rules),
+    )
+    .await?;
+    let registered = Registered {
+        resource: if kind == "MutatingWebhookConfiguration" {
+            "mutatingwebhookconfiguration"
+        } else {
+            "validatingwebhookconfiguration"
+        },
+        name: name.to_string(),
     };
     eventually(
         &format!("caBundle injected into {name}"),
@@ -91,7 +125,7 @@ async fn ca_injected(name: &str, kind: &str) -> Result<()> {
                 .kubectl()
                 .args([
                     "get",
-                    resource,
+                    registered.resource,
                     name,
                     "-o",
                     "jsonpath={.webhooks[0].clientConfig.caBundle}",
@@ -100,7 +134,8 @@ async fn ca_injected(name: &str, kind: &str) -> Result<()> {
             Ok((!out.stdout.is_empty()).then_some(()))
         },
     )
-    .await
+    .await?;
+    Ok(registered)
 }
 
 fn sts(name: &str, labels: &str, annotations: &str) -> String {
@@ -156,20 +191,16 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
 
     // Created after start-up: the CA still gets injected.
     let name = format!("{}-no-downscale", ns.name);
-    apply_yaml(
+    let _hook = register(
         &client,
         &ns.name,
-        &configuration(
-            "ValidatingWebhookConfiguration",
-            &name,
-            &ns.name,
-            port,
-            "/admission/no-downscale",
-            STS_RULES,
-        ),
+        "ValidatingWebhookConfiguration",
+        &name,
+        port,
+        "/admission/no-downscale",
+        STS_RULES,
     )
     .await?;
-    ca_injected(&name, "ValidatingWebhookConfiguration").await?;
 
     apply_yaml(
         &client,
@@ -214,20 +245,16 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
     apply_shipped_crd(&client, &ns.name, "zone-aware-pod-disruption-budget.yaml").await?;
     let zname = format!("{}-zpdb", ns.name);
     let zrules = "  - apiGroups: [rollout-operator.grafana.com]\n    apiVersions: [v1]\n    operations: [CREATE, UPDATE]\n    resources: [zoneawarepoddisruptionbudgets]";
-    apply_yaml(
+    let _hook = register(
         &client,
         &ns.name,
-        &configuration(
-            "ValidatingWebhookConfiguration",
-            &zname,
-            &ns.name,
-            port,
-            "/admission/zpdb-validation",
-            zrules,
-        ),
+        "ValidatingWebhookConfiguration",
+        &zname,
+        port,
+        "/admission/zpdb-validation",
+        zrules,
     )
     .await?;
-    ca_injected(&zname, "ValidatingWebhookConfiguration").await?;
     let bad = "apiVersion: rollout-operator.grafana.com/v1\nkind: ZoneAwarePodDisruptionBudget\nmetadata: {name: bad}\nspec: {maxUnavailable: 1, selector: {matchLabels: {a: b}}, crossZoneEvictionDelay: 1m}\n";
     let denied = eventually("invalid ZPDB rejected", Duration::from_secs(30), || async {
         match apply_yaml(&client, &ns.name, bad).await {
@@ -248,13 +275,6 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
         ),
         "{denied}"
     );
-    for config in [name, zname] {
-        let _ = cluster()
-            .kubectl()
-            .args(["delete", "validatingwebhookconfiguration", &config])
-            .output();
-    }
-    drop(server);
     Ok(())
 }
 
@@ -282,22 +302,18 @@ async fn prepare_downscale_calls_the_pods_and_records_the_time() -> Result<()> {
 
     let port = free_port()?;
     let override_addr = format!("127.0.0.1:{pods_port}");
-    let server = start(&ns.name, port, &["--pod-address-override", &override_addr])?;
+    let _server = start(&ns.name, port, &["--pod-address-override", &override_addr])?;
     let name = format!("{}-prepare", ns.name);
-    apply_yaml(
+    let _hook = register(
         &client,
         &ns.name,
-        &configuration(
-            "MutatingWebhookConfiguration",
-            &name,
-            &ns.name,
-            port,
-            "/admission/prepare-downscale",
-            STS_RULES,
-        ),
+        "MutatingWebhookConfiguration",
+        &name,
+        port,
+        "/admission/prepare-downscale",
+        STS_RULES,
     )
     .await?;
-    ca_injected(&name, "MutatingWebhookConfiguration").await?;
     apply_yaml(
         &client,
         &ns.name,
@@ -330,11 +346,6 @@ async fn prepare_downscale_calls_the_pods_and_records_the_time() -> Result<()> {
         .get("grafana.com/last-downscale")
         .expect("last-downscale written");
     assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp}");
-    let _ = cluster()
-        .kubectl()
-        .args(["delete", "mutatingwebhookconfiguration", &name])
-        .output();
-    drop(server);
     Ok(())
 }
 
@@ -344,26 +355,22 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
     let ns = TestNamespace::create(&client, "rotate").await?;
     let port = free_port()?;
     // A 9 s certificate renewed 3 s before expiry, checked every second: several rotations.
-    let server = start(
+    let _server = start(
         &ns.name,
         port,
         &["--cert-validity", "9s", "--cert-check-interval", "1s"],
     )?;
     let name = format!("{}-rotate", ns.name);
-    apply_yaml(
+    let _hook = register(
         &client,
         &ns.name,
-        &configuration(
-            "ValidatingWebhookConfiguration",
-            &name,
-            &ns.name,
-            port,
-            "/admission/no-downscale",
-            STS_RULES,
-        ),
+        "ValidatingWebhookConfiguration",
+        &name,
+        port,
+        "/admission/no-downscale",
+        STS_RULES,
     )
     .await?;
-    ca_injected(&name, "ValidatingWebhookConfiguration").await?;
     apply_yaml(&client, &ns.name, &sts("traffic", "", "")).await?;
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
@@ -407,11 +414,6 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
         seen.len() >= 3,
         "the certificate should have rotated at least twice: {seen:?}"
     );
-    let _ = cluster()
-        .kubectl()
-        .args(["delete", "validatingwebhookconfiguration", &name])
-        .output();
-    drop(server);
     Ok(())
 }
 
@@ -450,23 +452,19 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
     .await?;
 
     let port = free_port()?;
-    let server = start(&ns.name, port, &[])?;
+    let _server = start(&ns.name, port, &[])?;
     let name = format!("{}-eviction", ns.name);
     let rules = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
-    apply_yaml(
+    let _hook = register(
         &client,
         &ns.name,
-        &configuration(
-            "ValidatingWebhookConfiguration",
-            &name,
-            &ns.name,
-            port,
-            "/admission/pod-eviction",
-            rules,
-        ),
+        "ValidatingWebhookConfiguration",
+        &name,
+        port,
+        "/admission/pod-eviction",
+        rules,
     )
     .await?;
-    ca_injected(&name, "ValidatingWebhookConfiguration").await?;
     // Through kubectl: kube-client retries 429 answers with backoff, kubectl reports them.
     let evict = |pod: &str| {
         let body = format!(
@@ -511,11 +509,6 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
         "evicting the NotReady pod: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let _ = cluster()
-        .kubectl()
-        .args(["delete", "validatingwebhookconfiguration", &name])
-        .output();
-    drop(server);
     Ok(())
 }
 
@@ -525,32 +518,25 @@ async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
     let ns = TestNamespace::create(&client, "layers").await?;
     apply_shipped_crd(&client, &ns.name, "addonslayers.yaml").await?;
     let port = free_port()?;
-    let server = start(&ns.name, port, &[])?;
+    let _server = start(&ns.name, port, &[])?;
     let name = format!("{}-layers", ns.name);
     let rules = "  - apiGroups: [strata.dev]\n    apiVersions: [v1alpha1]\n    operations: [CREATE, UPDATE]\n    resources: [addonslayers]";
-    apply_yaml(
+    // Layers are cluster-scoped, so the namespace selector does not narrow this webhook; the
+    // object selector (a sibling of `rules`) keeps it off other tests' layers.
+    let rules = format!(
+        "{rules}\n  objectSelector: {{matchLabels: {{strata-e2e/suite: {}}}}}",
+        ns.name
+    );
+    let _hook = register(
         &client,
         &ns.name,
-        &configuration(
-            "ValidatingWebhookConfiguration",
-            &name,
-            &ns.name,
-            port,
-            "/admission/addonslayer-validation",
-            rules,
-        )
-        // Layers are cluster-scoped, so the namespace selector does not narrow this
-        // webhook; the object selector keeps it off other tests' layers.
-        .replace(
-            "  rules:\n",
-            &format!(
-                "  objectSelector: {{matchLabels: {{strata-e2e/suite: {}}}}}\n  rules:\n",
-                ns.name
-            ),
-        ),
+        "ValidatingWebhookConfiguration",
+        &name,
+        port,
+        "/admission/addonslayer-validation",
+        &rules,
     )
     .await?;
-    ca_injected(&name, "ValidatingWebhookConfiguration").await?;
     // Layers are cluster-scoped: prefix them with the test's namespace.
     let p = ns.name.clone();
     let layer = |n: &str, deps: &str| {
@@ -589,10 +575,5 @@ async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
             .args(["delete", "addonslayer", &format!("{p}-{l}"), "--wait=false"])
             .output();
     }
-    let _ = cluster()
-        .kubectl()
-        .args(["delete", "validatingwebhookconfiguration", &name])
-        .output();
-    drop(server);
     Ok(())
 }

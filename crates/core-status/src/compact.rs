@@ -194,7 +194,7 @@ impl Fields for Compact<'_> {
 
 /// A list of objects decoded straight into their final place (no second move), with an
 /// initial capacity.
-struct Many(usize);
+pub(crate) struct Many(pub(crate) usize);
 
 impl<'de> DeserializeSeed<'de> for Many {
     type Value = Vec<Observed<'de>>;
@@ -427,17 +427,16 @@ fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
 }
 
 impl<'de> Compact<'de> {
-    fn set_text(&mut self, text: Text, value: Scalar<'de>) {
-        self.texts[text as usize] = value.text();
-    }
-
-    fn set_counter(&mut self, counter: Counter, value: Scalar<'de>) {
-        match value.int() {
-            Some(v) => {
-                self.counters[counter as usize] = v;
-                self.present |= 1 << counter as u32;
-            }
-            None => self.clear_counter(counter),
+    fn set(&mut self, field: Lenient, value: Scalar<'de>) {
+        match field {
+            Lenient::Text(text) => self.texts[text as usize] = value.text(),
+            Lenient::Count(counter) => match value.int() {
+                Some(v) => {
+                    self.counters[counter as usize] = v;
+                    self.present |= 1 << counter as u32;
+                }
+                None => self.clear_counter(counter),
+            },
         }
     }
 
@@ -477,7 +476,7 @@ impl<'de> Section<'de> for Compact<'de> {
                 for counter in SPEC_COUNTERS {
                     self.clear_counter(counter);
                 }
-                for text in [Text::UpdateStrategyType, Text::ServiceType, Text::ClusterIp] {
+                for text in SPEC_TEXTS {
                     self.texts[text as usize] = None;
                 }
                 self.suspend = None;
@@ -488,12 +487,7 @@ impl<'de> Section<'de> for Compact<'de> {
                 for counter in STATUS_COUNTERS {
                     self.clear_counter(counter);
                 }
-                for text in [
-                    Text::Phase,
-                    Text::CurrentRevision,
-                    Text::UpdateRevision,
-                    Text::StartTime,
-                ] {
+                for text in STATUS_TEXTS {
                     self.texts[text as usize] = None;
                 }
                 self.conditions.clear();
@@ -510,6 +504,22 @@ impl<'de> Section<'de> for Compact<'de> {
         self.irregular = true;
     }
 }
+
+/// A leniently read field: a counter (non-integers fall back) or a text (non-strings do).
+#[derive(Clone, Copy)]
+enum Lenient {
+    Count(Counter),
+    Text(Text),
+}
+
+const SPEC_TEXTS: [Text; 3] = [Text::UpdateStrategyType, Text::ServiceType, Text::ClusterIp];
+
+const STATUS_TEXTS: [Text; 4] = [
+    Text::Phase,
+    Text::CurrentRevision,
+    Text::UpdateRevision,
+    Text::StartTime,
+];
 
 const SPEC_COUNTERS: [Counter; 5] = [
     Counter::SpecReplicas,
@@ -554,7 +564,7 @@ impl<'de> Section<'de> for Metadata<'_, 'de> {
             },
             "creationTimestamp" => {
                 let value = map.next_value()?;
-                c.set_text(Text::CreationTimestamp, value);
+                c.set(Lenient::Text(Text::CreationTimestamp), value);
             }
             _ => skip(map)?,
         }
@@ -573,21 +583,13 @@ struct Spec<'c, 'a>(&'c mut Compact<'a>);
 impl<'de> Section<'de> for Spec<'_, 'de> {
     fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let c = &mut *self.0;
-        let counter = match key {
-            "replicas" => Counter::SpecReplicas,
-            "progressDeadlineSeconds" => Counter::ProgressDeadlineSeconds,
-            "parallelism" => Counter::Parallelism,
-            "completions" => Counter::Completions,
-            "type" | "clusterIP" => {
-                let text = if key == "type" {
-                    Text::ServiceType
-                } else {
-                    Text::ClusterIp
-                };
-                let value = map.next_value()?;
-                c.set_text(text, value);
-                return Ok(());
-            }
+        let field = match key {
+            "replicas" => Lenient::Count(Counter::SpecReplicas),
+            "progressDeadlineSeconds" => Lenient::Count(Counter::ProgressDeadlineSeconds),
+            "parallelism" => Lenient::Count(Counter::Parallelism),
+            "completions" => Lenient::Count(Counter::Completions),
+            "type" => Lenient::Text(Text::ServiceType),
+            "clusterIP" => Lenient::Text(Text::ClusterIp),
             "suspend" => {
                 c.suspend = match map.next_value::<Scalar>()? {
                     Scalar::Bool(b) => Some(b),
@@ -603,7 +605,7 @@ impl<'de> Section<'de> for Spec<'_, 'de> {
             _ => return skip(map),
         };
         let value = map.next_value()?;
-        c.set_counter(counter, value);
+        c.set(field, value);
         Ok(())
     }
 
@@ -620,7 +622,7 @@ impl<'de> Section<'de> for UpdateStrategy<'_, 'de> {
         match key {
             "type" => {
                 let value = map.next_value()?;
-                c.set_text(Text::UpdateStrategyType, value);
+                c.set(Lenient::Text(Text::UpdateStrategyType), value);
             }
             "rollingUpdate" => {
                 c.clear_counter(Counter::Partition);
@@ -642,7 +644,7 @@ impl<'de> Section<'de> for RollingUpdate<'_, 'de> {
             return skip(map);
         }
         let value = map.next_value()?;
-        self.0.set_counter(Counter::Partition, value);
+        self.0.set(Lenient::Count(Counter::Partition), value);
         Ok(())
     }
 
@@ -654,7 +656,7 @@ struct Status<'c, 'a>(&'c mut Compact<'a>);
 impl<'de> Section<'de> for Status<'_, 'de> {
     fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let c = &mut *self.0;
-        let counter = match key {
+        let field = match key {
             "observedGeneration" => {
                 let value = map.next_value::<Scalar>()?;
                 c.observed_generation = c.strict_int(value);
@@ -668,35 +670,28 @@ impl<'de> Section<'de> for Status<'_, 'de> {
                 c.crash_looping.clear();
                 return map.next_value_seed(List(&mut ContainerStatuses(c)));
             }
-            "phase" | "currentRevision" | "updateRevision" | "startTime" => {
-                let text = match key {
-                    "phase" => Text::Phase,
-                    "currentRevision" => Text::CurrentRevision,
-                    "updateRevision" => Text::UpdateRevision,
-                    _ => Text::StartTime,
-                };
-                let value = map.next_value()?;
-                c.set_text(text, value);
-                return Ok(());
-            }
-            "replicas" => Counter::Replicas,
-            "updatedReplicas" => Counter::UpdatedReplicas,
-            "readyReplicas" => Counter::ReadyReplicas,
-            "availableReplicas" => Counter::AvailableReplicas,
-            "currentReplicas" => Counter::CurrentReplicas,
-            "desiredNumberScheduled" => Counter::DesiredNumberScheduled,
-            "currentNumberScheduled" => Counter::CurrentNumberScheduled,
-            "updatedNumberScheduled" => Counter::UpdatedNumberScheduled,
-            "numberAvailable" => Counter::NumberAvailable,
-            "numberReady" => Counter::NumberReady,
-            "fullyLabeledReplicas" => Counter::FullyLabeledReplicas,
-            "succeeded" => Counter::Succeeded,
-            "active" => Counter::Active,
-            "failed" => Counter::Failed,
+            "phase" => Lenient::Text(Text::Phase),
+            "currentRevision" => Lenient::Text(Text::CurrentRevision),
+            "updateRevision" => Lenient::Text(Text::UpdateRevision),
+            "startTime" => Lenient::Text(Text::StartTime),
+            "replicas" => Lenient::Count(Counter::Replicas),
+            "updatedReplicas" => Lenient::Count(Counter::UpdatedReplicas),
+            "readyReplicas" => Lenient::Count(Counter::ReadyReplicas),
+            "availableReplicas" => Lenient::Count(Counter::AvailableReplicas),
+            "currentReplicas" => Lenient::Count(Counter::CurrentReplicas),
+            "desiredNumberScheduled" => Lenient::Count(Counter::DesiredNumberScheduled),
+            "currentNumberScheduled" => Lenient::Count(Counter::CurrentNumberScheduled),
+            "updatedNumberScheduled" => Lenient::Count(Counter::UpdatedNumberScheduled),
+            "numberAvailable" => Lenient::Count(Counter::NumberAvailable),
+            "numberReady" => Lenient::Count(Counter::NumberReady),
+            "fullyLabeledReplicas" => Lenient::Count(Counter::FullyLabeledReplicas),
+            "succeeded" => Lenient::Count(Counter::Succeeded),
+            "active" => Lenient::Count(Counter::Active),
+            "failed" => Lenient::Count(Counter::Failed),
             _ => return skip(map),
         };
         let value = map.next_value()?;
-        c.set_counter(counter, value);
+        c.set(field, value);
         Ok(())
     }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::compact::Observed;
+use crate::compact::{Many, Observed};
 use crate::error::StatusError;
 
 /// One object read from input, with where it came from.
@@ -225,9 +225,13 @@ pub fn parse_compact(text: &str) -> Option<Vec<Observed<'_>>> {
     } else {
         vec![Observed::from_json(text).ok()?]
     };
+    // Irregular items (and anything `parse` must report) go the full way with the whole text.
     let regular = objects.iter().all(|o| match o {
-        Observed::Compact(_) => {
-            !o.api_version().is_empty() && !o.kind().is_empty() && !o.kind().ends_with("List")
+        Observed::Compact(c) => {
+            !c.is_irregular()
+                && !o.api_version().is_empty()
+                && !o.kind().is_empty()
+                && !o.kind().ends_with("List")
         }
         Observed::Full(_) => false,
     });
@@ -262,7 +266,7 @@ impl<'de> serde::Deserialize<'de> for Envelope<'de> {
                     match key.as_ref() {
                         "apiVersion" => envelope.api_version = map.next_value()?,
                         "kind" => envelope.kind = map.next_value()?,
-                        "items" => envelope.items = Some(map.next_value_seed(ManyObserved)?),
+                        "items" => envelope.items = Some(map.next_value_seed(Many(0))?),
                         _ => drop(map.next_value::<serde::de::IgnoredAny>()?),
                     }
                 }
@@ -270,28 +274,6 @@ impl<'de> serde::Deserialize<'de> for Envelope<'de> {
             }
         }
         deserializer.deserialize_map(EnvelopeVisitor)
-    }
-}
-
-/// `items` that are not a list of objects make the envelope fail, and the caller fall back.
-struct ManyObserved;
-
-impl<'de> serde::de::DeserializeSeed<'de> for ManyObserved {
-    type Value = Vec<Observed<'de>>;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        let items: Vec<crate::compact::Compact<'de>> = serde::Deserialize::deserialize(d)?;
-        // Irregular items are left as such; `parse_compact` then falls back for the text.
-        Ok(items
-            .into_iter()
-            .map(|c| {
-                if c.is_irregular() {
-                    Observed::Full(Value::Null)
-                } else {
-                    Observed::Compact(c)
-                }
-            })
-            .collect())
     }
 }
 

@@ -245,7 +245,6 @@ async fn prepare(
     decision
 }
 
-/// Calls every URL, at most 32 at a time.
 /// Writes this StatefulSet's entry into the zone-tracker ConfigMap. The write is conditional
 /// on the ConfigMap being unchanged since the decision read it (its resourceVersion, or its
 /// absence for a create), so two downscales decided at once — by this replica or another —

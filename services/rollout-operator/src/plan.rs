@@ -434,12 +434,10 @@ fn adjust_replicas(
             annotation(sts, keys::MIRROR_KIND).unwrap_or_default(),
             annotation(sts, keys::MIRROR_NAME).unwrap_or_default(),
         );
-        let Some(scale_replicas) = reference.pointer("/spec/replicas").and_then(Value::as_i64)
-        else {
+        let Some(desired) = mirrored_replicas(sts, reference) else {
             errors.push(format!("{ref_kind} {ref_name}: scale has no spec.replicas"));
             continue;
         };
-        let desired = force_replicas(sts).unwrap_or(scale_replicas as i32);
         let current = spec_replicas(sts);
         if desired == current {
             continue;
@@ -562,6 +560,34 @@ fn mirrored_reference<'a>(
     }))
 }
 
+/// The replicas a mirroring StatefulSet wants: its reference's `scale.spec.replicas`, unless
+/// force-replicas overrides it; `None` when the scale has no replicas.
+fn mirrored_replicas(sts: &StatefulSet, reference: &Value) -> Option<i32> {
+    let scale = reference
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)?;
+    Some(force_replicas(sts).unwrap_or(scale as i32))
+}
+
+/// The delayed-downscale settings (delay, prepare URL): `None` unless both annotations are set
+/// and the delay is positive; an error for a delay that does not parse.
+fn delayed_downscale(sts: &StatefulSet) -> Result<Option<(SignedDuration, &str)>, String> {
+    let (Some(delay), Some(url)) = (
+        annotation(sts, keys::DELAYED_DOWNSCALE).filter(|v| !v.is_empty()),
+        annotation(sts, keys::DELAYED_DOWNSCALE_URL).filter(|v| !v.is_empty()),
+    ) else {
+        return Ok(None);
+    };
+    let parsed = parse_prometheus_duration(delay).ok_or_else(|| {
+        format!(
+            "{}: invalid {} {delay:?}",
+            name(sts),
+            keys::DELAYED_DOWNSCALE
+        )
+    })?;
+    Ok((parsed > SignedDuration::ZERO).then_some((parsed, url)))
+}
+
 /// The delayed-downscale endpoint calls one reconcile makes for a StatefulSet before planning:
 /// the pods it would remove are asked to prepare (POST; their answers feed
 /// [`Observed::prepared_at`]) and the pods that stay are told to cancel (DELETE).
@@ -586,24 +612,17 @@ pub fn delayed_downscale_calls(
 ) -> Vec<DelayedCalls> {
     let mut out = Vec::new();
     for sts in &observed.stateful_sets {
-        let (Some(delay), Some(url)) = (
-            annotation(sts, keys::DELAYED_DOWNSCALE).filter(|v| !v.is_empty()),
-            annotation(sts, keys::DELAYED_DOWNSCALE_URL).filter(|v| !v.is_empty()),
-        ) else {
+        // A bad annotation is reported by the planner when it matters (a downscale).
+        let Ok(Some((_, url))) = delayed_downscale(sts) else {
             continue;
         };
-        // A bad annotation is reported by the planner when it matters (a downscale).
-        if parse_prometheus_duration(delay).is_none_or(|d| d <= SignedDuration::ZERO) {
-            continue;
-        }
         let Some(Ok(reference)) = mirrored_reference(sts, observed) else {
             continue;
         };
-        let Some(scale) = reference.pointer("/spec/replicas").and_then(Value::as_i64) else {
+        let Some(desired) = mirrored_replicas(sts, reference) else {
             continue;
         };
         let current = spec_replicas(sts);
-        let desired = force_replicas(sts).unwrap_or(scale as i32);
         let key = sts_key(sts);
         let service = sts
             .spec
@@ -661,22 +680,9 @@ fn delayed_downscale_target(
     plan: &mut Plan,
 ) -> Result<i32, String> {
     let current = spec_replicas(sts);
-    let (Some(delay), Some(_url)) = (
-        annotation(sts, keys::DELAYED_DOWNSCALE).filter(|v| !v.is_empty()),
-        annotation(sts, keys::DELAYED_DOWNSCALE_URL).filter(|v| !v.is_empty()),
-    ) else {
+    let Some((delay, _)) = delayed_downscale(sts)? else {
         return Ok(desired);
     };
-    let delay = parse_prometheus_duration(delay).ok_or_else(|| {
-        format!(
-            "{}: invalid {} {delay:?}",
-            name(sts),
-            keys::DELAYED_DOWNSCALE
-        )
-    })?;
-    if delay <= SignedDuration::ZERO {
-        return Ok(desired);
-    }
     let mut allowed = 0;
     for ordinal in (desired..current).rev() {
         let pod = format!("{}-{ordinal}", name(sts));
