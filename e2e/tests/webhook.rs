@@ -278,11 +278,20 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
     Ok(())
 }
 
-// Multi-threaded: the stand-in pod server must answer while this test blocks on kubectl.
+// Multi-threaded: the stand-in pod server must answer while these tests block on kubectl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepare_downscale_calls_the_pods_and_records_the_time() -> Result<()> {
+    prepare_downscale(false).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_downscale_with_the_zone_tracker_records_in_a_config_map() -> Result<()> {
+    prepare_downscale(true).await
+}
+
+async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     let client = cluster().client().await?;
-    let ns = TestNamespace::create(&client, "prepare").await?;
+    let ns = TestNamespace::create(&client, if zone_tracker { "zones" } else { "prepare" }).await?;
     // A local stand-in for the pods' prepare endpoints.
     let calls = Arc::new(AtomicUsize::new(0));
     let pods_port = free_port()?;
@@ -302,7 +311,11 @@ async fn prepare_downscale_calls_the_pods_and_records_the_time() -> Result<()> {
 
     let port = free_port()?;
     let override_addr = format!("127.0.0.1:{pods_port}");
-    let _server = start(&ns.name, port, &["--pod-address-override", &override_addr])?;
+    let mut args = vec!["--pod-address-override", override_addr.as_str()];
+    if zone_tracker {
+        args.push("--use-zone-tracker");
+    }
+    let _server = start(&ns.name, port, &args)?;
     let name = format!("{}-prepare", ns.name);
     let _hook = register(
         &client,
@@ -330,11 +343,7 @@ async fn prepare_downscale_calls_the_pods_and_records_the_time() -> Result<()> {
         Ok(Some(()))
     })
     .await?;
-    // Two pods (ordinals 2 and 1) per admission round. The last-downscale patch made during
-    // admission changes the StatefulSet, so the API server's update retry can run admission
-    // again (the anchor behaves the same, its issue #303): whole rounds of two calls.
     let made = calls.load(Ordering::SeqCst);
-    assert!(made >= 2 && made.is_multiple_of(2), "{made} prepare calls");
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let annotations = api
         .get("store")
@@ -342,9 +351,34 @@ async fn prepare_downscale_calls_the_pods_and_records_the_time() -> Result<()> {
         .metadata
         .annotations
         .unwrap_or_default();
-    let stamp = annotations
-        .get("grafana.com/last-downscale")
-        .expect("last-downscale written");
+    let stamp = if zone_tracker {
+        // The StatefulSet is left alone during admission, so there is exactly one round of
+        // two calls (ordinals 2 and 1) and no annotation; the ConfigMap holds only this zone.
+        assert_eq!(made, 2, "prepare calls");
+        assert!(!annotations.contains_key("grafana.com/last-downscale"));
+        let tracker: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(client.clone(), &ns.name);
+        let data = tracker
+            .get("rollout-operator-zone-tracker")
+            .await?
+            .data
+            .unwrap_or_default();
+        assert_eq!(data.len(), 1, "only the downscaled zone: {data:?}");
+        let entry: serde_json::Value = serde_json::from_str(&data["store"])?;
+        entry["lastDownscaled"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    } else {
+        // Two pods (ordinals 2 and 1) per admission round. The last-downscale patch made
+        // during admission changes the StatefulSet, so the API server's update retry can run
+        // admission again (the anchor behaves the same, its issue #303): whole rounds of two.
+        assert!(made >= 2 && made.is_multiple_of(2), "{made} prepare calls");
+        annotations
+            .get("grafana.com/last-downscale")
+            .expect("last-downscale written")
+            .clone()
+    };
     assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp}");
     Ok(())
 }
