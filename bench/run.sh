@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `make bench`: core-status against Go kstatus on the same corpus, same machine, same run.
+# `make bench`: core-status against Go kstatus on the same corpus, same machine, same run;
+# then the layer-controller, rollout-operator and admission-webhook on the local control plane.
 # Builds the Go harness (cached by cli-utils version), builds the Rust harness in release mode,
 # generates a deterministic mixed corpus, runs each harness RUNS times and writes the median
 # run of each to docs/benchmarks.md together with the exact command.
@@ -17,26 +18,36 @@ go_bin="$cache/bin/kstatus-bench-$cli_utils_version/kstatus-bench"
 work="$target/bench"
 mkdir -p "$work"
 
+# driver_runs NAME VAR=BINARY DRIVER: runs DRIVER RUNS times, each on a fresh local control
+# plane with VAR naming the measured binary, collecting its last output line (one JSON object
+# per run) in $work/NAME.jsonl.
+driver_runs() {
+  local name="$1" binary="$2" driver="$3"
+  : > "$work/$name.jsonl"
+  for _ in $(seq 1 "$RUNS"); do
+    env "$binary" STRATA_BIN_DIR="$target/debug" scripts/with-plane.sh "$driver" \
+      | tail -n 1 >> "$work/$name.jsonl"
+  done
+}
+
 layers_bench() {
   # 50 layers x 20 objects in one dependency chain on the local control plane (release
   # controller; the driver and the plane are debug builds, they only wait).
   echo "bench: building the layer-controller (release) and the layers driver" >&2
   cargo build --release -p layer-controller >&2
   cargo build -p strata-e2e --bins --example layers_bench >&2
-  : > "$work/layers.jsonl"
-  for _ in $(seq 1 "$RUNS"); do
-    LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
-      scripts/with-plane.sh "$target/debug/examples/layers_bench" | tail -n 1 >> "$work/layers.jsonl"
-  done
+  driver_runs layers LAYER_CONTROLLER_BIN="$target/release/layer-controller" \
+    "$target/debug/examples/layers_bench"
   python3 - "$work/layers.jsonl" "$RUNS" <<'PY'
-import json, sys, datetime, re, pathlib
+import json, sys, datetime
+sys.path.insert(0, "bench"); import docs_section
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 runs.sort(key=lambda r: r["revision_to_all_deployed_seconds"])
 m = runs[len(runs) // 2]
 rows = "\n".join(
     f"| {r['revision_to_all_deployed_seconds']:.1f} s | {r['first_layer_deployed_ms']:.0f} ms | {r['hop_ms_median']:.0f} ms | {r['hop_ms_p90']:.0f} ms | {r['hop_ms_max']:.0f} ms | {r['initial_deploy_seconds']:.1f} s | {r['controller_peak_rss_kib']/1024:.0f} MiB |"
     for r in runs)
-section = f"""<!-- layers:begin -->
+docs_section.write("layers", f"""
 ## layer-controller: 50 layers × 20 objects in one dependency chain
 
 Command: `make bench` (= `bench/run.sh`, the layers part alone: `BENCH_ONLY=layers bench/run.sh`);
@@ -56,22 +67,119 @@ kustomize-controller re-checks a blocked dependent every `--requeue-dependency` 
 default), so the same chain takes about 50 × 30 s = 25 min there (the anchor's documented
 behaviour; Flux was not run on this machine). Both cores are shared by etcd, kube-apiserver,
 the controller and the driver, which is where the slow hops come from.
-<!-- layers:end -->
-"""
-path = pathlib.Path("docs/benchmarks.md")
-text = path.read_text()
-if "<!-- layers:begin -->" in text:
-    text = re.sub(r"<!-- layers:begin -->.*?<!-- layers:end -->\n", lambda _: section, text, flags=re.S)
-else:
-    text += "\n" + section
-path.write_text(text)
+""")
 print(f"bench: layers median run {m['revision_to_all_deployed_seconds']:.1f}s, hop median {m['hop_ms_median']:.0f} ms", file=sys.stderr)
 PY
 }
-if [[ "${BENCH_ONLY:-}" == layers ]]; then
-  layers_bench
-  exit 0
-fi
+# The anchor's module cannot be fetched here: proxy.golang.org answers 403 for every version
+# of github.com/grafana/rollout-operator (checked by each run below, and written down with the
+# results), so the rollout-operator and admission-webhook parts measure Strata alone.
+anchor_status() {
+  local code
+  code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 \
+    "${GOPROXY_URL:-https://proxy.golang.org}/github.com/grafana/rollout-operator/@v/list" || true)"
+  echo "proxy.golang.org answered HTTP ${code:-nothing} for github.com/grafana/rollout-operator/@v/list on $(date -u +%F)"
+}
+
+rollout_bench() {
+  echo "bench: building the rollout-operator (release) and the rollout driver" >&2
+  cargo build --release -p rollout-operator >&2
+  cargo build -p strata-e2e --bins --example rollout_bench >&2
+  local anchor; anchor="$(anchor_status)"
+  driver_runs rollout ROLLOUT_OPERATOR_BIN="$target/release/rollout-operator" \
+    "$target/debug/examples/rollout_bench"
+  python3 - "$work/rollout.jsonl" "$RUNS" "$anchor" <<'PY'
+import json, sys, datetime
+sys.path.insert(0, "bench"); import docs_section
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs.sort(key=lambda r: r["first_deletion_ms_median"])
+m = runs[len(runs) // 2]
+rows = "\n".join(
+    f"| {r['idle_rss_kib']/1024:.1f} MiB | {r['loaded_rss_kib']/1024:.1f} MiB | {r['peak_rss_kib']/1024:.1f} MiB | "
+    f"{', '.join(f'{x:.0f}' for x in r['first_deletion_ms'])} ms | {r['first_deletion_ms_median']:.0f} ms | {r['first_deletion_ms_max']:.0f} ms | "
+    f"{sum(r['group_rolled_seconds'])/len(r['group_rolled_seconds']):.1f} s | {r['setup_seconds']:.0f} s |"
+    for r in runs)
+docs_section.write("rollout", f"""
+## rollout-operator: 100 StatefulSets × 10 pods
+
+Command: `make bench` (= `bench/run.sh`; this part alone: `BENCH_ONLY=rollout bench/run.sh`);
+{sys.argv[2]} runs, each on a fresh local control plane, {datetime.date.today().isoformat()}. Release
+operator, leader election on, watching the bench namespace. 100 OnDelete StatefulSets of 10
+pods (34 rollout groups of up to 3 zones, `rollout-max-unavailable: 2`) on kwok nodes. RSS idle
+= before any StatefulSet exists; loaded = all 1,000 pods Ready and the operator settled.
+Latency: the template of every zone of one group is changed (watch on the group's pods already
+established) → the first pod of the group deleted; five groups in turn, each left to finish
+rolling (30 pods) before the next. The latency includes kube-controller-manager publishing
+the new revision, which the operator waits for.
+
+| idle RSS | loaded RSS | peak RSS | template change → first deletion | median | max | group rolled (mean) | setup |
+|---:|---:|---:|---|---:|---:|---:|---:|
+{rows}
+
+Median run: **first deletion {m['first_deletion_ms_median']:.0f} ms median, {m['first_deletion_ms_max']:.0f} ms worst** (goal < 1 s:
+{'met' if m['first_deletion_ms_max'] < 1000 else 'not met for every sample'}); **RSS {m['idle_rss_kib']/1024:.1f} MiB idle, {m['loaded_rss_kib']/1024:.1f} MiB with 1,000 pods**.
+
+Anchor: not measured — {sys.argv[3]}, so
+`github.com/grafana/rollout-operator` cannot be built through the Go module proxy on this
+machine and the RSS ratio (goal ≤ ⅓) is not established. For reference only, its documented
+behaviour bounds its latency: it reconciles every group on a fixed 5 s tick
+(`-reconcile.interval`), so a template change waits up to 5 s before any deletion.
+""")
+print(f"bench: rollout first deletion median {m['first_deletion_ms_median']:.0f} ms", file=sys.stderr)
+PY
+}
+
+webhook_bench() {
+  echo "bench: building the admission-webhook (release) and the load generator" >&2
+  cargo build --release -p admission-webhook >&2
+  cargo build -p strata-e2e --bins >&2
+  cargo build --release -p strata-e2e --example webhook_bench >&2
+  local anchor; anchor="$(anchor_status)"
+  driver_runs webhook WEBHOOK_BIN="$target/release/admission-webhook" \
+    "$target/release/examples/webhook_bench"
+  python3 - "$work/webhook.jsonl" "$RUNS" "$anchor" <<'PY'
+import json, sys, datetime
+sys.path.insert(0, "bench"); import docs_section
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+runs.sort(key=lambda r: r["p99_ms"])
+m = runs[len(runs) // 2]
+rows = "\n".join(
+    f"| {r['requests']:,} | {r['errors']} | {r['p50_ms']:.3f} ms | {r['p99_ms']:.3f} ms | {r['p999_ms']:.3f} ms | {r['max_ms']:.1f} ms | "
+    f"{r['server_cpu_seconds']/r['seconds']*100:.0f}% | {r['idle_rss_kib']/1024:.1f} MiB | {r['peak_rss_kib']/1024:.1f} MiB |"
+    for r in runs)
+docs_section.write("webhook", f"""
+## admission-webhook: constant-rate no-downscale reviews over TLS
+
+Command: `make bench` (= `bench/run.sh`; this part alone: `BENCH_ONLY=webhook bench/run.sh`);
+{sys.argv[2]} runs, {datetime.date.today().isoformat()}, each against a release server started on a fresh
+local control plane (self-managed certificate from its Secret; the load generator verifies it
+against the Secret's CA). Load (`e2e/examples/webhook_bench.rs`, release): {m['rate']:.0f} reviews/s for
+{m['seconds']} s over {m['connections']} keep-alive HTTP/1.1 TLS connections on loopback after a 2 s warm-up,
+open loop (latency counted from each request's due time). Each review is a realistic UPDATE of
+a labelled StatefulSet ({m['request_bytes']:,} bytes: object and oldObject), alternating a denied
+downscale and an allowed upscale; an error is any failed connection, non-200 answer or wrong
+decision. CPU = the server's user+system time over the run.
+
+| requests | errors | p50 | p99 | p99.9 | max | server CPU | idle RSS | peak RSS |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+{rows}
+
+Median run (by p99): **p99 {m['p99_ms']:.3f} ms, {m['errors']} errors, peak RSS {m['peak_rss_kib']/1024:.1f} MiB**
+(goals p99 ≤ 1 ms: {'met' if m['p99_ms'] <= 1 else 'not met'}; zero errors: {'met' if m['errors'] == 0 else 'not met'}).
+
+Anchor: not measured — {sys.argv[3]}, so its
+webhook server cannot be built through the Go module proxy on this machine and the RSS ratio
+(goal ≤ ⅓) is not established.
+""")
+print(f"bench: webhook p99 {m['p99_ms']:.3f} ms, {m['errors']} errors", file=sys.stderr)
+PY
+}
+
+case "${BENCH_ONLY:-}" in
+  layers) layers_bench; exit 0 ;;
+  rollout) rollout_bench; exit 0 ;;
+  webhook) webhook_bench; exit 0 ;;
+esac
 
 if [[ ! -x "$go_bin" ]]; then
   echo "bench: building the Go kstatus harness (cli-utils $cli_utils_version)" >&2
@@ -123,7 +231,8 @@ echo "go (decode):   $go_decode" >&2
 echo "rust (decode): $rust_decode" >&2
 
 python3 - "$go_result" "$rust_result" "$OBJECTS" "$ITERATIONS" "$RUNS" "$cli_utils_version" "${small[0]}" "${small[1]}" "$go_decode" "$rust_decode" "$rust_full" "$DECODE_PASSES" "${small[2]}" <<'PY'
-import json, sys, datetime, re, pathlib
+import json, sys, datetime
+sys.path.insert(0, "bench"); import docs_section
 go, rust = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 objects, iterations, runs, version = sys.argv[3:7]
 go_small, rust_small = json.loads(sys.argv[7]), json.loads(sys.argv[8])
@@ -136,7 +245,7 @@ ratio_small = rust_small["objects_per_second"] / go_small["objects_per_second"]
 same = go["statuses"] == rust["statuses"] == rust_full["statuses"] == go_dec["statuses"] == rust_dec["statuses"]
 def row(name, r):
     return f"| {name} | {r['objects_per_second']:,.0f} | {r['peak_rss_kib']/1024:.1f} MiB | `{json.dumps(r['statuses'], sort_keys=True)}` |"
-section = f"""<!-- core-status:begin -->
+docs_section.write("core-status", f"""
 ## core-status: status of a mixed corpus vs Go kstatus
 
 Command: `make bench` (= `bench/run.sh`, BENCH_OBJECTS={objects} BENCH_ITERATIONS={iterations} BENCH_RUNS={runs} BENCH_DECODE_PASSES={passes});
@@ -177,18 +286,12 @@ building those trees dominates decoding. The compact decoder keeps only the fiel
 read, borrowed from the input, and skips the rest without allocating; objects with an
 irregular shape on a strictly read field are decoded in full, so results are identical
 (every rule table in `crates/core-status/tests/rules.rs` runs through both paths).
-<!-- core-status:end -->
-"""
-path = pathlib.Path("docs/benchmarks.md")
-text = path.read_text() if path.exists() else "# Benchmarks\n\nEvery figure here comes from `make bench` on the project's machine (2 cores, 24 GiB), with the anchor measured in the same run.\n\n"
-if "<!-- core-status:begin -->" in text:
-    text = re.sub(r"<!-- core-status:begin -->.*?<!-- core-status:end -->\n", lambda _: section, text, flags=re.S)
-else:
-    text += section
-path.write_text(text)
+""")
 print(f"bench: Strata/Go throughput ratio {ratio:.1f}x; written to docs/benchmarks.md", file=sys.stderr)
 PY
 
 if [[ "${BENCH_ONLY:-}" != core-status ]]; then
   layers_bench
+  rollout_bench
+  webhook_bench
 fi

@@ -15,9 +15,8 @@ use futures::StreamExt;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use layer_controller::crd::AddonsLayer;
+use strata_e2e::bench::{percentile, rss_kib, spawn_measured};
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::plane::free_port;
-use strata_e2e::services::ServiceProcess;
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 const LAYERS: usize = 50;
@@ -36,15 +35,6 @@ fn revision_files(ns: &str, generation: &str) -> Vec<(String, String)> {
             (format!("l{l:02}/objects.yaml"), docs.join("---\n"))
         })
         .collect()
-}
-
-fn rss_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Watches the layers until all are Deployed at `revision`; returns when each got there.
@@ -74,11 +64,6 @@ async fn deployed_times(
     Ok(times)
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let client = cluster().client().await?;
@@ -98,22 +83,16 @@ async fn main() -> Result<()> {
     create_gitrepository(&client, &ns).await?;
     set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
 
-    let binary = std::env::var("LAYER_CONTROLLER_BIN").context("LAYER_CONTROLLER_BIN")?;
-    let admin = format!("127.0.0.1:{}", free_port()?);
     let selector = format!("strata-e2e/suite={ns}");
-    let controller = ServiceProcess::spawn_blocking(
-        std::path::Path::new(&binary),
-        cluster().kubeconfig(),
+    let controller = spawn_measured(
+        "LAYER_CONTROLLER_BIN",
         &[
-            "--admin-address",
-            &admin,
             "--leader-elect=false",
             "--layer-selector",
             &selector,
             "--default-source-namespace",
             &ns,
         ],
-        &std::env::temp_dir().join("strata-bench-logs"),
     )?;
     let api: Api<AddonsLayer> = Api::all(client.clone());
     let started = Instant::now();

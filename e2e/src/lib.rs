@@ -6,8 +6,10 @@
 //!   applying YAML, waiting for conditions;
 //! - [`services`]: running Strata's service binaries as child processes whose logs are printed
 //!   when a test fails;
-//! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests.
+//! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests;
+//! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles).
 
+pub mod bench;
 pub mod flux;
 pub mod plane;
 pub mod services;

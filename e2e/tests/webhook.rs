@@ -103,12 +103,20 @@ async fn register(
     path: &str,
     rules: &str,
 ) -> Result<Registered> {
-    apply_yaml(
-        client,
-        ns,
-        &configuration(kind, name, ns, port, path, rules),
-    )
-    .await?;
+    let yaml = configuration(kind, name, ns, port, path, rules);
+    register_yaml(client, ns, kind, name, &yaml).await
+}
+
+/// Creates a webhook configuration of `kind` written out in `yaml` and waits until the CA is
+/// injected into it.
+async fn register_yaml(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    yaml: &str,
+) -> Result<Registered> {
+    apply_yaml(client, ns, yaml).await?;
     let registered = Registered {
         resource: if kind == "MutatingWebhookConfiguration" {
             "mutatingwebhookconfiguration"
@@ -156,6 +164,53 @@ spec:
     spec: {{containers: [{{name: c, image: x}}]}}
 "#
     )
+}
+
+/// A local stand-in for the pods' prepare-downscale endpoint (reached through the webhook's
+/// test-only `--pod-address-override`): counts POSTs, each answered after `delay`, and DELETEs.
+struct StandInPods {
+    address: String,
+    posts: Arc<AtomicUsize>,
+    deletes: Arc<AtomicUsize>,
+}
+
+impl StandInPods {
+    async fn start(delay: Duration) -> Result<Self> {
+        let (posts, deletes) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (p, d) = (posts.clone(), deletes.clone());
+        let app = axum::Router::new().route(
+            "/ingester/prepare-shutdown",
+            axum::routing::post(move || {
+                p.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(delay).await;
+                    "ok"
+                }
+            })
+            .delete(move || {
+                d.fetch_add(1, Ordering::SeqCst);
+                async { "ok" }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?.to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(Self {
+            address,
+            posts,
+            deletes,
+        })
+    }
+}
+
+/// The entries of the zone-tracker ConfigMap (default name) in `ns`.
+async fn zone_tracker_data(
+    client: &kube::Client,
+    ns: &str,
+) -> Result<std::collections::BTreeMap<String, String>> {
+    let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+    let found = api.get("rollout-operator-zone-tracker").await?;
+    Ok(found.data.unwrap_or_default())
 }
 
 fn kubectl_scale(ns: &str, name: &str, replicas: u32) -> std::process::Output {
@@ -292,26 +347,9 @@ async fn prepare_downscale_with_the_zone_tracker_records_in_a_config_map() -> Re
 async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, if zone_tracker { "zones" } else { "prepare" }).await?;
-    // A local stand-in for the pods' prepare endpoints.
-    let calls = Arc::new(AtomicUsize::new(0));
-    let pods_port = free_port()?;
-    let counter = calls.clone();
-    let app = axum::Router::new().route(
-        "/ingester/prepare-shutdown",
-        axum::routing::post(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                "ok"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", pods_port)).await?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
+    let pods = StandInPods::start(Duration::ZERO).await?;
     let port = free_port()?;
-    let override_addr = format!("127.0.0.1:{pods_port}");
-    let mut args = vec!["--pod-address-override", override_addr.as_str()];
+    let mut args = vec!["--pod-address-override", pods.address.as_str()];
     if zone_tracker {
         args.push("--use-zone-tracker");
     }
@@ -343,7 +381,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
         Ok(Some(()))
     })
     .await?;
-    let made = calls.load(Ordering::SeqCst);
+    let made = pods.posts.load(Ordering::SeqCst);
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let annotations = api
         .get("store")
@@ -356,13 +394,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
         // two calls (ordinals 2 and 1) and no annotation; the ConfigMap holds only this zone.
         assert_eq!(made, 2, "prepare calls");
         assert!(!annotations.contains_key("grafana.com/last-downscale"));
-        let tracker: Api<k8s_openapi::api::core::v1::ConfigMap> =
-            Api::namespaced(client.clone(), &ns.name);
-        let data = tracker
-            .get("rollout-operator-zone-tracker")
-            .await?
-            .data
-            .unwrap_or_default();
+        let data = zone_tracker_data(&client, &ns.name).await?;
         assert_eq!(data.len(), 1, "only the downscaled zone: {data:?}");
         let entry: serde_json::Value = serde_json::from_str(&data["store"])?;
         entry["lastDownscaled"]
@@ -380,6 +412,132 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
             .clone()
     };
     assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp}");
+    Ok(())
+}
+
+/// Two zones of one rollout group scaled down at the same moment, each through a different
+/// replica of the webhook in zone-tracker mode. The pods take 3 s to prepare, so both
+/// decisions read the ConfigMap before either records its downscale: without the conditional
+/// write both would pass the minimum-time check. Exactly one downscale must win; the other is
+/// denied and its pod un-prepared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_zone_downscales_through_two_replicas_let_exactly_one_through() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "race").await?;
+    let pods = StandInPods::start(Duration::from_secs(3)).await?;
+    let args = [
+        "--pod-address-override",
+        pods.address.as_str(),
+        "--use-zone-tracker",
+    ];
+    // Two replicas sharing the certificate Secret; each zone's downscale goes to its own one.
+    let (port_a, port_b) = (free_port()?, free_port()?);
+    let _replica_a = start(&ns.name, port_a, &args)?;
+    let _replica_b = start(&ns.name, port_b, &args)?;
+    let mut hooks = Vec::new();
+    for (zone, port) in [("a", port_a), ("b", port_b)] {
+        let kind = "MutatingWebhookConfiguration";
+        let name = format!("{}-race-{zone}", ns.name);
+        let path = "/admission/prepare-downscale";
+        let mut yaml = configuration(kind, &name, &ns.name, port, path, STS_RULES);
+        // Each configuration only sees its own zone (by the StatefulSet's labels, so the
+        // downscales below patch the object rather than its /scale subresource).
+        yaml.push_str(&format!(
+            "  objectSelector: {{matchLabels: {{zone: \"{zone}\"}}}}\n"
+        ));
+        hooks.push(register_yaml(&client, &ns.name, kind, &name, &yaml).await?);
+    }
+    for zone in ["a", "b"] {
+        apply_yaml(
+            &client,
+            &ns.name,
+            &sts(
+                &format!("store-zone-{zone}"),
+                &format!(
+                    r#"zone: "{zone}", rollout-group: store, "grafana.com/prepare-downscale": "true", "grafana.com/min-time-between-zones-downscale": 1h"#
+                ),
+                r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#,
+            ),
+        )
+        .await?;
+    }
+    // The zone rules only allow a downscale while the other zone is fully Ready.
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    eventually("both zones ready", Duration::from_secs(60), || async {
+        for zone in ["a", "b"] {
+            let status = api
+                .get(&format!("store-zone-{zone}"))
+                .await?
+                .status
+                .unwrap_or_default();
+            if status.ready_replicas != Some(3) || status.updated_replicas != Some(3) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await?;
+    let scale = |zone: &'static str| {
+        let ns = ns.name.clone();
+        std::thread::spawn(move || {
+            cluster()
+                .kubectl()
+                .args([
+                    "-n",
+                    &ns,
+                    "patch",
+                    "statefulset",
+                    &format!("store-zone-{zone}"),
+                ])
+                .args(["--type=merge", "-p", r#"{"spec":{"replicas":2}}"#])
+                .output()
+                .unwrap()
+        })
+    };
+    let (a, b) = (scale("a"), scale("b"));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    let won: Vec<&str> = [("store-zone-a", &a), ("store-zone-b", &b)]
+        .iter()
+        .filter(|(_, out)| out.status.success())
+        .map(|(name, _)| *name)
+        .collect();
+    assert_eq!(
+        won.len(),
+        1,
+        "exactly one downscale may pass: a: {}, b: {}",
+        String::from_utf8_lossy(&a.stderr),
+        String::from_utf8_lossy(&b.stderr)
+    );
+    let loser = if a.status.success() { &b } else { &a };
+    let message = String::from_utf8_lossy(&loser.stderr);
+    assert!(
+        message.contains(
+            "is not allowed because setting downscale timestamp in the zone ConfigMap failed."
+        ),
+        "the loser must lose the conditional write, not a later check: {message}"
+    );
+    assert_eq!(
+        pods.posts.load(Ordering::SeqCst),
+        2,
+        "one pod prepared per zone"
+    );
+    assert_eq!(
+        pods.deletes.load(Ordering::SeqCst),
+        1,
+        "the loser's pod un-prepared"
+    );
+    let data = zone_tracker_data(&client, &ns.name).await?;
+    assert_eq!(
+        data.keys().map(String::as_str).collect::<Vec<_>>(),
+        won,
+        "the ConfigMap records the winner only"
+    );
+    for (name, out) in [("store-zone-a", &a), ("store-zone-b", &b)] {
+        let replicas = api.get(name).await?.spec.and_then(|s| s.replicas);
+        let expected = if out.status.success() { 2 } else { 3 };
+        assert_eq!(replicas, Some(expected), "{name}");
+    }
+    drop(hooks);
     Ok(())
 }
 

@@ -83,24 +83,22 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         // so none of the reads below are paid for it.
         Webhook::NoDownscale | Webhook::PrepareDownscale
             if crate::webhooks::downscale_prefix(review).is_none() => {}
-        Webhook::NoDownscale | Webhook::PrepareDownscale => {
-            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
-            if let Ok(list) = sts.list(&ListParams::default()).await {
-                state.stateful_sets = list.items;
-            }
-            if webhook == Webhook::PrepareDownscale {
-                let pods: Api<Pod> = Api::namespaced(app.client.clone(), &namespace);
-                if let Ok(list) = pods.list(&ListParams::default()).await {
-                    state.pods = list.items;
-                }
-            }
+        // A downscale of the object itself carries its labels in `oldObject`; only a `/scale`
+        // request needs its parent, read by name (never a LIST per review).
+        Webhook::NoDownscale if !crate::webhooks::needs_parent(review) => {}
+        Webhook::NoDownscale => {
             let resource = review
                 .request
                 .pointer("/resource/resource")
                 .and_then(Value::as_str)
                 .unwrap_or_default();
-            if webhook == Webhook::NoDownscale && matches!(resource, "deployments" | "replicasets")
-            {
+            let name = review.field("name");
+            if resource == "statefulsets" {
+                let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
+                if let Ok(Some(found)) = sts.get_opt(name).await {
+                    state.stateful_sets.push(found);
+                }
+            } else if matches!(resource, "deployments" | "replicasets") {
                 let kind = if resource == "deployments" {
                     "Deployment"
                 } else {
@@ -112,11 +110,21 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
                 );
                 let api: Api<DynamicObject> =
                     Api::namespaced_with(app.client.clone(), &namespace, &ar);
-                if let Ok(Some(object)) = api.get_opt(review.field("name")).await
+                if let Ok(Some(object)) = api.get_opt(name).await
                     && let Some(value) = typed_value(&object, &ar)
                 {
                     state.references.push(value);
                 }
+            }
+        }
+        Webhook::PrepareDownscale => {
+            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
+            if let Ok(list) = sts.list(&ListParams::default()).await {
+                state.stateful_sets = list.items;
+            }
+            let pods: Api<Pod> = Api::namespaced(app.client.clone(), &namespace);
+            if let Ok(list) = pods.list(&ListParams::default()).await {
+                state.pods = list.items;
             }
         }
         Webhook::PodEviction => {

@@ -184,20 +184,26 @@ fn prefix(review: &Review, old: i64, new: i64) -> String {
     )
 }
 
+/// Whether deciding this review reads the scaled object from the cluster: only a `/scale`
+/// request, whose old object is a `Scale` without the parent's labels.
+pub fn needs_parent(review: &Review) -> bool {
+    review
+        .request
+        .pointer("/oldObject/kind")
+        .and_then(Value::as_str)
+        == Some("Scale")
+}
+
 /// The labels of the object being scaled: the old object itself, or for a `/scale` request
 /// the parent read from the cluster.
 fn target_labels(
     review: &Review,
     cluster: &Cluster,
 ) -> Result<Option<serde_json::Map<String, Value>>, String> {
-    let old = review
-        .request
-        .get("oldObject")
-        .cloned()
-        .unwrap_or(Value::Null);
-    if old.get("kind").and_then(Value::as_str) != Some("Scale") {
-        return Ok(old
-            .pointer("/metadata/labels")
+    if !needs_parent(review) {
+        return Ok(review
+            .request
+            .pointer("/oldObject/metadata/labels")
             .and_then(Value::as_object)
             .cloned());
     }

@@ -16,7 +16,7 @@ use core_k8s::events::Severity;
 use core_k8s::pod_http::PodHttp;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
 use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use crate::keys;
 use crate::metrics::Metrics;
-use crate::observed::{Observed, annotation, label};
+use crate::observed::{Observed, annotation, label, template_name};
 use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at};
 
 /// How often every group is reconciled even without a change.
@@ -122,15 +122,19 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         watcher(
             sts_api,
             watcher::Config::default().labels(keys::ROLLOUT_GROUP),
-        ),
+        )
+        .modify(slim_stateful_set),
     )
     .default_backoff()
     .touched_objects();
     let pod_api: Api<Pod> = ctx.watched_api();
     let (pod_reader, pod_writer) = reflector::store();
-    let pod_stream = reflector(pod_writer, watcher(pod_api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
+    let pod_stream = reflector(
+        pod_writer,
+        watcher(pod_api, watcher::Config::default()).modify(slim_pod),
+    )
+    .default_backoff()
+    .touched_objects();
     // ZPDBs are optional: a missing CRD only means no zone-aware budget (the anchor never
     // became ready without it, §19.10).
     let zpdb_resource =
@@ -245,6 +249,35 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     tracing::info!("rollout controller stopped");
 }
 
+/// Drops what the planner never reads from a cached pod: its spec, managed fields and most of
+/// its status. With a thousand pods these are most of the operator's memory (and of the copies
+/// a reconcile takes). Writes are merge patches, never the cached object, so nothing is lost.
+fn slim_pod(pod: &mut Pod) {
+    pod.metadata.managed_fields = None;
+    if let Some(annotations) = pod.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    pod.spec = None;
+    if let Some(status) = pod.status.as_mut() {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            conditions: status.conditions.take(),
+            container_statuses: status.container_statuses.take(),
+            ..PodStatus::default()
+        };
+    }
+}
+
+/// Managed fields and kubectl's copy of the last applied object, for the same reason.
+fn slim_stateful_set(sts: &mut StatefulSet) {
+    sts.metadata.managed_fields = None;
+    if let Some(annotations) = sts.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 fn all_groups(stores: &Stores) -> BTreeSet<GroupKey> {
     stores
         .stateful_sets
@@ -311,6 +344,10 @@ async fn reconcile_group_inner(
         return Ok(None);
     }
     let namespace = key.namespace.clone();
+    // The planner reads only the members' pods (`Observed::pods_of`: same namespace, `name`
+    // label = a member's template name); copying just those keeps a reconcile's cost and
+    // memory proportional to its group, not to the namespace.
+    let templates: HashSet<&str> = members.iter().filter_map(|s| template_name(s)).collect();
     let mut observed = Observed {
         stateful_sets: members.iter().map(|s| (**s).clone()).collect(),
         pods: stores
@@ -318,6 +355,10 @@ async fn reconcile_group_inner(
             .state()
             .iter()
             .filter(|p| p.namespace().as_deref() == Some(&namespace))
+            .filter(|p| {
+                label(&p.metadata.labels, keys::POD_NAME_LABEL)
+                    .is_some_and(|n| templates.contains(n))
+            })
             .map(|p| (**p).clone())
             .collect(),
         zpdbs: stores
@@ -587,5 +628,57 @@ async fn write_back(ctx: &Arc<Context>, namespace: &str, sts: &StatefulSet, repl
         .await
     {
         tracing::warn!(reference = %format!("{kind}/{name}"), error = %e, "writing replicas back failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::observed::running_and_ready;
+
+    fn pod(ready: bool) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": "ingester-zone-a-0", "namespace": "mimir",
+                "labels": {"name": "ingester-zone-a", "controller-revision-hash": "ingester-zone-a-1"},
+                "annotations": {LAST_APPLIED: "{}", "keep": "me"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ingester-zone-a", "uid": "u"}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update"}]
+            },
+            "spec": {"containers": [{"name": "ingester", "image": "mimir:1"}]},
+            "status": {
+                "phase": "Running", "podIP": "10.0.0.1", "hostIP": "10.0.1.1",
+                "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+                "containerStatuses": [{"name": "ingester", "image": "mimir:1", "imageID": "", "restartCount": 0,
+                    "ready": ready, "state": {"running": {}}}]
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn slimming_keeps_everything_the_planner_reads() {
+        for ready in [true, false] {
+            let full = pod(ready);
+            let mut slim = full.clone();
+            slim_pod(&mut slim);
+            assert_eq!(slim.spec, None);
+            assert_eq!(slim.metadata.managed_fields, None);
+            let annotations = slim.metadata.annotations.clone().unwrap();
+            assert!(!annotations.contains_key(LAST_APPLIED));
+            assert_eq!(annotations.get("keep").map(String::as_str), Some("me"));
+            assert_eq!(slim.metadata.labels, full.metadata.labels);
+            assert_eq!(
+                slim.metadata.owner_references,
+                full.metadata.owner_references
+            );
+            let status = slim.status.clone().unwrap();
+            assert_eq!(status.pod_ip, None);
+            assert_eq!(status.conditions, full.status.clone().unwrap().conditions);
+            assert_eq!(running_and_ready(&slim), ready);
+            assert_eq!(running_and_ready(&slim), running_and_ready(&full));
+        }
     }
 }

@@ -1,0 +1,19 @@
+"""Writes one benchmark's section into docs/benchmarks.md: replaces the text between its
+`<!-- NAME:begin -->` and `<!-- NAME:end -->` markers, or appends it the first time."""
+import pathlib
+import re
+
+HEADER = ("# Benchmarks\n\nEvery figure here comes from `make bench` on the project's machine "
+          "(2 cores, 24 GiB), with the anchor measured in the same run.\n\n")
+
+
+def write(name, body):
+    section = f"<!-- {name}:begin -->\n{body.strip()}\n<!-- {name}:end -->\n"
+    path = pathlib.Path("docs/benchmarks.md")
+    text = path.read_text() if path.exists() else HEADER
+    pattern = re.compile(rf"<!-- {re.escape(name)}:begin -->.*?<!-- {re.escape(name)}:end -->\n", re.S)
+    if pattern.search(text):
+        text = pattern.sub(lambda _: section, text)
+    else:
+        text += "\n" + section
+    path.write_text(text)

@@ -1,0 +1,296 @@
+//! `make bench` part: a constant-rate load of no-downscale AdmissionReviews over TLS on
+//! loopback against the admission-webhook (self-managed certificate, verified against the CA
+//! from its Secret). Half the reviews are denied downscales of a StatefulSet labelled
+//! `grafana.com/no-downscale=true`, half allowed upscales; every answer is checked.
+//!
+//! Open loop: request *n* is due at `n / rate` seconds, spread over a fixed set of keep-alive
+//! connections; latency counts from the due time, so a slow answer that delays the next
+//! request on its connection is charged to that request too (no coordinated omission).
+//! Prints one JSON line. The server binary is `$WEBHOOK_BIN` (the bench builds it in release
+//! mode); `BENCH_WEBHOOK_RATE`, `BENCH_WEBHOOK_SECONDS`, `BENCH_WEBHOOK_CONNECTIONS` tune it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::rt::TokioIo;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use strata_e2e::bench::{cpu_ticks, percentile, rss_kib, spawn_measured};
+use strata_e2e::plane::free_port;
+use strata_e2e::support::{TestNamespace, cluster, eventually, http_get};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A StatefulSet as kube-apiserver sends it (defaulted fields included), `replicas` replicas.
+fn stateful_set(ns: &str, replicas: u32) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {
+            "name": "ingester-zone-a", "namespace": ns, "uid": "8f0c1a9e-5d7b-4c1e-9a51-3b1f0e6c2d44",
+            "resourceVersion": "48213", "generation": 7, "creationTimestamp": "2026-11-20T08:00:00Z",
+            "labels": {"grafana.com/no-downscale": "true", "rollout-group": "ingester", "name": "ingester-zone-a"},
+            "annotations": {"rollout-max-unavailable": "2", "grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown"}
+        },
+        "spec": {
+            "replicas": replicas, "serviceName": "ingester", "podManagementPolicy": "Parallel",
+            "revisionHistoryLimit": 10, "updateStrategy": {"type": "OnDelete"},
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+            "selector": {"matchLabels": {"name": "ingester-zone-a"}},
+            "template": {
+                "metadata": {"labels": {"name": "ingester-zone-a", "rollout-group": "ingester"}},
+                "spec": {
+                    "containers": [{
+                        "name": "ingester", "image": "grafana/mimir:2.14.0",
+                        "args": ["-target=ingester", "-config.file=/etc/mimir/mimir.yaml"],
+                        "ports": [{"containerPort": 8080, "name": "http-metrics", "protocol": "TCP"},
+                                  {"containerPort": 9095, "name": "grpc", "protocol": "TCP"}],
+                        "readinessProbe": {"httpGet": {"path": "/ready", "port": 8080, "scheme": "HTTP"},
+                                           "initialDelaySeconds": 15, "timeoutSeconds": 1, "periodSeconds": 10,
+                                           "successThreshold": 1, "failureThreshold": 3},
+                        "resources": {"requests": {"cpu": "4", "memory": "15Gi"}, "limits": {"memory": "25Gi"}},
+                        "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File",
+                        "imagePullPolicy": "IfNotPresent",
+                        "volumeMounts": [{"mountPath": "/data", "name": "ingester-data"}]
+                    }],
+                    "restartPolicy": "Always", "terminationGracePeriodSeconds": 1200, "dnsPolicy": "ClusterFirst",
+                    "schedulerName": "default-scheduler", "securityContext": {}
+                }
+            },
+            "volumeClaimTemplates": [{
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": "ingester-data"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "100Gi"}},
+                         "volumeMode": "Filesystem"}
+            }]
+        },
+        "status": {"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "updatedReplicas": 3,
+                   "availableReplicas": 3, "observedGeneration": 7,
+                   "currentRevision": "ingester-zone-a-6d9f8c7b5", "updateRevision": "ingester-zone-a-6d9f8c7b5",
+                   "collisionCount": 0}
+    })
+}
+
+/// An UPDATE review of the StatefulSet from 3 replicas to `to`.
+fn review(ns: &str, uid: &str, to: u32) -> Bytes {
+    let body = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+            "resource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+            "requestKind": {"group": "apps", "version": "v1", "kind": "StatefulSet"},
+            "requestResource": {"group": "apps", "version": "v1", "resource": "statefulsets"},
+            "name": "ingester-zone-a", "namespace": ns, "operation": "UPDATE",
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": stateful_set(ns, to),
+            "oldObject": stateful_set(ns, 3),
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}
+        }
+    });
+    Bytes::from(serde_json::to_vec(&body).unwrap())
+}
+
+struct Load {
+    address: std::net::SocketAddr,
+    tls: TlsConnector,
+    bodies: [(Bytes, bool); 2],
+    rate: f64,
+    connections: usize,
+}
+
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+async fn connect(load: &Load) -> Result<Sender> {
+    let tcp = tokio::net::TcpStream::connect(load.address).await?;
+    tcp.set_nodelay(true)?;
+    let name = ServerName::IpAddress(load.address.ip().into());
+    let stream = load.tls.connect(name, tcp).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(connection);
+    Ok(sender)
+}
+
+/// Sends one review; `Ok(())` only for a 200 whose answer matches the expected decision.
+async fn call(sender: &mut Sender, body: &Bytes, allowed: bool) -> Result<()> {
+    sender.ready().await?;
+    let request = hyper::Request::post("/admission/no-downscale")
+        .header("content-type", "application/json")
+        .header("host", "127.0.0.1")
+        .body(Full::new(body.clone()))?;
+    let response = sender.send_request(request).await?;
+    let status = response.status();
+    let bytes = response.into_body().collect().await?.to_bytes();
+    if status != 200 {
+        bail!("HTTP {status}: {}", String::from_utf8_lossy(&bytes));
+    }
+    let answer: serde_json::Value = serde_json::from_slice(&bytes)?;
+    if answer.pointer("/response/allowed") != Some(&serde_json::Value::Bool(allowed)) {
+        bail!("wrong decision: {answer}");
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct Outcome {
+    latencies_us: Vec<u64>,
+    errors: Vec<String>,
+}
+
+/// Connection `k` sends requests `k, k + C, k + 2C, ...` at their due times until `until`.
+async fn worker(load: Arc<Load>, k: usize, start: Instant, until: Duration) -> Outcome {
+    let mut out = Outcome::default();
+    let mut sender = None;
+    let mut n = k;
+    loop {
+        let due = Duration::from_secs_f64(n as f64 / load.rate);
+        if due >= until {
+            return out;
+        }
+        tokio::time::sleep_until((start + due).into()).await;
+        let (body, allowed) = &load.bodies[n % 2];
+        let result = async {
+            if sender.is_none() {
+                sender = Some(connect(&load).await?);
+            }
+            call(sender.as_mut().unwrap(), body, *allowed).await
+        }
+        .await;
+        match result {
+            Ok(()) => out
+                .latencies_us
+                .push((start.elapsed().saturating_sub(due)).as_micros() as u64),
+            Err(e) => {
+                sender = None;
+                out.errors.push(format!("{e:#}"));
+            }
+        }
+        n += load.connections;
+    }
+}
+
+async fn run(load: &Arc<Load>, seconds: u64) -> Outcome {
+    let start = Instant::now();
+    let until = Duration::from_secs(seconds);
+    let tasks: Vec<_> = (0..load.connections)
+        .map(|k| tokio::spawn(worker(load.clone(), k, start, until)))
+        .collect();
+    let mut all = Outcome::default();
+    for task in tasks {
+        let out = task.await.unwrap();
+        all.latencies_us.extend(out.latencies_us);
+        all.errors.extend(out.errors);
+    }
+    all.latencies_us.sort_unstable();
+    all
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    let rate = env_or("BENCH_WEBHOOK_RATE", 2000) as f64;
+    let seconds = env_or("BENCH_WEBHOOK_SECONDS", 30);
+    let connections = env_or("BENCH_WEBHOOK_CONNECTIONS", 8) as usize;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "bench-webhook").await?;
+    let ns = ns.name.clone();
+
+    let port = free_port()?;
+    let tls_address = format!("127.0.0.1:{port}");
+    let server = spawn_measured(
+        "WEBHOOK_BIN",
+        &[
+            "--leader-elect=false",
+            "--lease-namespace",
+            &ns,
+            "--tls-address",
+            &tls_address,
+            "--tls-extra-names",
+            "127.0.0.1",
+            "--log-filter",
+            "warn",
+        ],
+    )?;
+    let admin_address = server.admin.context("admin address")?;
+    eventually("webhook ready", Duration::from_secs(60), || async {
+        Ok(matches!(http_get(admin_address, "/readyz").await, Ok((200, _))).then_some(()))
+    })
+    .await?;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret = secrets.get("strata-admission-webhook-certificate").await?;
+    let ca = secret
+        .data
+        .and_then(|d| d.get("ca").cloned())
+        .context("the Secret has no CA")?;
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    let ca = std::str::from_utf8(&ca.0)?;
+    let der = ca
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect::<String>();
+    use base64::Engine as _;
+    let der = base64::engine::general_purpose::STANDARD.decode(der)?;
+    roots.add(CertificateDer::from(der))?;
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let load = Arc::new(Load {
+        address: tls_address.parse()?,
+        tls: TlsConnector::from(Arc::new(config)),
+        bodies: [
+            (review(&ns, "deny", 2), false),
+            (review(&ns, "allow", 4), true),
+        ],
+        rate,
+        connections,
+    });
+    let pid = server.pid();
+    let idle_rss = rss_kib(pid, "VmRSS:");
+    // Warm-up (connections, allocator), not recorded.
+    let warm = run(&load, 2).await;
+    if let Some(e) = warm.errors.first() {
+        bail!("warm-up failed: {e}");
+    }
+    let cpu_before = cpu_ticks(pid);
+    let out = run(&load, seconds).await;
+    let cpu_seconds = (cpu_ticks(pid) - cpu_before) as f64 / 100.0;
+    let l: Vec<f64> = out
+        .latencies_us
+        .iter()
+        .map(|us| *us as f64 / 1000.0)
+        .collect();
+    let l = &l;
+    let result = serde_json::json!({
+        "rate": rate,
+        "seconds": seconds,
+        "connections": connections,
+        "requests": l.len() + out.errors.len(),
+        "ok": l.len(),
+        "errors": out.errors.len(),
+        "first_error": out.errors.first(),
+        "p50_ms": percentile(l, 0.5),
+        "p99_ms": percentile(l, 0.99),
+        "p999_ms": percentile(l, 0.999),
+        "max_ms": percentile(l, 1.0),
+        "server_cpu_seconds": cpu_seconds,
+        "idle_rss_kib": idle_rss,
+        "rss_kib": rss_kib(pid, "VmRSS:"),
+        "peak_rss_kib": rss_kib(pid, "VmHWM:"),
+        "request_bytes": load.bodies[0].0.len(),
+    });
+    println!("{result}");
+    drop(server);
+    Ok(())
+}

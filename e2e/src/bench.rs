@@ -1,0 +1,94 @@
+//! What the `make bench` drivers (`e2e/examples/*_bench.rs`) share: starting the measured
+//! service from a release binary named by an environment variable, reading its memory and
+//! CPU from `/proc`, and percentiles.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result};
+
+use crate::plane::free_port;
+use crate::services::ServiceProcess;
+use crate::support::cluster;
+
+/// Starts the binary named by `$variable` against the test cluster, with a free admin
+/// address and `args`; logs go to the temp dir's `strata-bench-logs`.
+pub fn spawn_measured(variable: &str, args: &[&str]) -> Result<ServiceProcess> {
+    let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let mut all = vec!["--admin-address", admin.as_str()];
+    all.extend_from_slice(args);
+    ServiceProcess::spawn_blocking(
+        Path::new(&binary),
+        cluster().kubeconfig(),
+        &all,
+        &std::env::temp_dir().join("strata-bench-logs"),
+    )
+}
+
+/// A `/proc/<pid>/status` memory figure in KiB: `VmRSS:` (now) or `VmHWM:` (peak); 0 when
+/// the process is gone.
+pub fn rss_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// User + system CPU time of a process so far, in clock ticks (100 per second on Linux).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the parenthesised command name; utime and stime are the 12th and 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    field(11) + field(12)
+}
+
+/// The `p` quantile (0..=1, nearest rank) of an ascending slice; 0 for an empty one.
+pub fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_by_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 0.5), 51.0);
+        assert_eq!(percentile(&v, 0.99), 99.0);
+        assert_eq!(percentile(&v, 1.0), 100.0);
+        assert_eq!(percentile(&v, 0.0), 1.0);
+        assert_eq!(percentile(&[], 0.5), 0.0);
+    }
+
+    #[test]
+    fn this_process_has_memory_and_cpu() {
+        let pid = std::process::id();
+        // Burn CPU until the kernel has charged at least one tick to this process.
+        let started = std::time::Instant::now();
+        let mut spin = 0u64;
+        while cpu_ticks(pid) == 0 {
+            assert!(started.elapsed().as_secs() < 10, "no CPU time ever charged");
+            for i in 0..1_000_000u64 {
+                spin = std::hint::black_box(spin.wrapping_add(i * i));
+            }
+        }
+        assert!(rss_kib(pid, "VmRSS:") > 0);
+        assert!(rss_kib(pid, "VmHWM:") >= rss_kib(pid, "VmRSS:"));
+        assert_eq!(rss_kib(u32::MAX, "VmRSS:"), 0);
+        assert_eq!(cpu_ticks(u32::MAX), 0);
+    }
+}
