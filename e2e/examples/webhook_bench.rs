@@ -4,8 +4,11 @@
 //! `grafana.com/no-downscale=true`, half allowed upscales; every answer is checked.
 //!
 //! Open loop: request *n* is due at `n / rate` seconds, spread over a fixed set of keep-alive
-//! connections; latency counts from the due time, so a slow answer that delays the next
-//! request on its connection is charged to that request too (no coordinated omission).
+//! connections. Latency counts from the due time whenever the connection was still busy then,
+//! so a slow answer that delays the next request on its connection is charged to that request
+//! too (no coordinated omission); on an idle connection it counts from the actual send, since
+//! tokio's timers fire up to a millisecond late and that delay is the generator's, not the
+//! server's.
 //! Prints one JSON line. The server binary is `$WEBHOOK_BIN` (the bench builds it in release
 //! mode); `BENCH_WEBHOOK_RATE`, `BENCH_WEBHOOK_SECONDS`, `BENCH_WEBHOOK_CONNECTIONS` tune it.
 
@@ -146,6 +149,8 @@ async fn call(sender: &mut Sender, body: &Bytes, allowed: bool) -> Result<()> {
 #[derive(Default)]
 struct Outcome {
     latencies_us: Vec<u64>,
+    /// Due times (ms since the start) of the answers slower than 1 ms.
+    slow_at_ms: Vec<u64>,
     errors: Vec<String>,
 }
 
@@ -154,12 +159,18 @@ async fn worker(load: Arc<Load>, k: usize, start: Instant, until: Duration) -> O
     let mut out = Outcome::default();
     let mut sender = None;
     let mut n = k;
+    let mut free_since = Duration::ZERO;
     loop {
         let due = Duration::from_secs_f64(n as f64 / load.rate);
         if due >= until {
             return out;
         }
         tokio::time::sleep_until((start + due).into()).await;
+        let origin = if free_since <= due {
+            start.elapsed()
+        } else {
+            due
+        };
         let (body, allowed) = &load.bodies[n % 2];
         let result = async {
             if sender.is_none() {
@@ -168,10 +179,15 @@ async fn worker(load: Arc<Load>, k: usize, start: Instant, until: Duration) -> O
             call(sender.as_mut().unwrap(), body, *allowed).await
         }
         .await;
+        free_since = start.elapsed();
         match result {
-            Ok(()) => out
-                .latencies_us
-                .push((start.elapsed().saturating_sub(due)).as_micros() as u64),
+            Ok(()) => {
+                let latency = free_since.saturating_sub(origin);
+                out.latencies_us.push(latency.as_micros() as u64);
+                if latency > Duration::from_millis(1) {
+                    out.slow_at_ms.push(due.as_millis() as u64);
+                }
+            }
             Err(e) => {
                 sender = None;
                 out.errors.push(format!("{e:#}"));
@@ -191,6 +207,7 @@ async fn run(load: &Arc<Load>, seconds: u64) -> Outcome {
     for task in tasks {
         let out = task.await.unwrap();
         all.latencies_us.extend(out.latencies_us);
+        all.slow_at_ms.extend(out.slow_at_ms);
         all.errors.extend(out.errors);
     }
     all.latencies_us.sort_unstable();
@@ -285,6 +302,9 @@ async fn main() -> Result<()> {
         "p999_ms": percentile(l, 0.999),
         "max_ms": percentile(l, 1.0),
         "server_cpu_seconds": cpu_seconds,
+        // Slow answers come in bursts: how many 100 ms windows held any.
+        "slow_windows_100ms": out.slow_at_ms.iter().map(|ms| ms / 100).collect::<std::collections::BTreeSet<_>>().len(),
+        "slow": out.slow_at_ms.len(),
         "idle_rss_kib": idle_rss,
         "rss_kib": rss_kib(pid, "VmRSS:"),
         "peak_rss_kib": rss_kib(pid, "VmHWM:"),

@@ -74,7 +74,7 @@ pub struct Review {
 
 impl Review {
     pub fn parse(body: &[u8]) -> Result<Self, BadReview> {
-        let value: Value = serde_json::from_slice(body)
+        let mut value: Value = serde_json::from_slice(body)
             .map_err(|e| BadReview(format!("body is not JSON: {e}")))?;
         let api_version = value
             .get("apiVersion")
@@ -88,13 +88,15 @@ impl Review {
                 "apiVersion must be admission.k8s.io/v1 or v1beta1, got {api_version:?}"
             )));
         }
+        let api_version = api_version.to_string();
         if value.get("kind").and_then(Value::as_str) != Some("AdmissionReview") {
             return Err(BadReview("kind must be AdmissionReview".into()));
         }
+        // Moved out, not cloned: the request holds both objects, most of the body.
         let request = value
-            .get("request")
+            .get_mut("request")
             .filter(|r| r.is_object())
-            .cloned()
+            .map(Value::take)
             .ok_or_else(|| BadReview("request is missing".into()))?;
         if request
             .get("uid")
@@ -104,7 +106,7 @@ impl Review {
             return Err(BadReview("request.uid is missing".into()));
         }
         Ok(Self {
-            api_version: api_version.to_string(),
+            api_version,
             request,
         })
     }
