@@ -56,13 +56,18 @@ fmt:
 	$(CARGO) fmt --all
 
 # Fuzz every decoding path for FUZZ_SECONDS each (needs a nightly toolchain; installs
-# cargo-fuzz into the cache on first use). Not part of `make test`.
+# cargo-fuzz into the cache on first use). Seeds (fuzz/seeds/<target>, committed) start each
+# run; what a run discovers stays in fuzz/corpus/<target> (not committed). Not part of
+# `make test`. One target: `make fuzz FUZZ_TARGETS=review_pod_eviction`.
 FUZZ_SECONDS ?= 30
-FUZZ_TARGETS := admission_review zpdb_spec depends_on status_input
+FUZZ_TARGETS ?= review_no_downscale review_prepare_downscale review_pod_eviction \
+  review_zpdb_validation review_addonslayer_validation zpdb_spec depends_on status_input \
+  status_compact
 fuzz:
 	@command -v cargo-fuzz >/dev/null || test -x $(STRATA_CACHE)/cargo-fuzz/bin/cargo-fuzz || \
 	  $(CARGO) install cargo-fuzz --locked --root $(STRATA_CACHE)/cargo-fuzz
 	cd fuzz && for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus/$$t && seeds=$$(test -d seeds/$$t && echo seeds/$$t || true); \
 	  PATH="$(STRATA_CACHE)/cargo-fuzz/bin:$$PATH" CARGO_TARGET_DIR=$(STRATA_CACHE)/fuzz-target \
-	    cargo +nightly fuzz run --fuzz-dir . $$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	    cargo +nightly fuzz run --fuzz-dir . $$t corpus/$$t $$seeds -- -max_total_time=$(FUZZ_SECONDS) -len_control=0 || exit 1; \
 	done
