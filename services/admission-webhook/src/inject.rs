@@ -82,33 +82,26 @@ pub trait WebhookConfiguration:
     fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)>;
 }
 
-impl WebhookConfiguration for ValidatingWebhookConfiguration {
-    fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)> {
-        let hooks = self.webhooks.iter().flatten();
-        hooks
-            .map(|w| {
-                (
-                    w.name.clone(),
-                    w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
-                )
-            })
-            .collect()
-    }
+// The two kinds hold different webhook types with the same `name` and `clientConfig` fields.
+macro_rules! webhook_configuration {
+    ($kind:ty) => {
+        impl WebhookConfiguration for $kind {
+            fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)> {
+                let hooks = self.webhooks.iter().flatten();
+                hooks
+                    .map(|w| {
+                        (
+                            w.name.clone(),
+                            w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
+                        )
+                    })
+                    .collect()
+            }
+        }
+    };
 }
-
-impl WebhookConfiguration for MutatingWebhookConfiguration {
-    fn bundles(&self) -> Vec<(String, Option<Vec<u8>>)> {
-        let hooks = self.webhooks.iter().flatten();
-        hooks
-            .map(|w| {
-                (
-                    w.name.clone(),
-                    w.client_config.ca_bundle.as_ref().map(|b| b.0.clone()),
-                )
-            })
-            .collect()
-    }
-}
+webhook_configuration!(ValidatingWebhookConfiguration);
+webhook_configuration!(MutatingWebhookConfiguration);
 
 async fn run_kind<K: WebhookConfiguration>(
     ctx: Arc<Context>,

@@ -78,11 +78,12 @@ async fn handle(app: Arc<App>, webhook: Webhook, headers: HeaderMap, body: Bytes
 async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     let namespace = review.field("namespace").to_string();
     let mut state = Observed::default();
+    // `Some` for a downscale: the start of every no-downscale/prepare-downscale message.
+    let downscale = crate::webhooks::downscale_prefix(review);
     match webhook {
         // Not a downscale (an upscale, or no replica change): decided from the request alone,
         // so none of the reads below are paid for it.
-        Webhook::NoDownscale | Webhook::PrepareDownscale
-            if crate::webhooks::downscale_prefix(review).is_none() => {}
+        Webhook::NoDownscale | Webhook::PrepareDownscale if downscale.is_none() => {}
         // A downscale of the object itself carries its labels in `oldObject`; only a `/scale`
         // request needs its parent, read by name (never a LIST per review).
         Webhook::NoDownscale if !crate::webhooks::needs_parent(review) => {}
@@ -98,12 +99,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
                 if let Ok(Some(found)) = sts.get_opt(name).await {
                     state.stateful_sets.push(found);
                 }
-            } else if matches!(resource, "deployments" | "replicasets") {
-                let kind = if resource == "deployments" {
-                    "Deployment"
-                } else {
-                    "ReplicaSet"
-                };
+            } else if let Some(kind) = crate::webhooks::scaled_kind(resource) {
                 let ar = ApiResource::from_gvk_with_plural(
                     &GroupVersionKind::gvk("apps", "v1", kind),
                     resource,
@@ -165,7 +161,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     let mut tracked = None;
     if let Some(config_map) = &app.zone_tracker
         && webhook == Webhook::PrepareDownscale
-        && crate::webhooks::downscale_prefix(review).is_some()
+        && let Some(prefix) = &downscale
     {
         let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), &namespace);
         match api.get_opt(config_map).await {
@@ -178,7 +174,6 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "reading the zone-tracker ConfigMap failed");
-                let prefix = crate::webhooks::downscale_prefix(review).unwrap_or_default();
                 return Decision::deny(format!(
                     "{prefix} is not allowed because reading the zone ConfigMap failed."
                 ));
@@ -186,9 +181,12 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         }
     }
     let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
-    if webhook == Webhook::PrepareDownscale && decision.allowed && !decision.side_effects.is_empty()
+    if webhook == Webhook::PrepareDownscale
+        && decision.allowed
+        && !decision.side_effects.is_empty()
+        && let Some(prefix) = &downscale
     {
-        return prepare(app, review, decision, tracked).await;
+        return prepare(app, review, prefix, decision, tracked).await;
     }
     decision
 }
@@ -199,6 +197,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
 async fn prepare(
     app: &App,
     review: &Review,
+    prefix: &str,
     decision: Decision,
     tracked: Option<Option<ConfigMap>>,
 ) -> Decision {
@@ -208,7 +207,6 @@ async fn prepare(
         .filter_map(|e| e.strip_prefix("POST "))
         .map(str::to_string)
         .collect();
-    let prefix = crate::webhooks::downscale_prefix(review).unwrap_or_default();
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
     let results = app.http.call_all("POST", &urls).await;
     let undo = || app.http.call_all("DELETE", &urls);

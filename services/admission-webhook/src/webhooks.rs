@@ -218,40 +218,51 @@ fn target_labels(
             "can't get {resource}/{name} in namespace {namespace}, allowing the change: not found"
         )
     };
-    let parent = match resource {
-        "statefulsets" => cluster
+    // `Some(labels)` when the parent was found (its labels possibly absent).
+    let parent_labels = match (resource, scaled_kind(resource)) {
+        ("statefulsets", _) => cluster
             .state
             .stateful_sets
             .iter()
             .find(|s| s.metadata.name.as_deref() == Some(name))
-            .and_then(|s| serde_json::to_value(s).ok()),
-        "deployments" | "replicasets" => {
-            let kind = if resource == "deployments" {
-                "Deployment"
-            } else {
-                "ReplicaSet"
-            };
-            cluster
-                .state
-                .references
-                .iter()
-                .find(|o| {
-                    o.get("kind").and_then(Value::as_str) == Some(kind)
-                        && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+            .map(|s| {
+                s.metadata.labels.as_ref().map(|labels| {
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                        .collect()
                 })
-                .cloned()
-        }
+            }),
+        (_, Some(kind)) => cluster
+            .state
+            .references
+            .iter()
+            .find(|o| {
+                o.get("kind").and_then(Value::as_str) == Some(kind)
+                    && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+            })
+            .map(|o| {
+                o.pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .cloned()
+            }),
         _ => {
             return Err(format!(
                 "can't get {resource}/{name} in namespace {namespace}, allowing the change: unsupported resource"
             ));
         }
     };
-    let parent = parent.ok_or_else(not_found)?;
-    Ok(parent
-        .pointer("/metadata/labels")
-        .and_then(Value::as_object)
-        .cloned())
+    parent_labels.ok_or_else(not_found)
+}
+
+/// The kind behind a scalable `apps/v1` resource other than StatefulSets, whose parents are
+/// read as dynamic objects.
+pub fn scaled_kind(resource: &str) -> Option<&'static str> {
+    match resource {
+        "deployments" => Some("Deployment"),
+        "replicasets" => Some("ReplicaSet"),
+        _ => None,
+    }
 }
 
 /// `/admission/no-downscale`: fail-open; denies a decrease of replicas of an object labelled

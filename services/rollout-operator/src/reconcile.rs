@@ -253,10 +253,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
 /// its status. With a thousand pods these are most of the operator's memory (and of the copies
 /// a reconcile takes). Writes are merge patches, never the cached object, so nothing is lost.
 fn slim_pod(pod: &mut Pod) {
-    pod.metadata.managed_fields = None;
-    if let Some(annotations) = pod.metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
+    drop_bookkeeping(&mut pod.metadata);
     pod.spec = None;
     if let Some(status) = pod.status.as_mut() {
         *status = PodStatus {
@@ -268,10 +265,15 @@ fn slim_pod(pod: &mut Pod) {
     }
 }
 
-/// Managed fields and kubectl's copy of the last applied object, for the same reason.
+/// StatefulSets are read whole except for their bookkeeping, dropped for the same reason.
 fn slim_stateful_set(sts: &mut StatefulSet) {
-    sts.metadata.managed_fields = None;
-    if let Some(annotations) = sts.metadata.annotations.as_mut() {
+    drop_bookkeeping(&mut sts.metadata);
+}
+
+/// Managed fields and kubectl's copy of the last applied object: large, never read here.
+fn drop_bookkeeping(metadata: &mut kube::api::ObjectMeta) {
+    metadata.managed_fields = None;
+    if let Some(annotations) = metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
     }
 }
