@@ -150,7 +150,7 @@ pub fn evaluate_fields<F: Fields>(object: &F, now: Timestamp) -> Evaluation {
 
 /// The special-cased kinds, keyed on group and kind (version ignored, as kstatus does).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Builtin {
+pub(crate) enum Builtin {
     AlwaysReady,
     Service,
     Pod,
@@ -165,7 +165,7 @@ pub enum Builtin {
 }
 
 /// The built-in rule for a group and kind, if kstatus special-cases it.
-pub fn builtin_rule(group: &str, kind: &str) -> Option<Builtin> {
+pub(crate) fn builtin_rule(group: &str, kind: &str) -> Option<Builtin> {
     Some(match (group, kind) {
         ("", "ConfigMap") | ("", "Secret") | ("batch", "CronJob") => Builtin::AlwaysReady,
         ("", "Service") => Builtin::Service,

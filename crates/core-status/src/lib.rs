@@ -20,9 +20,7 @@ pub mod wait;
 
 pub use aggregate::aggregate;
 pub use compact::Observed;
-pub use compute::{
-    Condition, ConditionType, Evaluation, compute, compute_fields, evaluate, evaluate_fields,
-};
+pub use compute::{Condition, ConditionType, Evaluation, compute, evaluate};
 pub use error::StatusError;
 
 /// The computed status of an object, with kstatus' names.

@@ -241,6 +241,13 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// kstatus' own rules and nothing else: they read only the fields the compact decoder
+    /// keeps, so objects may be decoded into [`crate::Observed`] (policies and health
+    /// expressions may read any field and need full objects).
+    pub fn is_kstatus(&self) -> bool {
+        self.policy == Policy::kstatus() && self.health.is_empty()
+    }
+
     pub fn evaluate(&self, object: &Value, now: jiff::Timestamp) -> Evaluation {
         evaluate_with_policy(object, now, &self.policy, &self.health)
     }

@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use core_status::Evaluation;
 use core_status::input::{Document, parse, parse_compact, read_texts};
-use core_status::policy::Policy;
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -66,10 +65,9 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(texts) => texts,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
     };
-    // kstatus' rules alone read few fields: JSON input is decoded straight into the compact
-    // form (much faster and smaller on large `kubectl get -o json` lists). Policies and
-    // health expressions read anything, so they get full objects.
-    let compact_ok = rules.policy == Policy::kstatus() && rules.health.is_empty();
+    // JSON input is decoded straight into the compact form when the rules allow it (much
+    // faster and smaller on large `kubectl get -o json` lists).
+    let compact_ok = rules.is_kstatus();
     let mut lines = Vec::new();
     for (source, text) in &texts {
         if compact_ok && let Some(objects) = parse_compact(text) {
