@@ -73,10 +73,6 @@ impl Reader {
         &self.default_namespace
     }
 
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     pub fn applier(&self) -> &Applier {
         &self.applier
     }

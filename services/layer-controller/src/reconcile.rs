@@ -148,7 +148,8 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
 /// updates do not wake dependents: otherwise every status write would ripple down the whole
 /// chain (each dependent's message quotes its dependency's), O(n²) reconciles for a chain of n.
 fn gate_relevant_change(changed: &AddonsLayer, seen: &Mutex<HashMap<String, String>>) -> bool {
-    let status = changed.status.clone().unwrap_or_default();
+    let empty = AddonsLayerStatus::default();
+    let status = changed.status.as_ref().unwrap_or(&empty);
     let key = serde_json::json!([
         changed.metadata.generation,
         changed.metadata.deletion_timestamp.is_some(),
@@ -1164,8 +1165,8 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         return Ok(Action::await_change());
     }
     let name = layer.name_any();
-    let all = layers_map(&shared.layers);
-    let dependents = plan::dependents(&name, all.values());
+    let all = shared.layers.state();
+    let dependents = plan::dependents(&name, all.iter().map(|l| l.as_ref()));
     if !dependents.is_empty() {
         let mut report = Report::new(
             state::DELETING,

@@ -49,7 +49,6 @@ pub struct Artifact {
     pub revision: String,
     /// `sha256:<hex>` (Flux ≥ 2.1), or the legacy `checksum` as `sha256:<hex>`.
     pub digest: Option<String>,
-    pub size: Option<u64>,
 }
 
 /// Reads a Flux source object: Ready with an artifact for its current generation, or why not.
@@ -94,7 +93,6 @@ pub fn flux_artifact(source: &Value) -> Result<Artifact, String> {
         url: url.to_string(),
         revision: revision.to_string(),
         digest,
-        size: artifact.get("size").and_then(Value::as_u64),
     })
 }
 
