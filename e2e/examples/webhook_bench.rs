@@ -214,12 +214,129 @@ async fn run(load: &Arc<Load>, seconds: u64) -> Outcome {
     all
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
-    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+/// Where the load goes: a TLS address whose certificate `roots` verify, served by `pid`.
+struct Target {
+    address: std::net::SocketAddr,
+    roots: tokio_rustls::rustls::RootCertStore,
+    pid: u32,
+}
+
+/// Warms up, then loads `target` for `seconds` and summarises the answers and the server's
+/// CPU and memory.
+async fn measure(target: Target, bodies: [(Bytes, bool); 2]) -> Result<serde_json::Value> {
     let rate = env_or("BENCH_WEBHOOK_RATE", 2000) as f64;
     let seconds = env_or("BENCH_WEBHOOK_SECONDS", 30);
     let connections = env_or("BENCH_WEBHOOK_CONNECTIONS", 8) as usize;
+    let config = tokio_rustls::rustls::ClientConfig::builder()
+        .with_root_certificates(target.roots)
+        .with_no_client_auth();
+    let request_bytes = bodies[0].0.len();
+    let load = Arc::new(Load {
+        address: target.address,
+        tls: TlsConnector::from(Arc::new(config)),
+        bodies,
+        rate,
+        connections,
+    });
+    let pid = target.pid;
+    let idle_rss = rss_kib(pid, "VmRSS:");
+    // Warm-up (connections, allocator), not recorded.
+    let warm = run(&load, 2).await;
+    if let Some(e) = warm.errors.first() {
+        bail!("warm-up failed: {e}");
+    }
+    let cpu_before = cpu_ticks(pid);
+    let out = run(&load, seconds).await;
+    let cpu_seconds = (cpu_ticks(pid) - cpu_before) as f64 / 100.0;
+    let l: Vec<f64> = out
+        .latencies_us
+        .iter()
+        .map(|us| *us as f64 / 1000.0)
+        .collect();
+    let l = &l;
+    Ok(serde_json::json!({
+        "rate": rate,
+        "seconds": seconds,
+        "connections": connections,
+        "requests": l.len() + out.errors.len(),
+        "ok": l.len(),
+        "errors": out.errors.len(),
+        "first_error": out.errors.first(),
+        "p50_ms": percentile(l, 0.5),
+        "p99_ms": percentile(l, 0.99),
+        "p999_ms": percentile(l, 0.999),
+        "max_ms": percentile(l, 1.0),
+        "server_cpu_seconds": cpu_seconds,
+        // Slow answers come in bursts: how many 100 ms windows held any.
+        "slow_windows_100ms": out.slow_at_ms.iter().map(|ms| ms / 100).collect::<std::collections::BTreeSet<_>>().len(),
+        "slow": out.slow_at_ms.len(),
+        "idle_rss_kib": idle_rss,
+        "rss_kib": rss_kib(pid, "VmRSS:"),
+        "peak_rss_kib": rss_kib(pid, "VmHWM:"),
+        "request_bytes": request_bytes,
+    }))
+}
+
+/// The PEM certificate's DER bytes.
+fn pem_der(pem: &str) -> Result<CertificateDer<'static>> {
+    let der = pem
+        .lines()
+        .filter(|l| !l.starts_with("-----"))
+        .collect::<String>();
+    use base64::Engine as _;
+    Ok(CertificateDer::from(
+        base64::engine::general_purpose::STANDARD.decode(der)?,
+    ))
+}
+
+/// The floor (`$FLOOR_BIN`, the `tls_floor_server` example) under the same load: a fixed
+/// answer from the same server stack, with its own self-signed certificate.
+async fn measure_floor(binary: &str, bodies: [(Bytes, bool); 2]) -> Result<serde_json::Value> {
+    let key = rcgen::KeyPair::generate()?;
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.self_signed(&key)?;
+    let dir = std::env::temp_dir().join(format!("strata-floor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::write(&cert_file, cert.pem())?;
+    std::fs::write(&key_file, key.serialize_pem())?;
+    let address: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let mut child = std::process::Command::new(binary)
+        .arg(address.to_string())
+        .arg(&cert_file)
+        .arg(&key_file)
+        .spawn()
+        .with_context(|| format!("starting {binary}"))?;
+    let listening = eventually(
+        "floor server listening",
+        Duration::from_secs(20),
+        || async { Ok(tokio::net::TcpStream::connect(address).await.ok().map(drop)) },
+    )
+    .await;
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    roots.add(pem_der(&cert.pem())?)?;
+    let result = match listening {
+        Ok(()) => {
+            measure(
+                Target {
+                    address,
+                    roots,
+                    pid: child.id(),
+                },
+                bodies,
+            )
+            .await
+        }
+        Err(e) => Err(e),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "bench-webhook").await?;
     let ns = ns.name.clone();
@@ -252,65 +369,21 @@ async fn main() -> Result<()> {
         .and_then(|d| d.get("ca").cloned())
         .context("the Secret has no CA")?;
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    let ca = std::str::from_utf8(&ca.0)?;
-    let der = ca
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .collect::<String>();
-    use base64::Engine as _;
-    let der = base64::engine::general_purpose::STANDARD.decode(der)?;
-    roots.add(CertificateDer::from(der))?;
-    let config = tokio_rustls::rustls::ClientConfig::builder()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let load = Arc::new(Load {
+    roots.add(pem_der(std::str::from_utf8(&ca.0)?)?)?;
+    let bodies = [
+        (review(&ns, "deny", 2), false),
+        (review(&ns, "allow", 4), true),
+    ];
+    let target = Target {
         address: tls_address.parse()?,
-        tls: TlsConnector::from(Arc::new(config)),
-        bodies: [
-            (review(&ns, "deny", 2), false),
-            (review(&ns, "allow", 4), true),
-        ],
-        rate,
-        connections,
-    });
-    let pid = server.pid();
-    let idle_rss = rss_kib(pid, "VmRSS:");
-    // Warm-up (connections, allocator), not recorded.
-    let warm = run(&load, 2).await;
-    if let Some(e) = warm.errors.first() {
-        bail!("warm-up failed: {e}");
-    }
-    let cpu_before = cpu_ticks(pid);
-    let out = run(&load, seconds).await;
-    let cpu_seconds = (cpu_ticks(pid) - cpu_before) as f64 / 100.0;
-    let l: Vec<f64> = out
-        .latencies_us
-        .iter()
-        .map(|us| *us as f64 / 1000.0)
-        .collect();
-    let l = &l;
-    let result = serde_json::json!({
-        "rate": rate,
-        "seconds": seconds,
-        "connections": connections,
-        "requests": l.len() + out.errors.len(),
-        "ok": l.len(),
-        "errors": out.errors.len(),
-        "first_error": out.errors.first(),
-        "p50_ms": percentile(l, 0.5),
-        "p99_ms": percentile(l, 0.99),
-        "p999_ms": percentile(l, 0.999),
-        "max_ms": percentile(l, 1.0),
-        "server_cpu_seconds": cpu_seconds,
-        // Slow answers come in bursts: how many 100 ms windows held any.
-        "slow_windows_100ms": out.slow_at_ms.iter().map(|ms| ms / 100).collect::<std::collections::BTreeSet<_>>().len(),
-        "slow": out.slow_at_ms.len(),
-        "idle_rss_kib": idle_rss,
-        "rss_kib": rss_kib(pid, "VmRSS:"),
-        "peak_rss_kib": rss_kib(pid, "VmHWM:"),
-        "request_bytes": load.bodies[0].0.len(),
-    });
-    println!("{result}");
+        roots,
+        pid: server.pid(),
+    };
+    let mut result = measure(target, bodies.clone()).await?;
     drop(server);
+    if let Ok(floor) = std::env::var("FLOOR_BIN") {
+        result["floor"] = measure_floor(&floor, bodies).await?;
+    }
+    println!("{result}");
     Ok(())
 }

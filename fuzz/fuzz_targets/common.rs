@@ -55,16 +55,21 @@ fn state() -> Vec<Value> {
     state
 }
 
-/// Decodes `data` as an AdmissionReview and, if it is one, decides it with `webhook` against
-/// the realistic cluster; the answer must always be encodable.
+/// Decodes `data` as an AdmissionReview the way the server does (only what `webhook` reads)
+/// and, if it is one, decides it against the realistic cluster. The answer must always be
+/// encodable, and the same as the one decided from the fully decoded review.
 pub fn review(webhook: Webhook, data: &[u8]) {
-    let Ok(review) = Review::parse(data) else {
+    let partial = Review::parse_reading(data, webhook.reads());
+    let full = Review::parse(data);
+    assert_eq!(partial.is_ok(), full.is_ok(), "decodings disagree: {partial:?} / {full:?}");
+    let (Ok(review), Ok(full)) = (partial, full) else {
         return;
     };
     let documents = state().into_iter().enumerate().collect();
     let cluster = Cluster::new(Observed::from_documents("fuzz", documents).expect("valid state"));
     let now = "2026-01-01T12:00:00Z".parse().expect("timestamp");
     let decision = decide(webhook, &review, &cluster, now);
+    assert_eq!(decision, decide(webhook, &full, &cluster, now), "decisions disagree");
     let answer = review.respond(&decision);
     assert!(answer.get("response").is_some(), "no response in {answer}");
 }

@@ -32,7 +32,7 @@ pub fn review(
         Ok(body) => body,
         Err(e) => return Ok(input_error(&format!("{}: {e}", file.display()))),
     };
-    let review = match Review::parse(&body) {
+    let review = match Review::parse_reading(&body, endpoint.reads()) {
         Ok(review) => review,
         Err(e) => {
             return Ok(input_error(&format!(

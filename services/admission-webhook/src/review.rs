@@ -1,7 +1,8 @@
 //! The AdmissionReview envelope (admission.k8s.io v1 and v1beta1) and the decision every
 //! webhook returns.
 
-use serde::Serialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// A decision about one admission request.
@@ -65,6 +66,146 @@ impl Decision {
 #[error("{0}")]
 pub struct BadReview(pub String);
 
+/// Which parts of a JSON value a decision reads; decoding skips the rest without building it
+/// (an AdmissionReview carries two whole objects, most of which no rule looks at).
+#[derive(Clone, Copy, Debug)]
+pub enum Shape<'a> {
+    /// The whole value.
+    All,
+    /// Of an object, only these members, each decoded through its own shape. A value of any
+    /// other JSON type is kept whole, so that rules see the same wrong type they would see in
+    /// the full decoding.
+    Members(&'a [(&'a str, Shape<'a>)]),
+    /// Of an object, every member, these ones decoded through their own shapes.
+    AllBut(&'a [(&'a str, Shape<'a>)]),
+}
+
+impl<'de> DeserializeSeed<'de> for Shape<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        match self {
+            Shape::All => Value::deserialize(deserializer),
+            Shape::Members(members) => deserializer.deserialize_any(Pruned {
+                members,
+                others: false,
+            }),
+            Shape::AllBut(members) => deserializer.deserialize_any(Pruned {
+                members,
+                others: true,
+            }),
+        }
+    }
+}
+
+/// Builds a value as [`Value`]'s own visitor does, except that object members are filtered.
+struct Pruned<'a> {
+    members: &'a [(&'a str, Shape<'a>)],
+    /// Whether members not listed are kept whole (else skipped).
+    others: bool,
+}
+
+/// An object member's name: its index among the listed members, or the name itself when
+/// unlisted members are kept; `None` for one that is skipped (not allocated).
+struct MemberName<'a>(&'a Pruned<'a>);
+
+enum Member {
+    Listed(usize),
+    Other(String),
+    Skipped,
+}
+
+impl<'de> DeserializeSeed<'de> for MemberName<'_> {
+    type Value = Member;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Member, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for MemberName<'_> {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an object member name")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Member, E> {
+        Ok(match self.0.members.iter().position(|(n, _)| *n == name) {
+            Some(i) => Member::Listed(i),
+            None if self.0.others => Member::Other(name.to_string()),
+            None => Member::Skipped,
+        })
+    }
+}
+
+impl<'de> Visitor<'de> for Pruned<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(member) = map.next_key_seed(MemberName(&self))? {
+            match member {
+                Member::Listed(i) => {
+                    let (name, shape) = self.members[i];
+                    object.insert(name.to_string(), map.next_value_seed(shape)?);
+                }
+                Member::Other(name) => {
+                    object.insert(name, map.next_value()?);
+                }
+                Member::Skipped => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(Value::Object(object))
+    }
+}
+
 /// A parsed AdmissionReview: its API version (the answer uses the same) and the request.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Review {
@@ -73,9 +214,30 @@ pub struct Review {
 }
 
 impl Review {
+    /// The whole review, every member of the request kept.
     pub fn parse(body: &[u8]) -> Result<Self, BadReview> {
-        let mut value: Value = serde_json::from_slice(body)
-            .map_err(|e| BadReview(format!("body is not JSON: {e}")))?;
+        Self::parse_reading(body, Shape::All)
+    }
+
+    /// The review with only what a decision reads: `request` decoded through `request`
+    /// (everything else in it skipped, not built). The body must still be valid UTF-8 JSON
+    /// throughout, as for [`Review::parse`].
+    pub fn parse_reading(body: &[u8], request: Shape) -> Result<Self, BadReview> {
+        let not_json = |e: &dyn std::fmt::Display| BadReview(format!("body is not JSON: {e}"));
+        // One validation of the whole body: skipped members are then checked for syntax only,
+        // and the kept strings need no second UTF-8 check.
+        let text = std::str::from_utf8(body).map_err(|e| not_json(&e))?;
+        let members = [
+            ("apiVersion", Shape::All),
+            ("kind", Shape::All),
+            ("request", request),
+        ];
+        let envelope = Shape::Members(&members);
+        let mut reader = serde_json::Deserializer::from_str(text);
+        let mut value = envelope
+            .deserialize(&mut reader)
+            .and_then(|v| reader.end().map(|()| v))
+            .map_err(|e| not_json(&e))?;
         let api_version = value
             .get("apiVersion")
             .and_then(Value::as_str)
@@ -164,5 +326,57 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn shapes_keep_only_what_is_read() {
+        let labels = Shape::Members(&[("metadata", Shape::Members(&[("labels", Shape::All)]))]);
+        let reads = Shape::AllBut(&[("object", labels), ("oldObject", Shape::All)]);
+        let cases: &[(&str, Value)] = &[
+            // Listed members through their shapes, unlisted request members whole.
+            (
+                r#"{"uid":"u","options":{"a":[1,{"b":2}]},"object":{"kind":"X","metadata":{"name":"n","labels":{"l":"v"}},"spec":{"x":1}},"oldObject":{"kind":"Y","spec":{"x":1}}}"#,
+                json!({"uid":"u","options":{"a":[1,{"b":2}]},"object":{"metadata":{"labels":{"l":"v"}}},"oldObject":{"kind":"Y","spec":{"x":1}}}),
+            ),
+            // A value of another type where an object is expected stays as it is.
+            (
+                r#"{"uid":"u","object":{"metadata":["labels"]},"oldObject":7}"#,
+                json!({"uid":"u","object":{"metadata":["labels"]},"oldObject":7}),
+            ),
+            (
+                r#"{"uid":"u","object":"text"}"#,
+                json!({"uid":"u","object":"text"}),
+            ),
+            // Escaped member names are matched decoded; a repeated member: the last one wins,
+            // as in the full decoding.
+            (
+                r#"{"uid":"u","object":{"met\u0061data":{"labels":1,"labels":{"k":"v"}},"skipped":"x"}}"#,
+                json!({"uid":"u","object":{"metadata":{"labels":{"k":"v"}}}}),
+            ),
+        ];
+        for (request, want) in cases {
+            let body = format!(
+                r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{request}}}"#
+            );
+            let review = Review::parse_reading(body.as_bytes(), reads).unwrap();
+            assert_eq!(&review.request, want, "{request}");
+            assert_eq!(
+                Review::parse(body.as_bytes()).unwrap().request,
+                serde_json::from_str::<Value>(request).unwrap(),
+                "{request}"
+            );
+        }
+        // Skipped parts are still checked: bad UTF-8, bad syntax, trailing bytes.
+        let head = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"spec":""#;
+        for tail in [&b"\xff\"}}}"[..], b"\"}}", b"\"}}}}", b"\"}}} x"] {
+            let body = [&head[..], tail].concat();
+            assert!(
+                Review::parse_reading(&body, reads).is_err(),
+                "{}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        let body = [&head[..], b"\"}}}"].concat();
+        assert!(Review::parse_reading(&body, reads).is_ok());
     }
 }

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use rollout_operator::observed::{Observed, annotation, label, running_and_ready};
 use rollout_operator::{keys, zpdb};
 
-use crate::review::{Decision, Review};
+use crate::review::{Decision, Review, Shape};
 
 pub const NO_DOWNSCALE_LABEL: &str = "grafana.com/no-downscale";
 pub const PREPARE_DOWNSCALE_LABEL: &str = "grafana.com/prepare-downscale";
@@ -45,6 +45,39 @@ impl Webhook {
             Webhook::PodEviction => "/admission/pod-eviction",
             Webhook::ZpdbValidation => "/admission/zpdb-validation",
             Webhook::AddonsLayerValidation => "/admission/addonslayer-validation",
+        }
+    }
+}
+
+/// The parts of a scaled object the replica rules read: its type and `spec.replicas`.
+const SCALED: Shape = Shape::Members(&[
+    ("apiVersion", Shape::All),
+    ("kind", Shape::All),
+    ("spec", Shape::Members(&[("replicas", Shape::All)])),
+]);
+
+/// The same plus its labels (no-downscale decides on the old object's).
+const SCALED_WITH_LABELS: Shape = Shape::Members(&[
+    ("apiVersion", Shape::All),
+    ("kind", Shape::All),
+    ("metadata", Shape::Members(&[("labels", Shape::All)])),
+    ("spec", Shape::Members(&[("replicas", Shape::All)])),
+]);
+
+impl Webhook {
+    /// What of an AdmissionReview's request this webhook's rules read (see [`Shape`]): the
+    /// server decodes only that, so a no-downscale review does not build the two objects it
+    /// carries. Every member outside `object`/`oldObject` is kept.
+    pub fn reads(self) -> Shape<'static> {
+        match self {
+            Webhook::NoDownscale => {
+                Shape::AllBut(&[("object", SCALED), ("oldObject", SCALED_WITH_LABELS)])
+            }
+            // The old StatefulSet is decoded whole into its typed form.
+            Webhook::PrepareDownscale => Shape::AllBut(&[("object", SCALED)]),
+            Webhook::PodEviction | Webhook::ZpdbValidation | Webhook::AddonsLayerValidation => {
+                Shape::All
+            }
         }
     }
 }

@@ -31,16 +31,21 @@ fn scale(name: &str, replicas: i64) -> Value {
     json!({"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": {"name": name, "namespace": "mimir"}, "spec": {"replicas": replicas}})
 }
 
+/// Decides `review` as the server does (decoding only what the webhook reads), and checks
+/// that the decision is exactly the one made from the fully decoded review.
 fn run(webhook: Webhook, review: Value, state: Vec<Value>) -> (Value, Vec<String>) {
-    let review = Review::parse(&serde_json::to_vec(&review).unwrap()).unwrap();
+    let body = serde_json::to_vec(&review).unwrap();
+    let full = Review::parse(&body).unwrap();
+    let review = Review::parse_reading(&body, webhook.reads()).unwrap();
     let cluster = Cluster::new(
         Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
     );
-    let decision = decide(
-        webhook,
-        &review,
-        &cluster,
-        NOW.parse::<Timestamp>().unwrap(),
+    let now = NOW.parse::<Timestamp>().unwrap();
+    let decision = decide(webhook, &review, &cluster, now);
+    assert_eq!(
+        decision,
+        decide(webhook, &full, &cluster, now),
+        "{webhook:?}: the partly decoded review was decided differently"
     );
     (
         review.respond(&decision)["response"].clone(),
