@@ -10,14 +10,14 @@ export STRATA_BIN_DIR := $(CARGO_TARGET_DIR)/debug
 # Two cores: one cargo job graph at a time, never parallel cargo invocations.
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit e2e plane-build bench crds fmt fuzz clean-plane help
+.PHONY: all build demo test lint unit e2e plane-build bench crds dashboards fmt fuzz clean-plane help
 
 all: build
 
 help:
 	@echo "make demo   start the local control plane, run every service, apply a sample"
 	@echo "make test   lint + unit tests + end-to-end tests on the local control plane"
-	@echo "make lint | unit | e2e | bench | crds | fmt"
+	@echo "make lint | unit | e2e | bench | crds | dashboards | fmt"
 
 build:
 	$(CARGO) build --workspace --bins
@@ -51,6 +51,11 @@ bench:
 # Regenerates manifests/crds/ from the Rust CRD types; `make test` fails when it is stale.
 crds:
 	STRATA_UPDATE_CRDS=1 $(CARGO) test -p rollout-operator -p layer-controller --test crds
+
+# Grafana dashboards and Prometheus alert rules (dashboards/*.json, alerts.yaml) from their
+# generator; `cargo test -p strata-cli --test observability` checks them against the metrics.
+dashboards:
+	python3 dashboards/generate.py
 
 fmt:
 	$(CARGO) fmt --all

@@ -330,6 +330,33 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
         ),
         "{denied}"
     );
+
+    // What kube-apiserver's calls left in the metrics: the denied downscales of both kinds of
+    // request, and the self-managed certificate's expiry (a year from now by default).
+    let (_, metrics) = strata_e2e::support::http_get(admin, "/metrics").await?;
+    let sample = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    };
+    let denied =
+        sample(r#"admission_webhook_reviews_total{webhook="no-downscale",outcome="denied"}"#);
+    assert!(
+        denied >= 2.0,
+        "{denied} denied no-downscale reviews:\n{metrics}"
+    );
+    assert!(
+        sample(r#"admission_webhook_reviews_total{webhook="zpdb-validation",outcome="denied"}"#)
+            >= 1.0,
+        "{metrics}"
+    );
+    let expiry = sample("admission_webhook_certificate_expiry_timestamp_seconds");
+    let now = jiff::Timestamp::now().as_second() as f64;
+    assert!(
+        expiry > now + 300.0 * 86_400.0,
+        "certificate expiry {expiry} (now {now})"
+    );
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 
 pub mod certs;
 pub mod inject;
+pub mod metrics;
 pub mod review;
 pub mod server;
 pub mod webhooks;
@@ -99,7 +100,7 @@ async fn load_or_issue(
     }
 }
 
-async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
+async fn serve(ctx: Arc<Context>, args: WebhookArgs, metrics: metrics::Metrics) {
     let namespace = ctx.args.lease_namespace();
     let ready = ctx.readiness.register("certificate");
     let (ca_tx, ca_rx) = watch::channel(String::new());
@@ -116,6 +117,7 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
                 return;
             };
             ca_tx.send_replace(bundle.ca_pem.clone());
+            metrics.certificate_expiry.set(bundle.not_after.as_second());
             let tls = match RustlsConfig::from_pem(
                 bundle.cert_pem.clone().into_bytes(),
                 bundle.key_pem.clone().into_bytes(),
@@ -130,8 +132,13 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
             };
             // Renew before expiry and hot-swap without a restart: in-flight and new
             // connections keep working; the CA (and so the injected caBundle) stays the same.
-            let (ctx2, args2, tls2, ns2) =
-                (ctx.clone(), args.clone(), tls.clone(), namespace.clone());
+            let (ctx2, args2, tls2, ns2, metrics2) = (
+                ctx.clone(),
+                args.clone(),
+                tls.clone(),
+                namespace.clone(),
+                metrics.clone(),
+            );
             tokio::spawn(async move {
                 let mut current = bundle;
                 loop {
@@ -151,6 +158,7 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
                             .await
                         {
                             Ok(()) => {
+                                metrics2.certificate_expiry.set(next.not_after.as_second());
                                 tracing::info!(not_after = %next.not_after, "serving certificate reloaded")
                             }
                             Err(e) => {
@@ -175,6 +183,7 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
             .use_zone_tracker
             .then(|| args.zone_tracker_config_map_name.clone()),
         http: core_k8s::pod_http::PodHttp::new(args.pod_timeout, args.pod_address_override.clone()),
+        metrics,
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     let serving = server::serve(args.tls_address, tls, app, ctx.shutdown.clone());
@@ -186,8 +195,9 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs) {
 }
 
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
-    core_k8s::runtime::run_service(SERVICE, common, Registry::default(), |ctx| serve(ctx, args))
-        .await
+    let mut registry = Registry::default();
+    let metrics = metrics::Metrics::register(&mut registry);
+    core_k8s::runtime::run_service(SERVICE, common, registry, |ctx| serve(ctx, args, metrics)).await
 }
 
 fn non_empty(value: &str) -> Result<String, String> {

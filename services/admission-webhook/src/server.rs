@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -21,6 +21,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use crate::metrics::{Metrics, Outcome};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
 use rollout_operator::keys;
@@ -38,6 +39,7 @@ pub struct App {
     pub http: PodHttp,
     /// Zone-tracker mode: the ConfigMap holding downscale times.
     pub zone_tracker: Option<String>,
+    pub metrics: Metrics,
 }
 
 impl std::fmt::Debug for App {
@@ -53,6 +55,20 @@ fn bad_request(message: String) -> Response {
 }
 
 async fn handle(app: Arc<App>, webhook: Webhook, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let (response, outcome) = answer(&app, webhook, &headers, &body).await;
+    app.metrics
+        .observe(webhook, outcome, started.elapsed().as_secs_f64());
+    response
+}
+
+async fn answer(
+    app: &App,
+    webhook: Webhook,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (Response, Outcome) {
+    let bad_request = |message: String| (bad_request(message), Outcome::invalid);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -62,16 +78,23 @@ async fn handle(app: Arc<App>, webhook: Webhook, headers: HeaderMap, body: Bytes
             "wrong content type {content_type:?}, expected application/json"
         ));
     }
-    let review = match Review::parse_reading(&body, webhook.reads()) {
+    let review = match Review::parse_reading(body, webhook.reads()) {
         Ok(review) => review,
         Err(e) => return bad_request(format!("invalid AdmissionReview: {e}")),
     };
-    let decision =
-        match tokio::time::timeout(HANDLER_TIMEOUT, review_live(&app, webhook, &review)).await {
-            Ok(decision) => decision,
-            Err(_) => Decision::deny_with_code(500, "timed out deciding"),
+    let (decision, outcome) =
+        match tokio::time::timeout(HANDLER_TIMEOUT, review_live(app, webhook, &review)).await {
+            Ok(decision) if decision.allowed => (decision, Outcome::allowed),
+            Ok(decision) => (decision, Outcome::denied),
+            Err(_) => (
+                Decision::deny_with_code(500, "timed out deciding"),
+                Outcome::timeout,
+            ),
         };
-    axum::Json(review.respond(&decision)).into_response()
+    (
+        axum::Json(review.respond(&decision)).into_response(),
+        outcome,
+    )
 }
 
 /// Reads what the webhook needs, decides, and performs its side effects.

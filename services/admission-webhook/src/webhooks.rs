@@ -38,6 +38,17 @@ impl Webhook {
         Webhook::AddonsLayerValidation,
     ];
 
+    /// The endpoint's name: its path without `/admission/` (metric label, CLI `--webhook`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Webhook::NoDownscale => "no-downscale",
+            Webhook::PrepareDownscale => "prepare-downscale",
+            Webhook::PodEviction => "pod-eviction",
+            Webhook::ZpdbValidation => "zpdb-validation",
+            Webhook::AddonsLayerValidation => "addonslayer-validation",
+        }
+    }
+
     pub fn path(self) -> &'static str {
         match self {
             Webhook::NoDownscale => "/admission/no-downscale",

@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
+use admission_webhook::metrics::{Outcome, ReviewLabels};
 use admission_webhook::server::{App, router};
+use admission_webhook::webhooks::Webhook;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use core_k8s::pod_http::PodHttp;
@@ -20,20 +22,22 @@ fn app() -> Arc<App> {
         cluster_domain: "cluster.local.".into(),
         http: PodHttp::new(std::time::Duration::from_millis(100), None),
         zone_tracker: None,
+        metrics: admission_webhook::metrics::Metrics::default(),
     })
 }
 
-async fn status(path: &str, content_type: &str, body: Vec<u8>) -> StatusCode {
+async fn status(app: &Arc<App>, path: &str, content_type: &str, body: Vec<u8>) -> StatusCode {
     let request = Request::post(path)
         .header("content-type", content_type)
         .body(Body::from(body))
         .unwrap();
-    router(app()).oneshot(request).await.unwrap().status()
+    router(app.clone()).oneshot(request).await.unwrap().status()
 }
 
 #[tokio::test]
 async fn random_bytes_get_400_and_never_a_crash() {
     core_k8s::install_crypto_provider();
+    let app = app();
     let valid = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","name":"z","namespace":"n","object":{"kind":"ZoneAwarePodDisruptionBudget","spec":{"selector":{"matchLabels":{"a":"b"}}}}}}"#;
     let mut seed: u64 = 0x5eed;
     let mut next = || {
@@ -42,7 +46,9 @@ async fn random_bytes_get_400_and_never_a_crash() {
             .wrapping_add(1442695040888963407);
         (seed >> 33) as usize
     };
-    for path in admission_webhook::webhooks::Webhook::ALL.map(|w| w.path()) {
+    for webhook in Webhook::ALL {
+        let path = webhook.path();
+        let mut answered = [0u64; 2]; // 400s, 200s
         for round in 0..100 {
             let body: Vec<u8> = match round % 3 {
                 0 => (0..next() % 512).map(|_| next() as u8).collect(),
@@ -54,21 +60,41 @@ async fn random_bytes_get_400_and_never_a_crash() {
                     b
                 }
             };
-            let code = status(path, "application/json", body.clone()).await;
+            let code = status(&app, path, "application/json", body.clone()).await;
             assert!(
                 code == StatusCode::BAD_REQUEST || code == StatusCode::OK,
                 "{path}: {code} for {:?}",
                 String::from_utf8_lossy(&body)
             );
+            answered[usize::from(code == StatusCode::OK)] += 1;
         }
         assert_eq!(
-            status(path, "text/plain", valid.to_vec()).await,
+            status(&app, path, "text/plain", valid.to_vec()).await,
             StatusCode::BAD_REQUEST,
             "{path}: wrong content type"
         );
+        answered[0] += 1;
+        // Every answer is counted once, under its webhook and outcome.
+        let count = |outcome| {
+            app.metrics
+                .reviews
+                .get_or_create(&ReviewLabels {
+                    webhook: webhook.name(),
+                    outcome,
+                })
+                .get()
+        };
+        assert_eq!(count(Outcome::invalid), answered[0], "{path}");
+        assert_eq!(
+            count(Outcome::allowed) + count(Outcome::denied),
+            answered[1],
+            "{path}"
+        );
+        assert_eq!(count(Outcome::timeout), 0, "{path}");
     }
     assert_eq!(
         status(
+            &app,
             "/admission/zpdb-validation",
             "application/json",
             valid.to_vec()

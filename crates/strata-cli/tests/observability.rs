@@ -1,0 +1,268 @@
+//! The metrics the services register, the ones docs/metrics.md documents, and the ones the
+//! Grafana dashboards and alert rules (dashboards/) use are the same set: nothing undocumented,
+//! nothing documented but unused, no panel or alert naming a metric that does not exist.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use core_k8s::metrics::{ControllerMetrics, metric_prefix};
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+
+const SERVICES: [&str; 4] = [
+    "layer-controller",
+    "drift-observer",
+    "rollout-operator",
+    "admission-webhook",
+];
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(path)
+}
+
+/// Metric names as queried: counters with `_total`, histograms by their family name.
+fn families(registry: &Registry) -> BTreeSet<String> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.strip_prefix("# TYPE ")?.split_whitespace();
+            let (name, kind) = (words.next()?, words.next()?);
+            Some(match kind {
+                "counter" => format!("{name}_total"),
+                _ => name.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// What each service registers: its own metrics plus the shared controller metrics the
+/// runtime adds (drift-observer has only the latter so far). A labelled family is encoded
+/// only once it has a series, so each gets one here.
+fn registered() -> BTreeSet<String> {
+    let mut registry = Registry::default();
+    let layers = layer_controller::metrics::Metrics::register(&mut registry);
+    layers.set_state("layer", "Deployed");
+    layers.count_applied("layer");
+    layers.count_pruned("layer", 1);
+    let rollout = rollout_operator::metrics::Metrics::register(&mut registry);
+    let group = rollout_operator::metrics::Metrics::labels("group");
+    rollout.group_reconciles.get_or_create(&group).inc();
+    rollout.group_reconciles_failed.get_or_create(&group).inc();
+    rollout
+        .group_reconcile_duration
+        .get_or_create(&group)
+        .observe(0.1);
+    rollout
+        .last_successful_group_reconcile
+        .get_or_create(&group)
+        .set(1.0);
+    let webhook = admission_webhook::metrics::Metrics::register(&mut registry);
+    webhook.observe(
+        admission_webhook::webhooks::Webhook::NoDownscale,
+        admission_webhook::metrics::Outcome::allowed,
+        0.001,
+    );
+    for service in SERVICES {
+        ControllerMetrics::register(service, &mut registry).observe_error("api");
+    }
+    families(&registry)
+}
+
+/// The first column of every row of docs/metrics.md's `| metric |` tables, `<service>_`
+/// expanded.
+fn documented() -> BTreeSet<String> {
+    let docs = std::fs::read_to_string(repo("docs/metrics.md")).unwrap();
+    let mut names = BTreeSet::new();
+    let mut in_table = false;
+    for line in docs.lines() {
+        in_table = line.starts_with("| metric |") || (in_table && line.starts_with('|'));
+        if !in_table {
+            continue;
+        }
+        let Some(name) = line
+            .strip_prefix("| `")
+            .and_then(|rest| rest.split_once('`'))
+            .map(|(name, _)| name)
+        else {
+            continue;
+        };
+        match name.strip_prefix("<service>_") {
+            Some(rest) => names.extend(
+                SERVICES
+                    .iter()
+                    .map(|s| format!("{}_{rest}", metric_prefix(s))),
+            ),
+            None => {
+                names.insert(name.to_string());
+            }
+        }
+    }
+    names
+}
+
+/// Every PromQL expression, with where it comes from.
+fn expressions() -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    let dir = repo("dashboards");
+    let mut uids = BTreeSet::new();
+    let mut boards: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    boards.sort();
+    assert!(boards.len() >= 4, "dashboards: {boards:?}");
+    for path in boards {
+        let board: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap())
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let uid = board["uid"].as_str().unwrap().to_string();
+        assert!(
+            uids.insert(uid.clone()),
+            "{}: uid {uid} twice",
+            path.display()
+        );
+        let variables: Vec<&str> = board["templating"]["list"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert!(variables.contains(&"datasource"), "{}", path.display());
+        let mut ids = BTreeSet::new();
+        for panel in board["panels"].as_array().unwrap() {
+            let title = panel["title"].as_str().unwrap();
+            assert!(
+                ids.insert(panel["id"].as_u64().unwrap()),
+                "{}: panel id twice",
+                path.display()
+            );
+            if panel["type"] == "row" {
+                continue;
+            }
+            assert!(
+                !panel["description"].as_str().unwrap_or_default().is_empty(),
+                "{}: panel {title:?} has no description",
+                path.display()
+            );
+            let targets = panel["targets"].as_array().unwrap();
+            assert!(!targets.is_empty(), "{}: {title:?}", path.display());
+            for target in targets {
+                found.push((
+                    format!("{} / {title}", path.display()),
+                    target["expr"].as_str().unwrap().to_string(),
+                ));
+            }
+        }
+    }
+    let rules: Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(dir.join("alerts.yaml")).unwrap()).unwrap();
+    let mut alerts = BTreeSet::new();
+    for group in rules["groups"].as_array().unwrap() {
+        for rule in group["rules"].as_array().unwrap() {
+            let name = rule["alert"].as_str().unwrap().to_string();
+            assert!(alerts.insert(name.clone()), "alert {name} twice");
+            assert!(
+                matches!(
+                    rule["labels"]["severity"].as_str(),
+                    Some("info" | "warning" | "critical")
+                ),
+                "{name}: severity"
+            );
+            for key in ["summary", "description"] {
+                assert!(
+                    !rule["annotations"][key]
+                        .as_str()
+                        .unwrap_or_default()
+                        .is_empty(),
+                    "{name}: no {key}"
+                );
+            }
+            assert!(rule["for"].is_string(), "{name}: no `for`");
+            found.push((
+                format!("alert {name}"),
+                rule["expr"].as_str().unwrap().to_string(),
+            ));
+        }
+    }
+    found
+}
+
+/// The Strata metrics an expression names (a histogram's `_bucket`/`_sum`/`_count` series
+/// count as its family).
+fn metrics_in(expr: &str) -> BTreeSet<String> {
+    let prefixes: Vec<String> = SERVICES
+        .iter()
+        .map(|s| format!("{}_", metric_prefix(s)))
+        .collect();
+    expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
+        .filter(|word| prefixes.iter().any(|p| word.starts_with(p.as_str())))
+        .map(|word| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| word.strip_suffix(suffix))
+                .unwrap_or(word)
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn registered_documented_and_charted_metrics_are_the_same() {
+    let registered = registered();
+    let documented = documented();
+    assert!(registered.len() >= 20, "{registered:?}");
+    assert_eq!(
+        registered.difference(&documented).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "registered but not in docs/metrics.md"
+    );
+    assert_eq!(
+        documented.difference(&registered).collect::<Vec<_>>(),
+        Vec::<&String>::new(),
+        "in docs/metrics.md but registered by no service"
+    );
+
+    let mut used: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (place, expr) in expressions() {
+        let named = metrics_in(&expr);
+        assert!(!named.is_empty(), "{place}: no Strata metric in {expr}");
+        for metric in named {
+            assert!(
+                documented.contains(&metric),
+                "{place}: {metric} is not a Strata metric ({expr})"
+            );
+            used.entry(metric).or_default().push(place.clone());
+        }
+    }
+    let unused: Vec<&String> = documented
+        .iter()
+        .filter(|m| !used.contains_key(*m))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "documented metrics in no dashboard panel or alert: {unused:?}"
+    );
+}
+
+#[test]
+fn expressions_name_histograms_by_their_series() {
+    assert_eq!(
+        metrics_in(
+            "histogram_quantile(0.99, sum by (le) (rate(admission_webhook_review_duration_seconds_bucket{webhook!=\"x\"}[5m])))"
+        ),
+        BTreeSet::from(["admission_webhook_review_duration_seconds".to_string()])
+    );
+    assert_eq!(
+        metrics_in(
+            "time() - max by (rollout_group) (rollout_operator_last_successful_group_reconcile_timestamp_seconds)"
+        ),
+        BTreeSet::from([
+            "rollout_operator_last_successful_group_reconcile_timestamp_seconds".to_string()
+        ])
+    );
+}

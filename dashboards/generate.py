@@ -1,0 +1,296 @@
+#!/usr/bin/env python3
+"""Writes Strata's Grafana dashboards (one per service, plus an overview of the shared
+controller metrics) and the Prometheus alert rules next to this file.
+
+The JSON and YAML it writes are committed; edit this file and run `make dashboards`. A test
+(`crates/strata-cli/tests/observability.rs`) checks that every metric in docs/metrics.md is
+used by a panel or an alert and that nothing here names a metric that does not exist.
+"""
+
+import json
+import pathlib
+
+HERE = pathlib.Path(__file__).resolve().parent
+SERVICES = ["layer-controller", "drift-observer", "rollout-operator", "admission-webhook"]
+SEL = 'namespace=~"$namespace"'
+
+
+def prefix(service):
+    return service.replace("-", "_")
+
+
+class Board:
+    """A dashboard laid out on Grafana's 24-column grid, two panels per row."""
+
+    def __init__(self, uid, title, description):
+        self.uid, self.title, self.description = uid, title, description
+        self.panels, self.y, self.x, self.next_id = [], 0, 0, 1
+
+    def row(self, title):
+        if self.x:
+            self.y, self.x = self.y + 8, 0
+        self.panels.append({"id": self.next_id, "type": "row", "title": title, "collapsed": False,
+                            "gridPos": {"x": 0, "y": self.y, "w": 24, "h": 1}, "panels": []})
+        self.next_id += 1
+        self.y += 1
+
+    def panel(self, title, description, targets, unit="short", kind="timeseries", width=12):
+        if self.x + width > 24:
+            self.y, self.x = self.y + 8, 0
+        panel = {
+            "id": self.next_id, "type": kind, "title": title, "description": description,
+            "datasource": {"type": "prometheus", "uid": "${datasource}"},
+            "gridPos": {"x": self.x, "y": self.y, "w": width, "h": 8},
+            "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+            "options": {"legend": {"displayMode": "table", "placement": "bottom", "showLegend": True}},
+            "targets": [{"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend,
+                         "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+                        for i, (expr, legend) in enumerate(targets)],
+        }
+        self.panels.append(panel)
+        self.next_id += 1
+        self.x += width
+        if self.x >= 24:
+            self.y, self.x = self.y + 8, 0
+
+    def json(self):
+        return {
+            "uid": self.uid, "title": self.title, "description": self.description,
+            "tags": ["strata"], "timezone": "utc", "schemaVersion": 39, "version": 1,
+            "editable": True, "refresh": "30s", "time": {"from": "now-6h", "to": "now"},
+            "templating": {"list": [
+                {"name": "datasource", "label": "Data source", "type": "datasource",
+                 "query": "prometheus", "current": {}, "hide": 0},
+                {"name": "namespace", "label": "Namespace", "type": "query",
+                 "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                 "query": {"query": "label_values(namespace)", "refId": "namespace"},
+                 "definition": "label_values(namespace)", "includeAll": True, "multi": True,
+                 "allValue": ".*", "current": {"text": "All", "value": "$__all"}, "refresh": 2},
+            ]},
+            "annotations": {"list": []},
+            "panels": self.panels,
+        }
+
+
+def quantiles(histogram, by=""):
+    """p50/p90/p99 targets of a histogram (or only p99 per `by` label, legend `{{by}}`)."""
+    rate = f"rate({histogram}_bucket{{{SEL}}}[$__rate_interval])"
+    if by:
+        return [(f"histogram_quantile(0.99, sum by (le, {by}) ({rate}))", f"{{{{{by}}}}}")]
+    return [(f"histogram_quantile({q}, sum by (le) ({rate}))", f"p{int(q * 100)}")
+            for q in (0.5, 0.9, 0.99)]
+
+
+def controller_rows(board, service):
+    """The shared controller metrics of one service (core-k8s)."""
+    p = prefix(service)
+    board.row(f"{service}: controller")
+    board.panel("Reconciles", "Reconciles per second, and failed ones by error category.", [
+        (f"sum(rate({p}_reconcile_total{{{SEL}}}[$__rate_interval]))", "reconciles"),
+        (f"sum by (category) (rate({p}_reconcile_errors_total{{{SEL}}}[$__rate_interval]))",
+         "errors: {{category}}"),
+    ], unit="ops")
+    board.panel("Reconcile duration", "Quantiles of the time one reconcile takes.",
+                quantiles(f"{p}_reconcile_duration_seconds"), unit="s")
+    board.panel("Leader", "1 for the replica holding the Lease; exactly one should.", [
+        (f"max by (pod) ({p}_leader{{{SEL}}})", "{{pod}}"),
+    ], kind="stat", width=24)
+
+
+def overview():
+    board = Board("strata-overview", "Strata / Overview",
+                  "The shared controller metrics of every Strata service.")
+    for service in SERVICES:
+        controller_rows(board, service)
+    return board
+
+
+def layer_controller():
+    board = Board("strata-layer-controller", "Strata / layer-controller",
+                  "AddonsLayers: states, applies and prunes, dependency waits, rollout times.")
+    board.row("Layers")
+    board.panel("Layers by state", "How many AddonsLayers are in each state.", [
+        (f"sum by (state) (layer_controller_layer_state{{{SEL}}} == 1)", "{{state}}"),
+    ], width=12)
+    board.panel("Layers not Deployed", "Every layer in another state than Deployed, with its state.", [
+        (f'max by (layer, state) (layer_controller_layer_state{{{SEL},state!="Deployed"}} == 1)',
+         "{{layer}}: {{state}}"),
+    ], kind="table", width=12)
+    board.panel("Objects applied and pruned", "Objects per second applied with server-side apply, "
+                "and deleted because they left every layer, by layer.", [
+        (f"sum by (layer) (rate(layer_controller_applied_objects_total{{{SEL}}}[$__rate_interval]))",
+         "applied: {{layer}}"),
+        (f"sum by (layer) (rate(layer_controller_pruned_objects_total{{{SEL}}}[$__rate_interval]))",
+         "pruned: {{layer}}"),
+    ], unit="ops")
+    board.panel("Waiting for prerequisites", "How long layers waited for the layers they depend on.",
+                quantiles("layer_controller_dependency_wait_seconds"), unit="s")
+    board.panel("Revision to Deployed", "From starting to apply a revision to the layer being Deployed.",
+                quantiles("layer_controller_rollout_seconds"), unit="s", width=24)
+    controller_rows(board, "layer-controller")
+    return board
+
+
+def rollout_operator():
+    board = Board("strata-rollout-operator", "Strata / rollout-operator",
+                  "Zone-by-zone rollouts of StatefulSet groups (the Grafana rollout-operator's metric names).")
+    board.row("Rollout groups")
+    board.panel("Group reconciles", "Reconciles per second by rollout group, and failed ones.", [
+        (f"sum by (rollout_group) (rate(rollout_operator_group_reconciles_total{{{SEL}}}[$__rate_interval]))",
+         "{{rollout_group}}"),
+        (f"sum by (rollout_group) (rate(rollout_operator_group_reconciles_failed_total{{{SEL}}}[$__rate_interval]))",
+         "failed: {{rollout_group}}"),
+    ], unit="ops")
+    board.panel("Group reconcile duration (p99)", "99th percentile of the time to reconcile a group.",
+                quantiles("rollout_operator_group_reconcile_duration_seconds", by="rollout_group"), unit="s")
+    board.panel("Since the last successful reconcile", "Seconds since each group was last reconciled "
+                "without error; it grows while a group keeps failing.", [
+        (f"time() - max by (rollout_group) (rollout_operator_last_successful_group_reconcile_timestamp_seconds{{{SEL}}})",
+         "{{rollout_group}}"),
+    ], unit="s")
+    board.panel("Pods deleted", "Outdated pods deleted per second to roll them to the update revision.", [
+        (f"sum(rate(rollout_operator_pods_deleted_total{{{SEL}}}[$__rate_interval]))", "deleted"),
+    ], unit="ops")
+    controller_rows(board, "rollout-operator")
+    return board
+
+
+def admission_webhook():
+    board = Board("strata-admission-webhook", "Strata / admission-webhook",
+                  "AdmissionReviews by webhook and outcome, answer times, the serving certificate.")
+    board.row("Reviews")
+    board.panel("Reviews by outcome", "AdmissionReviews answered per second, by webhook and outcome.", [
+        (f"sum by (webhook, outcome) (rate(admission_webhook_reviews_total{{{SEL}}}[$__rate_interval]))",
+         "{{webhook}}: {{outcome}}"),
+    ], unit="reqps")
+    board.panel("Answer time (p99)", "99th percentile of the time to answer, by webhook "
+                "(prepare-downscale includes its calls to the pods).",
+                quantiles("admission_webhook_review_duration_seconds", by="webhook"), unit="s")
+    board.panel("Certificate expires in", "Time left on each replica's serving certificate; renewal "
+                "happens a third of the validity before expiry.", [
+        (f"max by (pod) (admission_webhook_certificate_expiry_timestamp_seconds{{{SEL}}} > 0) - time()",
+         "{{pod}}"),
+    ], unit="s", kind="stat", width=24)
+    controller_rows(board, "admission-webhook")
+    return board
+
+
+def alert(name, expr, duration, severity, summary, description):
+    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity},
+            "annotations": {"summary": summary, "description": description}}
+
+
+def alerts():
+    controllers = []
+    for service in SERVICES:
+        p, title = prefix(service), "".join(w.title() for w in service.split("-"))
+        controllers += [
+            alert(f"{title}ReconcileErrors",
+                  f"sum by (namespace, category) (rate({p}_reconcile_errors_total[10m])) > 0", "15m", "warning",
+                  f"{service} reconciles keep failing ({{{{ $labels.category }}}})",
+                  f"{service} in {{{{ $labels.namespace }}}} has failed reconciles with category "
+                  f"{{{{ $labels.category }}}} for 15 minutes; its logs and Warning events name the object."),
+            alert(f"{title}SlowReconciles",
+                  f"histogram_quantile(0.99, sum by (namespace, le) (rate({p}_reconcile_duration_seconds_bucket[10m]))) > 10",
+                  "30m", "warning", f"{service} reconciles take over 10 s",
+                  f"The 99th percentile of {service} reconcile time in {{{{ $labels.namespace }}}} is "
+                  f"{{{{ $value | humanizeDuration }}}}; the API server or a dependency is slow."),
+            alert(f"{title}NoLeader", f"max by (namespace) ({p}_leader) < 1", "5m", "critical",
+                  f"No {service} replica is leader",
+                  f"No replica of {service} in {{{{ $labels.namespace }}}} has held the Lease "
+                  f"{service}-leader for 5 minutes: nothing is being reconciled."),
+            alert(f"{title}SeveralLeaders", f"sum by (namespace) ({p}_leader) > 1", "5m", "critical",
+                  f"More than one {service} replica is leader",
+                  f"{{{{ $value }}}} replicas of {service} in {{{{ $labels.namespace }}}} report "
+                  "leadership; check clock skew and the Lease."),
+        ]
+    layers = [
+        alert("AddonsLayerFailed", 'max by (namespace, layer) (layer_controller_layer_state{state="Failed"}) == 1',
+              "10m", "warning", "AddonsLayer {{ $labels.layer }} is Failed",
+              "AddonsLayer {{ $labels.layer }} has been Failed for 10 minutes; `kubectl get al "
+              "{{ $labels.layer }} -o yaml` shows the condition and the object that failed."),
+        alert("AddonsLayerNotProgressing",
+              'max by (namespace, layer, state) (layer_controller_layer_state{state=~"Pending|ApplyPending|Applying|Pruning|K8sVersion"}) == 1',
+              "1h", "warning", "AddonsLayer {{ $labels.layer }} stuck in {{ $labels.state }}",
+              "AddonsLayer {{ $labels.layer }} has been {{ $labels.state }} for an hour; "
+              "`strata layers plan {{ $labels.layer }}` shows what it waits for."),
+        alert("AddonsLayerPruning", "sum by (namespace, layer) (increase(layer_controller_pruned_objects_total[10m])) > 50",
+              "0m", "info", "AddonsLayer {{ $labels.layer }} pruned many objects",
+              "{{ $value }} objects left AddonsLayer {{ $labels.layer }} and were deleted in 10 minutes."),
+    ]
+    rollout = [
+        alert("RolloutOperatorGroupReconcileFailing",
+              "sum by (namespace, rollout_group) (rate(rollout_operator_group_reconciles_failed_total[10m])) > 0",
+              "15m", "warning", "Rollout group {{ $labels.rollout_group }} keeps failing to reconcile",
+              "Reconciles of rollout group {{ $labels.rollout_group }} in {{ $labels.namespace }} "
+              "have failed for 15 minutes; its rollout is not progressing."),
+        alert("RolloutOperatorGroupStale",
+              "time() - max by (namespace, rollout_group) (rollout_operator_last_successful_group_reconcile_timestamp_seconds) > 900",
+              "5m", "warning", "Rollout group {{ $labels.rollout_group }} not reconciled for 15 minutes",
+              "The last successful reconcile of {{ $labels.rollout_group }} in {{ $labels.namespace }} "
+              "was {{ $value | humanizeDuration }} ago."),
+    ]
+    webhook = [
+        alert("AdmissionWebhookCertificateExpiring",
+              "max by (namespace, pod) (admission_webhook_certificate_expiry_timestamp_seconds > 0) - time() < 14 * 86400",
+              "1h", "warning", "The admission webhook's certificate expires in under 14 days",
+              "{{ $labels.pod }} serves a certificate expiring in {{ $value | humanizeDuration }}: "
+              "renewal (a third of the validity before expiry) has not happened; check its logs and "
+              "the certificate Secret. An expired certificate fails every admission call."),
+        alert("AdmissionWebhookTimeouts",
+              'sum by (namespace, webhook) (rate(admission_webhook_reviews_total{outcome="timeout"}[5m])) > 0',
+              "5m", "warning", "{{ $labels.webhook }} reviews time out",
+              "{{ $labels.webhook }} reviews in {{ $labels.namespace }} take longer than the handler "
+              "timeout and are denied; prepare-downscale waits for pods, the others for the API server."),
+        alert("AdmissionWebhookInvalidReviews",
+              'sum by (namespace, webhook) (rate(admission_webhook_reviews_total{outcome="invalid"}[10m])) > 0',
+              "15m", "info", "{{ $labels.webhook }} receives requests that are not AdmissionReviews",
+              "Something other than kube-apiserver posts to {{ $labels.webhook }}, or a webhook "
+              "configuration points at the wrong path."),
+        alert("AdmissionWebhookSlowAnswers",
+              'histogram_quantile(0.99, sum by (namespace, webhook, le) (rate(admission_webhook_review_duration_seconds_bucket{webhook!="prepare-downscale"}[10m]))) > 0.5',
+              "15m", "warning", "{{ $labels.webhook }} answers slowly",
+              "The 99th percentile answer time of {{ $labels.webhook }} is {{ $value | humanizeDuration }}; "
+              "every API request it guards waits for it."),
+    ]
+    return {"groups": [
+        {"name": "strata-controllers", "rules": controllers},
+        {"name": "strata-layer-controller", "rules": layers},
+        {"name": "strata-rollout-operator", "rules": rollout},
+        {"name": "strata-admission-webhook", "rules": webhook},
+    ]}
+
+
+def main():
+    for name, board in [("overview", overview()), ("layer-controller", layer_controller()),
+                        ("rollout-operator", rollout_operator()),
+                        ("admission-webhook", admission_webhook())]:
+        (HERE / f"strata-{name}.json").write_text(json.dumps(board.json(), indent=2) + "\n")
+    # Prometheus rule groups: a `rule_files` entry, or the spec of a PrometheusRule.
+    (HERE / "alerts.yaml").write_text(
+        "# Generated by dashboards/generate.py: Prometheus alert rules for Strata.\n"
+        + "\n".join(to_yaml(alerts(), 0)) + "\n")
+
+
+def to_yaml(value, indent):
+    """Block YAML of dicts, lists and strings; strings double-quoted (JSON escapes are YAML's)."""
+    pad = " " * indent
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, (dict, list)):
+                lines.append(f"{pad}{key}:")
+                lines += to_yaml(item, indent + 2)
+            else:
+                lines.append(f"{pad}{key}: {json.dumps(item)}")
+        return lines
+    lines = []
+    for item in value:
+        inner = to_yaml(item, indent + 2) if isinstance(item, (dict, list)) else [f"{pad}  {json.dumps(item)}"]
+        lines.append(f"{pad}- {inner[0].lstrip()}")
+        lines += inner[1:]
+    return lines
+
+
+if __name__ == "__main__":
+    main()
