@@ -1,7 +1,7 @@
 //! The AdmissionReview envelope (admission.k8s.io v1 and v1beta1) and the decision every
 //! webhook returns.
 
-use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -198,11 +198,70 @@ impl<'de> Visitor<'de> for Pruned<'_> {
                     object.insert(name, map.next_value()?);
                 }
                 Member::Skipped => {
-                    map.next_value::<IgnoredAny>()?;
+                    map.next_value_seed(Checked)?;
                 }
             }
         }
         Ok(Value::Object(object))
+    }
+}
+
+/// Reads a value to its end and keeps nothing, checking it as strictly as decoding it into a
+/// [`Value`] would: numbers in range, escapes (lone surrogates), the nesting limit. serde's
+/// `IgnoredAny` checks only the syntax, which would let a body the full decoding refuses
+/// be decided.
+#[derive(Clone, Copy)]
+struct Checked;
+
+impl<'de> DeserializeSeed<'de> for Checked {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Checked)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Checked)?.is_some() {
+            map.next_value_seed(Checked)?;
+        }
+        Ok(())
     }
 }
 
@@ -366,17 +425,40 @@ mod tests {
                 "{request}"
             );
         }
-        // Skipped parts are still checked: bad UTF-8, bad syntax, trailing bytes.
-        let head = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"spec":""#;
-        for tail in [&b"\xff\"}}}"[..], b"\"}}", b"\"}}}}", b"\"}}} x"] {
-            let body = [&head[..], tail].concat();
-            assert!(
-                Review::parse_reading(&body, reads).is_err(),
-                "{}",
-                String::from_utf8_lossy(&body)
-            );
+        // Skipped parts are checked as strictly as decoded ones: bad UTF-8, bad syntax,
+        // trailing bytes, numbers out of range, lone surrogates, nesting over the limit — in
+        // a skipped member of an object and in a skipped member of the envelope.
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let bad: [&[u8]; 7] = [
+            b"\"\xff\"",
+            b"\"x\"}",
+            b"\"x\"]",
+            b"1e999",
+            br#""\ud800""#,
+            br#""\q""#,
+            deep.as_bytes(),
+        ];
+        let ok: [&[u8]; 4] = [b"\"x\"", b"1e300", br#""\ud83d\ude00""#, b"[[[[{}]]]]"];
+        for (value, valid) in bad
+            .iter()
+            .map(|v| (v, false))
+            .chain(ok.iter().map(|v| (v, true)))
+        {
+            for body in [
+                [&br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"skipped":"#[..], value, b"}}}"].concat(),
+                [&br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","skipped":"#[..], value, br#","request":{"uid":"u"}}"#].concat(),
+            ] {
+                let text = String::from_utf8_lossy(&body);
+                assert_eq!(
+                    serde_json::from_slice::<Value>(&body).is_ok(),
+                    valid,
+                    "serde_json on {text}"
+                );
+                assert_eq!(Review::parse_reading(&body, reads).is_ok(), valid, "{text}");
+                assert_eq!(Review::parse(&body).is_ok(), valid, "{text}");
+            }
         }
-        let body = [&head[..], b"\"}}}"].concat();
-        assert!(Review::parse_reading(&body, reads).is_ok());
+        let trailing = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u"}} x"#;
+        assert!(Review::parse_reading(trailing, reads).is_err());
     }
 }
