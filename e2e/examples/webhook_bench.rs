@@ -27,6 +27,7 @@ use strata_e2e::bench::{cpu_ticks, percentile, rss_kib, spawn_measured};
 use strata_e2e::plane::free_port;
 use strata_e2e::support::{TestNamespace, cluster, eventually, http_get};
 use tokio_rustls::TlsConnector;
+use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -277,16 +278,11 @@ async fn measure(target: Target, bodies: [(Bytes, bool); 2]) -> Result<serde_jso
     }))
 }
 
-/// The PEM certificate's DER bytes.
-fn pem_der(pem: &str) -> Result<CertificateDer<'static>> {
-    let der = pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .collect::<String>();
-    use base64::Engine as _;
-    Ok(CertificateDer::from(
-        base64::engine::general_purpose::STANDARD.decode(der)?,
-    ))
+/// A root store trusting one PEM certificate.
+fn trusting(pem: &[u8]) -> Result<tokio_rustls::rustls::RootCertStore> {
+    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_slice(pem)?)?;
+    Ok(roots)
 }
 
 /// The floor (`$FLOOR_BIN`, the `tls_floor_server` example) under the same load: a fixed
@@ -312,8 +308,7 @@ async fn measure_floor(binary: &str, bodies: [(Bytes, bool); 2]) -> Result<serde
         || async { Ok(tokio::net::TcpStream::connect(address).await.ok().map(drop)) },
     )
     .await;
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    roots.add(pem_der(&cert.pem())?)?;
+    let roots = trusting(cert.pem().as_bytes())?;
     let result = match listening {
         Ok(()) => {
             measure(
@@ -368,8 +363,7 @@ async fn main() -> Result<()> {
         .data
         .and_then(|d| d.get("ca").cloned())
         .context("the Secret has no CA")?;
-    let mut roots = tokio_rustls::rustls::RootCertStore::empty();
-    roots.add(pem_der(std::str::from_utf8(&ca.0)?)?)?;
+    let roots = trusting(&ca.0)?;
     let bodies = [
         (review(&ns, "deny", 2), false),
         (review(&ns, "allow", 4), true),

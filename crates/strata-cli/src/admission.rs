@@ -6,9 +6,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use admission_webhook::review::Review;
-use admission_webhook::webhooks::{Cluster, Webhook as Endpoint, decide};
+use admission_webhook::webhooks::{Cluster, Webhook, decide};
 
-use crate::cli::{Webhook, input_error};
+use crate::cli::input_error;
 use crate::status::parse_now;
 
 pub fn review(
@@ -17,13 +17,6 @@ pub fn review(
     now: Option<&str>,
     webhook: Webhook,
 ) -> anyhow::Result<ExitCode> {
-    let endpoint = match webhook {
-        Webhook::NoDownscale => Endpoint::NoDownscale,
-        Webhook::PrepareDownscale => Endpoint::PrepareDownscale,
-        Webhook::PodEviction => Endpoint::PodEviction,
-        Webhook::ZpdbValidation => Endpoint::ZpdbValidation,
-        Webhook::AddonslayerValidation => Endpoint::AddonsLayerValidation,
-    };
     let now = match parse_now(now) {
         Ok(now) => now,
         Err(e) => return Ok(input_error(&e)),
@@ -32,7 +25,7 @@ pub fn review(
         Ok(body) => body,
         Err(e) => return Ok(input_error(&format!("{}: {e}", file.display()))),
     };
-    let review = match Review::parse_reading(&body, endpoint.reads()) {
+    let review = match Review::parse_reading(&body, webhook.reads()) {
         Ok(review) => review,
         Err(e) => {
             return Ok(input_error(&format!(
@@ -45,7 +38,7 @@ pub fn review(
         Ok(observed) => observed.unwrap_or_default(),
         Err(e) => return Ok(input_error(&e)),
     };
-    let decision = decide(endpoint, &review, &Cluster::new(observed), now);
+    let decision = decide(webhook, &review, &Cluster::new(observed), now);
     let mut out = review.respond(&decision);
     if !decision.side_effects.is_empty() {
         out["sideEffects"] = serde_json::json!(decision.side_effects);

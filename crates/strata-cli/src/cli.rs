@@ -205,15 +205,6 @@ pub enum RolloutCommand {
     },
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum Webhook {
-    NoDownscale,
-    PrepareDownscale,
-    PodEviction,
-    ZpdbValidation,
-    AddonslayerValidation,
-}
-
 #[derive(Debug, Subcommand)]
 pub enum AdmissionCommand {
     /// Run one AdmissionReview (v1) through a webhook and print the response.
@@ -229,7 +220,7 @@ pub enum AdmissionCommand {
         now: Option<String>,
         /// Which webhook endpoint handles the review.
         #[arg(long, value_enum)]
-        webhook: Webhook,
+        webhook: admission_webhook::webhooks::Webhook,
     },
 }
 

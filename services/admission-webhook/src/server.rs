@@ -50,8 +50,12 @@ impl std::fmt::Debug for App {
     }
 }
 
-fn bad_request(message: String) -> Response {
-    (StatusCode::BAD_REQUEST, message).into_response()
+/// HTTP 400: the body is not an AdmissionReview.
+fn bad_request(message: String) -> (Response, Outcome) {
+    (
+        (StatusCode::BAD_REQUEST, message).into_response(),
+        Outcome::invalid,
+    )
 }
 
 async fn handle(app: Arc<App>, webhook: Webhook, headers: HeaderMap, body: Bytes) -> Response {
@@ -68,7 +72,6 @@ async fn answer(
     headers: &HeaderMap,
     body: &[u8],
 ) -> (Response, Outcome) {
-    let bad_request = |message: String| (bad_request(message), Outcome::invalid);
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())

@@ -93,6 +93,17 @@ impl Webhook {
     }
 }
 
+/// `--webhook <name>` on the command line (`strata admission review`).
+impl clap::ValueEnum for Webhook {
+    fn value_variants<'a>() -> &'a [Self] {
+        &Self::ALL
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.name()))
+    }
+}
+
 /// What the handlers may read besides the request.
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
