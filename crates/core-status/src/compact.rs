@@ -422,6 +422,66 @@ impl<'de> de::Deserialize<'de> for Compact<'de> {
     }
 }
 
+/// Reads a value to its end and keeps nothing, checking it as strictly as decoding it into a
+/// [`serde_json::Value`] would: numbers in range, escapes (lone surrogates), the nesting
+/// limit. serde's `IgnoredAny` checks only the syntax, so a decoder that skips with it accepts
+/// texts the full decoding refuses. Used wherever JSON is skipped rather than decoded (the
+/// admission webhook's partial decoding of reviews).
+#[derive(Clone, Copy, Debug)]
+pub struct Checked;
+
+impl<'de> DeserializeSeed<'de> for Checked {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Checked)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Checked)?.is_some() {
+            map.next_value_seed(Checked)?;
+        }
+        Ok(())
+    }
+}
+
 fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
     map.next_value::<IgnoredAny>().map(drop)
 }

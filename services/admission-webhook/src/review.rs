@@ -1,6 +1,7 @@
 //! The AdmissionReview envelope (admission.k8s.io v1 and v1beta1) and the decision every
 //! webhook returns.
 
+use core_status::compact::Checked;
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -203,65 +204,6 @@ impl<'de> Visitor<'de> for Pruned<'_> {
             }
         }
         Ok(Value::Object(object))
-    }
-}
-
-/// Reads a value to its end and keeps nothing, checking it as strictly as decoding it into a
-/// [`Value`] would: numbers in range, escapes (lone surrogates), the nesting limit. serde's
-/// `IgnoredAny` checks only the syntax, which would let a body the full decoding refuses
-/// be decided.
-#[derive(Clone, Copy)]
-struct Checked;
-
-impl<'de> DeserializeSeed<'de> for Checked {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
-        deserializer.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Checked {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Checked)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(Checked)?.is_some() {
-            map.next_value_seed(Checked)?;
-        }
-        Ok(())
     }
 }
 
