@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use jiff::Timestamp;
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use crate::compute::{Evaluation, evaluate, evaluate_fields};
@@ -301,13 +301,13 @@ impl<'de> Visitor<'de> for ScalarVisitor {
         d.deserialize_any(self)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+        Checked.visit_seq(seq)?;
         Ok(Scalar::Other)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        Checked.visit_map(map)?;
         Ok(Scalar::Other)
     }
 }
@@ -407,8 +407,8 @@ impl<'de, S: Section<'de>> Visitor<'de> for Part<'_, S> {
         Ok(())
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        Checked.visit_seq(seq)?;
         self.0.not_a_map(false);
         Ok(())
     }
@@ -483,7 +483,7 @@ impl<'de> Visitor<'de> for Checked {
 }
 
 fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
-    map.next_value::<IgnoredAny>().map(drop)
+    map.next_value_seed(Checked)
 }
 
 impl<'de> Compact<'de> {
@@ -806,8 +806,8 @@ impl<'de, S: Elements<'de>> Visitor<'de> for List<'_, S> {
         d.deserialize_any(self)
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        Checked.visit_map(map)?;
         self.0.not_a_list(false);
         Ok(())
     }

@@ -267,7 +267,7 @@ impl<'de> serde::Deserialize<'de> for Envelope<'de> {
                         "apiVersion" => envelope.api_version = map.next_value()?,
                         "kind" => envelope.kind = map.next_value()?,
                         "items" => envelope.items = Some(map.next_value_seed(Many(0))?),
-                        _ => drop(map.next_value::<serde::de::IgnoredAny>()?),
+                        _ => map.next_value_seed(crate::compact::Checked)?,
                     }
                 }
                 Ok(envelope)
@@ -387,6 +387,13 @@ mod tests {
             r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "PodList", "items": []}]}"#,
             r#"{"apiVersion": "v1", "kind": "List", "items": {}}"#,
             r#"{"apiVersion": "v1", "kind": "Pod""#,
+            // What the full decoding refuses, in parts the compact form skips.
+            r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": 1e999}}"#,
+            r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": "\ud800"}}"#,
+            r#"{"apiVersion": "v1", "kind": "List", "x": [1e999], "items": []}"#,
+            r#"{"apiVersion": "v1", "kind": "Pod", "spec": [1e999]}"#,
+            r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"x": 1e999}}]}"#,
+            r#"{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "status": {"conditions": [{"type": "Ready", "x": "\ud800"}]}}]}"#,
         ] {
             assert!(parse_compact(fallback).is_none(), "{fallback}");
         }
