@@ -28,6 +28,9 @@ pub enum Command {
     /// Inspect AddonsLayers in a cluster.
     #[command(subcommand)]
     Layers(LayersCommand),
+    /// What drifted in a layer (the drift-observer's report), or local manifests compared
+    /// with the cluster (`-f`). Exit 1 when something drifted.
+    Drift(DriftArgs),
     /// Ask what the rollout-operator would do next.
     #[command(subcommand)]
     Rollout(RolloutCommand),
@@ -159,6 +162,29 @@ pub enum LayersCommand {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DriftOutput {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct DriftArgs {
+    /// The AddonsLayer whose drift report to print.
+    #[arg(required_unless_present = "files", conflicts_with = "files")]
+    pub layer: Option<String>,
+    /// Compare these manifests (a file or a directory, recursively) with the cluster instead.
+    #[arg(short = 'f', long = "filename")]
+    pub files: Option<PathBuf>,
+    #[arg(short = 'o', long, value_enum, default_value_t = DriftOutput::Table)]
+    pub output: DriftOutput,
+    /// The field manager whose apply the comparison simulates (`-f` only).
+    #[arg(long, default_value = "strata-layer-controller")]
+    pub field_manager: String,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum PlanFormat {
     Text,
     Json,
@@ -272,6 +298,13 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             default_source_namespace,
             cluster,
         }) => crate::layers::plan(&layer, output, &default_source_namespace, &cluster),
+        Command::Drift(args) => match (&args.layer, &args.files) {
+            (_, Some(files)) => {
+                crate::drift::files(files, args.output, &args.field_manager, &args.cluster)
+            }
+            (Some(layer), None) => crate::drift::layer(layer, args.output, &args.cluster),
+            (None, None) => Ok(input_error("strata drift: give a LAYER or -f DIR")),
+        },
         Command::Rollout(RolloutCommand::Plan { state, now, .. }) => {
             crate::rollout::plan(&state, now.as_deref())
         }
@@ -330,6 +363,9 @@ mod tests {
             ],
             &["strata", "layers", "graph", "-o", "dot"],
             &["strata", "layers", "plan", "base"],
+            &["strata", "drift", "base"],
+            &["strata", "drift", "base", "-o", "json"],
+            &["strata", "drift", "-f", "manifests/"],
             &[
                 "strata",
                 "rollout",
@@ -361,6 +397,8 @@ mod tests {
             &["strata", "status", "-f", "x", "-o", "xml"][..],
             &["strata", "admission", "review", "-f", "r.json"][..],
             &["strata", "wait", "-f", "x", "--for", "ready"][..],
+            &["strata", "drift"][..],
+            &["strata", "drift", "base", "-f", "dir"][..],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }

@@ -1,7 +1,8 @@
-//! `strata`: status, wait, render, layers, rollout and admission commands.
+//! `strata`: status, wait, render, layers, drift, rollout and admission commands.
 
 mod admission;
 mod cli;
+mod drift;
 mod layers;
 mod rollout;
 mod status;

@@ -1,17 +1,19 @@
 use clap::Parser;
 
-/// Detects drift between what the layers applied and what runs, and reports it.
+/// Detects drift between what the layers applied and what runs, reports it and asks for heals.
 #[derive(Debug, Parser)]
 #[command(name = "drift-observer", version, about)]
 struct Args {
     #[command(flatten)]
     common: core_k8s::CommonArgs,
+    #[command(flatten)]
+    drift: drift_observer::DriftArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     core_k8s::install_crypto_provider();
     let args = Args::parse();
-    drift_observer::run(args.common).await?;
+    drift_observer::run(args.common, args.drift).await?;
     Ok(())
 }

@@ -1,19 +1,18 @@
 //! layer-controller: ordered, dependency-aware layers of addons (`AddonsLayer`).
 //!
-//! `plan` holds every decision (pure, table-tested), `source` reads Flux artifacts and
-//! ConfigMaps, `reconcile` is the thin shell that applies with server-side apply, prunes and
+//! `plan` holds every decision (pure, table-tested), `source` (from `core-layers`) reads Flux
+//! artifacts and ConfigMaps, `reconcile` is the thin shell that applies with server-side apply, prunes and
 //! writes status. `graph` renders the layer DAG for `strata layers graph`.
 
-pub mod crd;
 pub mod deps;
-pub mod error;
 pub mod graph;
-pub mod keys;
 pub mod metrics;
 pub mod plan;
-pub mod read;
 pub mod reconcile;
-pub mod source;
+pub mod stale;
+
+// The API, sources and manifests live in `core-layers`, shared with the drift-observer.
+pub use core_layers::{crd, error, keys, read, source};
 
 use prometheus_client::registry::Registry;
 

@@ -4,7 +4,6 @@
 //! No I/O: the reconcile shell and `strata layers plan|graph` feed it what they read.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::time::Duration;
 
 use core_status::Status;
@@ -14,6 +13,8 @@ use serde_json::Value;
 use crate::crd::{AddonsLayer, Blocker, Condition, InventoryEntry};
 use crate::deps::{self, parse_dependency};
 use crate::keys::{blocker, condition, state};
+pub use core_layers::manifest::prepare_manifest;
+pub use core_layers::objects::{ObjectRef, SourceRef, SourceState};
 
 /// How often a layer is re-checked without a change (`spec.interval` default).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
@@ -23,86 +24,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 pub const SOURCE_KINDS: [&str; 4] = ["GitRepository", "OCIRepository", "Bucket", "ConfigMap"];
 /// Deployed revisions kept in `status.history`.
 pub const HISTORY_LIMIT: usize = 10;
-
-/// An object's identity, independent of its API version (an object keeps its identity when
-/// a manifest moves from `v1beta1` to `v1`).
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectRef {
-    pub group: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl ObjectRef {
-    pub fn new(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Self {
-        Self {
-            group: core_status::object::api_group(api_version).to_string(),
-            kind: kind.to_string(),
-            namespace: namespace.filter(|ns| !ns.is_empty()).map(str::to_string),
-            name: name.to_string(),
-        }
-    }
-
-    pub fn of_entry(entry: &InventoryEntry) -> Self {
-        Self::new(
-            &entry.api_version,
-            &entry.kind,
-            entry.namespace.as_deref(),
-            &entry.name,
-        )
-    }
-}
-
-impl fmt::Display for ObjectRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.namespace {
-            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
-            None => write!(f, "{} {}", self.kind, self.name),
-        }
-    }
-}
-
-/// The source of a layer as `kind/namespace/name`, for same-source lock-step and watches.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SourceRef {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl SourceRef {
-    /// `spec.source` with the kind and namespace defaults applied.
-    pub fn of(layer: &AddonsLayer, default_namespace: &str) -> Self {
-        let source = &layer.spec.source;
-        Self {
-            kind: source
-                .kind
-                .clone()
-                .filter(|k| !k.is_empty())
-                .unwrap_or_else(|| "GitRepository".into()),
-            namespace: source
-                .namespace
-                .clone()
-                .filter(|ns| !ns.is_empty())
-                .unwrap_or_else(|| default_namespace.to_string()),
-            name: source.name.clone(),
-        }
-    }
-}
-
-impl fmt::Display for SourceRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
-
-/// What the shell found out about a layer's source.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SourceState {
-    Ready { revision: String },
-    NotReady { message: String },
-}
 
 /// Everything outside the layer set that gates a layer.
 #[derive(Clone, Debug)]
@@ -517,71 +438,6 @@ pub fn kind_rank(kind: &str) -> usize {
 /// The sort key that orders applies; prune deletes in the reverse of it.
 pub fn apply_key(object: &ObjectRef, stage: Stage) -> (Stage, usize, ObjectRef) {
     (stage, kind_rank(&object.kind), object.clone())
-}
-
-/// The manifest as the layer applies it: labelled with the layer and Strata, and with the
-/// layer version injected where `updateVersion` asks for it (so a version bump alone rolls
-/// the object: Helm values for a HelmRelease, the pod template for workloads, else an
-/// annotation).
-pub fn prepare_manifest(manifest: &Value, layer: &str, version: &str) -> Value {
-    use crate::keys::{
-        LAYER_LABEL, LAYER_VERSION_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ORPHANED_LABEL,
-        UPDATE_VERSION_ANNOTATIONS,
-    };
-    let mut out = manifest.clone();
-    let wants_version = UPDATE_VERSION_ANNOTATIONS.iter().any(|key| {
-        core_status::object::lookup(manifest, &["metadata", "annotations", key])
-            .and_then(Value::as_str)
-            == Some("true")
-    });
-    let Some(object) = out.as_object_mut() else {
-        return out;
-    };
-    let metadata = object
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()));
-    if let Some(metadata) = metadata.as_object_mut() {
-        let labels = metadata
-            .entry("labels")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Some(labels) = labels.as_object_mut() {
-            labels.insert(LAYER_LABEL.into(), layer.into());
-            labels.insert(MANAGED_BY_LABEL.into(), MANAGED_BY_VALUE.into());
-            labels.remove(ORPHANED_LABEL);
-        }
-    }
-    if !wants_version {
-        return out;
-    }
-    let is_helm_release = object.get("kind").and_then(Value::as_str) == Some("HelmRelease");
-    let has_template = object
-        .get("spec")
-        .and_then(|s| s.get("template"))
-        .is_some_and(Value::is_object);
-    let target: &[&str] = if is_helm_release {
-        &["spec", "values"]
-    } else if has_template {
-        &["spec", "template", "metadata", "annotations"]
-    } else {
-        &["metadata", "annotations"]
-    };
-    let mut node = &mut *object;
-    for key in target {
-        let next = node
-            .entry(*key)
-            .or_insert_with(|| Value::Object(Default::default()));
-        let Some(map) = next.as_object_mut() else {
-            return out;
-        };
-        node = map;
-    }
-    let key = if is_helm_release {
-        "layerVersion"
-    } else {
-        LAYER_VERSION_ANNOTATION
-    };
-    node.insert(key.into(), version.into());
-    out
 }
 
 /// Objects this layer wants that another layer owns and still wants: `(object, owner)`.

@@ -27,7 +27,8 @@ use tokio::sync::mpsc;
 use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry};
 use crate::error::{LayerError, Result};
 use crate::keys::{
-    FINALIZER, LAYER_LABEL, ORPHANED_LABEL, ORPHANED_STATUS, SOURCE_LABEL, blocker, reason, state,
+    FINALIZER, LAYER_LABEL, ORPHANED_LABEL, ORPHANED_STATUS, RECONCILE_REQUESTED_AT, SOURCE_LABEL,
+    blocker, condition, reason, state,
 };
 use crate::lock;
 use crate::metrics::Metrics;
@@ -529,7 +530,10 @@ async fn apply_layer(
         .inventory
         .iter()
         .any(|e| e.status == ORPHANED_STATUS);
-    if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending) {
+    // A reconcile request (the drift-observer's heal, or a user's) re-applies at once.
+    let requested = reconcile_requested_at(layer)
+        .is_some_and(|at| previous.last_handled_reconcile_at.as_deref() != Some(at.as_str()));
+    if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending && !requested) {
         if previous_state == state::DEPLOYED {
             return Ok(Action::requeue(
                 interval.saturating_sub(ago).max(Duration::from_secs(1)),
@@ -861,7 +865,7 @@ async fn prune(
 ) -> Result<Option<(Vec<InventoryEntry>, Duration)>> {
     let name = layer.name_any();
     let now = Timestamp::now();
-    let read = shared.reader.read_stale(stale_entries).await?;
+    let read = crate::stale::read_stale(&shared.reader, stale_entries).await?;
     let stale: Vec<StaleObject> = read.iter().map(|r| r.stale.clone()).collect();
     let by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = read
         .into_iter()
@@ -1088,9 +1092,17 @@ async fn write_status(
         inventory: report.inventory.unwrap_or(previous.inventory.clone()),
         blocked_by: report.blockers,
         history,
+        last_handled_reconcile_at: reconcile_requested_at(layer)
+            .or(previous.last_handled_reconcile_at.clone()),
+        // The drift-observer's fields: never part of our apply (SSA would take them over).
+        drift: Vec::new(),
     };
     shared.metrics.set_state(&name, report.state);
-    if status == previous {
+    let mut ours = previous.clone();
+    ours.drift.clear();
+    ours.conditions
+        .retain(|c| !condition::DRIFT_OBSERVER.contains(&c.type_.as_str()));
+    if status == ours {
         return Ok(());
     }
     let value = serde_json::to_value(&status).map_err(|e| LayerError::Source(e.to_string()))?;
@@ -1111,6 +1123,15 @@ async fn write_status(
         tracing::info!(layer = %name, state = report.state, message = %report.message, "layer state changed");
     }
     Ok(())
+}
+
+/// The layer's `strata.dev/reconcile-requested-at` annotation, if set.
+fn reconcile_requested_at(layer: &AddonsLayer) -> Option<String> {
+    layer
+        .annotations()
+        .get(RECONCILE_REQUESTED_AT)
+        .filter(|v| !v.is_empty())
+        .cloned()
 }
 
 /// Adds or removes our finalizer. `layer` must be the copy just read from the API server

@@ -7,7 +7,7 @@ fn committed_crds_are_up_to_date() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/crds");
     let stale = core_k8s::crds::check_or_update(
         &dir,
-        "services/layer-controller/src/crd.rs",
+        "crates/core-layers/src/crd.rs",
         layer_controller::crd::crds(),
     )
     .unwrap();

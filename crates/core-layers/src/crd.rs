@@ -68,6 +68,127 @@ pub struct AddonsLayerSpec {
     /// How long applying may take before the layer is Failed (default 5m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// What the drift-observer compares and what it does about drift (read only by the
+    /// drift-observer; without it every field the manifests declare is observed and healed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftSpec>,
+}
+
+/// `Heal` asks the layer-controller to re-apply at once; `Warn` only reports.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+pub enum DriftMode {
+    #[default]
+    Heal,
+    Warn,
+}
+
+/// Which objects a rule is about: every field given must match (group `""` is the core group).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectSelector {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Fields to observe on matching objects, by path with merge-key selectors:
+/// `spec.template.spec.containers[name=app].image`, `spec.ports[0]`,
+/// `metadata.labels["app.kubernetes.io/name"]`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObserveRule {
+    #[serde(flatten)]
+    pub target: ObjectSelector,
+    pub paths: Vec<String>,
+}
+
+/// Fields never counted as drift on matching objects (RFC 6901 JSON pointers, `~1` for `/`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct IgnoreRule {
+    #[serde(flatten)]
+    pub target: ObjectSelector,
+    pub json_pointers: Vec<String>,
+}
+
+/// When correcting the same field again and again means another writer is fighting us.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FightPolicy {
+    /// Corrections of one field within `window` that make a fight (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub corrections: Option<u32>,
+    /// The window, a duration such as `10m` (default 10m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<String>,
+}
+
+/// `spec.drift` of an AddonsLayer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftSpec {
+    /// Heal (default) or Warn; an object's `strata.dev/drift-mode` annotation (Heal, Warn,
+    /// Ignore) overrides it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<DriftMode>,
+    /// Krake's observer schema, as-is: one entry per object (`apiVersion`, `kind`,
+    /// `metadata.name`), every observed leaf `null`, every list ending with
+    /// `{observer_schema_list_min_length, observer_schema_list_max_length}`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "free_form_list")]
+    pub observer_schema: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub observe: Vec<ObserveRule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignore: Vec<IgnoreRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fight: Option<FightPolicy>,
+}
+
+/// A list of arbitrary objects (Krake schema entries mirror any resource's shape).
+fn free_form_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
+    })
+}
+
+/// Conditions are a map keyed by type, so each service owns its own entries under
+/// server-side apply (the layer-controller Ready/Reconciling/Stalled, the drift-observer
+/// Drifted/FightDetected) instead of replacing each other's whole list.
+fn condition_map(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let mut schema = generator.subschema_for::<Vec<Condition>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert(
+        "x-kubernetes-list-map-keys".into(),
+        serde_json::json!(["type"]),
+    );
+    schema
+}
+
+/// One drifted field of one object (`status.drift[]`, written by the drift-observer).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftEntry {
+    /// `Kind namespace/name` (or `Kind name` for cluster-scoped objects).
+    pub object: String,
+    pub api_version: String,
+    /// Field path with merge-key selectors; empty when the whole object is missing.
+    pub path: String,
+    /// What the layer applies (`(masked)` for Secret data, `(absent)` when not set).
+    pub expected: String,
+    /// What the cluster holds.
+    pub actual: String,
+    /// The field manager that holds the field now (from `metadata.managedFields`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager: Option<String>,
+    /// When this drift was first seen (RFC 3339).
+    pub since: String,
 }
 
 /// One applied object and its computed status.
@@ -127,6 +248,7 @@ pub struct AddonsLayerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "condition_map")]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
@@ -143,6 +265,12 @@ pub struct AddonsLayerStatus {
     pub blocked_by: Vec<Blocker>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<HistoryEntry>,
+    /// The last `strata.dev/reconcile-requested-at` value the layer-controller acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// Drifted fields (drift-observer; bounded, the `Drifted` condition gives the totals).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drift: Vec<DriftEntry>,
 }
 
 /// Every CRD this crate owns, with the file name `make crds` writes it to.

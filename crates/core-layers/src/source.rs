@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::error::LayerError;
-use crate::plan::{ObjectRef, SourceState};
+use crate::objects::{ObjectRef, SourceState};
 
 /// Flux source kinds and the API group they live in.
 pub const FLUX_GROUP: &str = "source.toolkit.fluxcd.io";

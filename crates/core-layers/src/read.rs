@@ -1,21 +1,20 @@
 //! Reading what layers want: sources (downloaded once per revision and shared by every layer
 //! reading them), manifest identities, and the global desired state used for hand-over and
-//! ownership. Shared by the controller and `strata layers plan`.
+//! ownership. Shared by the layer-controller, the drift-observer and `strata layers plan`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use core_k8s::apply::{Applier, ResolvedKind, parse_api_version, typed_value};
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
-use kube::{Client, ResourceExt};
 
-use crate::crd::{AddonsLayer, InventoryEntry};
+use crate::crd::AddonsLayer;
 use crate::error::{LayerError, Result};
-use crate::keys::{LAYER_LABEL, ORPHANED_LABEL};
 use crate::lock;
-use crate::plan::{self, LiveOwnership, ObjectRef, SourceRef, SourceState, StaleObject};
+use crate::objects::{ObjectRef, SourceRef, SourceState};
 use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
 
 /// (source, path) → (revision, objects): what a layer wants depends on nothing else, and
@@ -23,15 +22,6 @@ use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
 type DesiredCache = HashMap<(SourceRef, String), (String, Arc<BTreeSet<ObjectRef>>)>;
 
 type ArtifactSlot = Arc<tokio::sync::Mutex<Option<(String, Arc<Files>)>>>;
-
-/// A stale inventory entry with what the cluster says about it.
-#[derive(Debug)]
-pub struct StaleRead<'a> {
-    pub entry: &'a InventoryEntry,
-    pub stale: StaleObject,
-    /// `None` when the kind is no longer served.
-    pub resolved: Option<ResolvedKind>,
-}
 
 /// Reads sources and live kinds for the layer-controller and the CLI.
 pub struct Reader {
@@ -254,58 +244,5 @@ impl Reader {
             }
         }
         wanted
-    }
-
-    /// Reads the live ownership of objects that left a layer, for [`plan::prune_plan`].
-    pub async fn read_stale<'a>(
-        &self,
-        entries: &[&'a InventoryEntry],
-    ) -> Result<Vec<StaleRead<'a>>> {
-        let mut out = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let object = ObjectRef::of_entry(entry);
-            let resolved = match self.resolve(&entry.api_version, &entry.kind).await {
-                Ok(resolved) => resolved,
-                // The kind is gone (its CRD was removed): so are its objects.
-                Err(LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
-                    let stage =
-                        plan::stage_of(&entry.api_version, &entry.kind, entry.namespace.is_some());
-                    out.push(StaleRead {
-                        entry,
-                        stale: StaleObject {
-                            object,
-                            stage,
-                            live: None,
-                        },
-                        resolved: None,
-                    });
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let live = self
-                .api(&resolved, entry.namespace.as_deref())
-                .get_opt(&entry.name)
-                .await
-                .map_err(|e| LayerError::api(format!("reading {object}"), e))?
-                .map(|o| LiveOwnership {
-                    layer: o.labels().get(LAYER_LABEL).cloned(),
-                    orphaned_at: o
-                        .labels()
-                        .get(ORPHANED_LABEL)
-                        .and_then(|v| plan::parse_orphaned_label(v)),
-                });
-            let stage = plan::stage_of(&entry.api_version, &entry.kind, resolved.namespaced);
-            out.push(StaleRead {
-                entry,
-                stale: StaleObject {
-                    object,
-                    stage,
-                    live,
-                },
-                resolved: Some(resolved),
-            });
-        }
-        Ok(out)
     }
 }

@@ -23,6 +23,12 @@ pub const UPDATE_VERSION_ANNOTATIONS: [&str; 2] =
 /// `layerVersion` for HelmReleases).
 pub const LAYER_VERSION_ANNOTATION: &str = "strata.dev/layer-version";
 
+/// Set on an AddonsLayer (RFC 3339 time) to have the layer-controller re-apply it at once,
+/// as Flux's `reconcile.fluxcd.io/requestedAt`; the drift-observer's heal request.
+pub const RECONCILE_REQUESTED_AT: &str = "strata.dev/reconcile-requested-at";
+/// On an applied object: `Heal`, `Warn` or `Ignore`, overriding the layer's drift mode.
+pub const DRIFT_MODE_ANNOTATION: &str = "strata.dev/drift-mode";
+
 /// Kraan's state names (`status.state`), plus `Deleting` for the ordered teardown.
 pub mod state {
     pub const PENDING: &str = "Pending";
@@ -67,6 +73,12 @@ pub mod condition {
     pub const READY: &str = "Ready";
     pub const RECONCILING: &str = "Reconciling";
     pub const STALLED: &str = "Stalled";
+    /// Written by the drift-observer.
+    pub const DRIFTED: &str = "Drifted";
+    /// Written by the drift-observer: another writer keeps undoing the layer's fields.
+    pub const FIGHT_DETECTED: &str = "FightDetected";
+    /// The conditions the drift-observer owns (the layer-controller never writes them).
+    pub const DRIFT_OBSERVER: [&str; 2] = [DRIFTED, FIGHT_DETECTED];
 }
 
 /// Reasons of the standard conditions and of Warning events that are not state names.

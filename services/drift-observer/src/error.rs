@@ -1,0 +1,27 @@
+//! The drift-observer's one error type; `category()` labels the error metric.
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriftError {
+    /// Reading the layer's source or manifests failed.
+    #[error(transparent)]
+    Layer(#[from] core_layers::LayerError),
+    #[error(transparent)]
+    Kube(#[from] core_k8s::Error),
+}
+
+impl DriftError {
+    pub fn category(&self) -> &'static str {
+        match self {
+            DriftError::Layer(e) => e.category(),
+            DriftError::Kube(e) => e.category(),
+        }
+    }
+}
+
+impl core_k8s::controller::ReconcileError for DriftError {
+    fn category(&self) -> &'static str {
+        DriftError::category(self)
+    }
+}
+
+pub type Result<T, E = DriftError> = std::result::Result<T, E>;
