@@ -131,6 +131,67 @@ def layer_controller():
     return board
 
 
+def leader_only(expr, service):
+    """A gauge only the leader keeps up to date, with every other replica's (stale) value
+    zeroed: a replica that lost the Lease keeps exporting what it last set."""
+    return f"({expr} * on (namespace, pod) group_left () {prefix(service)}_leader{{{SEL}}})"
+
+
+def drift_observer():
+    board = Board("strata-drift-observer", "Strata / drift-observer",
+                  "Drift between what the layers applied and what runs: drifted objects, heals, "
+                  "fights, checks and detection latency.")
+    board.row("Observed")
+    board.panel("Objects observed", "Objects of Deployed layers compared with their manifests "
+                "(as counted by the leader).", [
+        (f"max({leader_only(f'drift_observer_objects_observed{{{SEL}}}', 'drift-observer')})",
+         "objects"),
+    ], kind="stat")
+    board.panel("Watched kinds", "Kinds with a running watch: one shared watch per kind some layer "
+                "applies (as counted by the leader).", [
+        (f"max({leader_only(f'drift_observer_watched_kinds{{{SEL}}}', 'drift-observer')})",
+         "kinds"),
+    ], kind="stat")
+    board.row("Drift")
+    board.panel("Drifted objects by layer", "Objects of each layer with a drifted field or missing, "
+                "as in the layer's status.drift.", [
+        (f"max by (layer) ({leader_only(f'drift_observer_drifted_objects{{{SEL}}}', 'drift-observer')})",
+         "{{layer}}"),
+    ])
+    board.panel("Checks by outcome", "Object checks per second: unchanged (decided from the "
+                "manifest, no API call), dry_run (server-side apply dry run), missing.", [
+        (f"sum by (outcome) (rate(drift_observer_checks_total{{{SEL}}}[$__rate_interval]))",
+         "{{outcome}}"),
+    ], unit="ops")
+    board.panel("Drift detected", "Drifted fields found per second (each drift once, when it "
+                "appears), by layer and kind.", [
+        (f"sum by (layer, kind) (rate(drift_observer_drift_detected_total{{{SEL}}}[$__rate_interval]))",
+         "{{layer}}: {{kind}}"),
+    ], unit="ops")
+    board.panel("Drift healed", "Drifted objects found clean again after a heal request, per "
+                "second, by layer and kind.", [
+        (f"sum by (layer, kind) (rate(drift_observer_drift_healed_total{{{SEL}}}[$__rate_interval]))",
+         "{{layer}}: {{kind}}"),
+    ], unit="ops")
+    board.panel("Heal requests", "Heal requests (strata.dev/reconcile-requested-at) sent to the "
+                "layer-controller per second, by layer.", [
+        (f"sum by (layer) (rate(drift_observer_heal_requests_total{{{SEL}}}[$__rate_interval]))",
+         "{{layer}}"),
+    ], unit="ops")
+    board.panel("Fights", "Fights detected (another writer keeps changing a field back), by layer "
+                "and kind; heal requests back off while one lasts.", [
+        (f"sum by (layer, kind) (increase(drift_observer_fights_total{{{SEL}}}[$__rate_interval]))",
+         "{{layer}}: {{kind}}"),
+    ])
+    rate = f"rate(drift_observer_detection_seconds_bucket{{{SEL}}}[$__rate_interval])"
+    board.panel("Detection latency", "From the watch event showing a change to the drift being in "
+                "the layer's status.", [
+        (f"histogram_quantile({q}, sum by (le) ({rate}))", f"p{int(q * 100)}") for q in (0.5, 0.99)
+    ], unit="s", width=24)
+    controller_rows(board, "drift-observer")
+    return board
+
+
 def rollout_operator():
     board = Board("strata-rollout-operator", "Strata / rollout-operator",
                   "Zone-by-zone rollouts of StatefulSet groups (the Grafana rollout-operator's metric names).")
@@ -218,6 +279,33 @@ def alerts():
               "0m", "info", "AddonsLayer {{ $labels.layer }} pruned many objects",
               "{{ $value }} objects left AddonsLayer {{ $labels.layer }} and were deleted in 10 minutes."),
     ]
+    # Gauges only the leader keeps up to date (a replica that lost the Lease keeps its last
+    # values), and counters whose series appear at 1 on the first event (increase() misses it).
+    drifted = ("max by (namespace, layer) (drift_observer_drifted_objects"
+               " * on (namespace, pod) group_left () drift_observer_leader)")
+    drift = [
+        alert("AddonsLayerDriftPersists", f"{drifted} > 0", "15m", "warning",
+              "AddonsLayer {{ $labels.layer }} has drifted objects",
+              "{{ $value }} objects of AddonsLayer {{ $labels.layer }} have differed from what the layer "
+              "applies for 15 minutes; `strata drift {{ $labels.layer }}` lists the fields and who "
+              "changed them. In Heal mode the heals do not stick; in Warn mode nobody has acted."),
+        alert("AddonsLayerDriftFight",
+              "sum by (namespace, layer, kind) (increase(drift_observer_fights_total[30m])) > 0"
+              " or sum by (namespace, layer, kind) (drift_observer_fights_total"
+              " unless drift_observer_fights_total offset 30m) > 0",
+              "0m", "warning", "Another writer fights AddonsLayer {{ $labels.layer }} over a {{ $labels.kind }}",
+              "A field of a {{ $labels.kind }} of AddonsLayer {{ $labels.layer }} keeps being changed back "
+              "after each heal; heal requests back off. The layer's FightDetected condition names the "
+              "field and the field manager: make that writer stop, or ignore the field in spec.drift."),
+        alert("AddonsLayerDriftNotHealing",
+              "(sum by (namespace, layer) (increase(drift_observer_heal_requests_total[15m])) > 0)"
+              f" and on (namespace, layer) ({drifted} > 0)",
+              "30m", "warning", "Heals of AddonsLayer {{ $labels.layer }} do not remove its drift",
+              "The drift-observer has kept asking the layer-controller to re-apply AddonsLayer "
+              "{{ $labels.layer }} for 30 minutes and the layer is still drifted: check that the "
+              "layer-controller runs and handles the request (status.lastHandledReconcileAt), and "
+              "what changes the fields back (`strata drift {{ $labels.layer }}`)."),
+    ]
     rollout = [
         alert("RolloutOperatorGroupReconcileFailing",
               "sum by (namespace, rollout_group) (rate(rollout_operator_group_reconciles_failed_total[10m])) > 0",
@@ -256,6 +344,7 @@ def alerts():
     return {"groups": [
         {"name": "strata-controllers", "rules": controllers},
         {"name": "strata-layer-controller", "rules": layers},
+        {"name": "strata-drift-observer", "rules": drift},
         {"name": "strata-rollout-operator", "rules": rollout},
         {"name": "strata-admission-webhook", "rules": webhook},
     ]}
@@ -263,6 +352,7 @@ def alerts():
 
 def main():
     for name, board in [("overview", overview()), ("layer-controller", layer_controller()),
+                        ("drift-observer", drift_observer()),
                         ("rollout-operator", rollout_operator()),
                         ("admission-webhook", admission_webhook())]:
         (HERE / f"strata-{name}.json").write_text(json.dumps(board.json(), indent=2) + "\n")

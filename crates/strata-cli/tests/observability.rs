@@ -41,8 +41,7 @@ fn families(registry: &Registry) -> BTreeSet<String> {
 }
 
 /// What each service registers: its own metrics plus the shared controller metrics the
-/// runtime adds (drift-observer has only the latter so far). A labelled family is encoded
-/// only once it has a series, so each gets one here.
+/// runtime adds. A labelled family is encoded only once it has a series, so each gets one here.
 fn registered() -> BTreeSet<String> {
     let mut registry = Registry::default();
     let layers = layer_controller::metrics::Metrics::register(&mut registry);
@@ -61,6 +60,15 @@ fn registered() -> BTreeSet<String> {
         .last_successful_group_reconcile
         .get_or_create(&group)
         .set(1.0);
+    let drift = drift_observer::metrics::Metrics::register(&mut registry);
+    let layer_kind = drift_observer::metrics::Metrics::layer_kind("layer", "Deployment");
+    let layer = drift_observer::metrics::Metrics::layer("layer");
+    drift.drifted_objects.get_or_create(&layer).set(1);
+    drift.drift_detected.get_or_create(&layer_kind).inc();
+    drift.drift_healed.get_or_create(&layer_kind).inc();
+    drift.heal_requests.get_or_create(&layer).inc();
+    drift.fights.get_or_create(&layer_kind).inc();
+    drift.count_check("dry_run");
     let webhook = admission_webhook::metrics::Metrics::register(&mut registry);
     webhook.observe(
         admission_webhook::webhooks::Webhook::NoDownscale,

@@ -590,7 +590,7 @@ fn collect_leaves(value: &Value, path: FieldPath, leaves: &mut Vec<FieldPath>) {
             let key = items
                 .iter()
                 .all(Value::is_object)
-                .then(|| None::<&str>)
+                .then(|| merge_key(items))
                 .flatten();
             for (index, item) in items.iter().enumerate() {
                 let segment =

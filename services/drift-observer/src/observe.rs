@@ -88,6 +88,9 @@ struct LayerView {
     /// Objects drifted when the last heal request went out.
     healing: BTreeSet<ObjectRef>,
     seeded: bool,
+    /// The layer-controller is rolling out a new revision or generation: what it applies is
+    /// not drift, so checks wait until the new revision is deployed and rebuilt.
+    paused: bool,
 }
 
 #[derive(Debug)]
@@ -249,6 +252,21 @@ impl Observer {
                 self.mark_dirty(&name);
             }
         }
+        {
+            // A new revision or generation on its way: pause until it is deployed (a heal's
+            // re-apply of the same revision keeps being observed).
+            let mut layers = lock(&self.layers);
+            if let Some(view) = layers.get_mut(&name)
+                && let Some((built_revision, built_generation, _)) = &view.built_from
+            {
+                let attempted = status
+                    .last_attempted_revision
+                    .as_ref()
+                    .or(status.revision.as_ref());
+                view.paused = attempted.is_some_and(|r| r != built_revision)
+                    || layer.metadata.generation != *built_generation;
+            }
+        }
         // Only a deployed revision is compared: while the layer-controller applies, what
         // it applies is not drift.
         let Some(revision) = status
@@ -342,6 +360,11 @@ impl Observer {
                     objects.keys().map(|o| (o.to_string(), o.clone())).collect();
                 view.memory = LayerMemory::from_status(status_drift, &by_name);
                 view.seeded = true;
+            }
+            if view.paused {
+                // Edits made while paused were not judged: look at everything once.
+                recheck.extend(objects.keys().cloned());
+                view.paused = false;
             }
             for (object, old) in &view.objects {
                 if !objects.contains_key(object) {
@@ -525,6 +548,12 @@ impl Observer {
         let Some(desired) = lock(&self.index).get(object).cloned() else {
             return Ok(());
         };
+        if lock(&self.layers)
+            .get(&desired.layer)
+            .is_none_or(|view| view.paused)
+        {
+            return Ok(());
+        }
         let started = Instant::now();
         self.ctx.metrics.reconcile_total.inc();
         let live = match work.live {

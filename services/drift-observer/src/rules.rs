@@ -215,7 +215,9 @@ mod tests {
             },
             paths: vec![path.into()],
         };
-        let cases: Vec<(&str, Option<DriftSpec>, Vec<&str>, Vec<&str>)> = vec![
+        // (case, spec, observed, not observed)
+        type Case<'a> = (&'a str, Option<DriftSpec>, Vec<&'a str>, Vec<&'a str>);
+        let cases: Vec<Case> = vec![
             (
                 "no spec: every declared field",
                 None,
