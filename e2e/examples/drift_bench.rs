@@ -37,7 +37,7 @@ fn object_name(layer: usize, object: usize) -> String {
 }
 
 fn is_warn(layer: usize) -> bool {
-    layer % 2 == 0
+    layer.is_multiple_of(2)
 }
 
 async fn metric(admin: std::net::SocketAddr, name: &str) -> f64 {
