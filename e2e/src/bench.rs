@@ -51,13 +51,15 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     field(11) + field(12)
 }
 
-/// The `p` quantile (0..=1, nearest rank) of an ascending slice; 0 for an empty one.
+/// The `p` quantile (0..=1) of an ascending slice by the nearest-rank method: the smallest
+/// value with at least `p` of the samples at or below it (rank `ceil(p·n)`, at least 1); 0 for
+/// an empty slice.
 pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+    let rank = (p.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
 #[cfg(test)]
@@ -66,12 +68,30 @@ mod tests {
 
     #[test]
     fn percentiles_by_nearest_rank() {
-        let v: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&v, 0.5), 51.0);
-        assert_eq!(percentile(&v, 0.99), 99.0);
-        assert_eq!(percentile(&v, 1.0), 100.0);
-        assert_eq!(percentile(&v, 0.0), 1.0);
-        assert_eq!(percentile(&[], 0.5), 0.0);
+        // Expected values from the definition, counted by hand: the p-quantile is the
+        // smallest sample with at least p·n samples at or below it.
+        let hundred: Vec<f64> = (1..=100).map(f64::from).collect();
+        let ten: Vec<f64> = (1..=10).map(|i| f64::from(i) * 10.0).collect();
+        let cases: &[(&str, &[f64], f64, f64)] = &[
+            ("median of 1..100 is the 50th value", &hundred, 0.5, 50.0),
+            ("p99 of 1..100", &hundred, 0.99, 99.0),
+            ("p90 of 1..100", &hundred, 0.9, 90.0),
+            ("max", &hundred, 1.0, 100.0),
+            ("p0 is the minimum", &hundred, 0.0, 1.0),
+            ("p50 of 10 values is the 5th", &ten, 0.5, 50.0),
+            (
+                "p91 of 10 values rounds the rank up to the 10th",
+                &ten,
+                0.91,
+                100.0,
+            ),
+            ("p11 of 10 values is the 2nd", &ten, 0.11, 20.0),
+            ("one sample", &[7.0], 0.5, 7.0),
+            ("empty", &[], 0.5, 0.0),
+        ];
+        for (case, values, p, want) in cases {
+            assert_eq!(percentile(values, *p), *want, "{case}");
+        }
     }
 
     #[test]

@@ -323,6 +323,63 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         "no heal request in Warn mode"
     );
 
+    // --- The CLI: the layer's report, and local manifests compared through the same code.
+    let strata = |args: &[&str]| -> Result<(Option<i32>, String)> {
+        let out = std::process::Command::new(bin_dir().join("strata"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(cluster().kubeconfig())
+            .output()?;
+        Ok((
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        ))
+    };
+    let (code, json_out) = strata(&["drift", &warn, "-o", "json"])?;
+    ensure!(code == Some(1), "drift found exits 1: {code:?} {json_out}");
+    let report: Value = serde_json::from_str(&json_out)?;
+    ensure!(report["drifted"] == true, "{report}");
+    ensure!(
+        report["drift"].as_array().is_some_and(|d| d
+            .iter()
+            .any(|e| e["actual"] == "nginx:1.26" && e["manager"] == "kubectl-set")),
+        "{report}"
+    );
+    let (_, table) = strata(&["drift", &warn])?;
+    ensure!(
+        table.contains("CHANGED BY")
+            && table.contains("kubectl-set")
+            && table.contains("Drifted=True"),
+        "{table}"
+    );
+    let dir = std::env::temp_dir().join(format!("drift-cli-{ns}"));
+    std::fs::create_dir_all(dir.join("apps"))?;
+    std::fs::write(dir.join("apps/web.yaml"), deployment(&ns, "web-w"))?;
+    let (code, json_out) = strata(&["drift", "-f", &dir.to_string_lossy(), "-o", "json"])?;
+    ensure!(code == Some(1), "{code:?} {json_out}");
+    let report: Value = serde_json::from_str(&json_out)?;
+    let found: Vec<&Value> = report["drift"]
+        .as_array()
+        .map(|d| d.iter().collect())
+        .unwrap_or_default();
+    ensure!(
+        found.iter().any(
+            |e| e["path"] == "spec.template.spec.containers[name=app].image"
+                && e["expected"] == "nginx:1.25"
+                && e["actual"] == "nginx:1.26"
+                && e["manager"] == "kubectl-set"
+        ),
+        "{report}"
+    );
+    ensure!(found.len() == 1, "only the image drifted: {report}");
+    std::fs::write(dir.join("apps/web.yaml"), deployment(&ns, "web-h"))?;
+    let (code, out) = strata(&["drift", "-f", &dir.to_string_lossy()])?;
+    ensure!(
+        code == Some(0) && out.contains("no drift"),
+        "{code:?} {out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
     // --- A field the manifest declares but the schema does not observe is ignored; a field
     // the schema observes is not.
     kubectl(&[

@@ -642,6 +642,13 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
             ));
         }
     }
+    // `spec.drift` belongs to the drift-observer: judged by its own rules.
+    if let Some(drift) = &spec.drift {
+        let errors = drift_observer::rules::spec_errors(drift);
+        if !errors.is_empty() {
+            return deny(errors.join("; "));
+        }
+    }
     let mut mine = BTreeSet::new();
     for (i, entry) in spec.prereqs.depends_on.iter().enumerate() {
         match parse_dependency(entry) {

@@ -466,6 +466,35 @@ fn addonslayer_validation() {
         msg(layer("apps", &[], json!({"timeout": "soon"})), vec![]).unwrap(),
         "AddonsLayer apps: spec.timeout: \"soon\" is not a duration like 30s, 5m or 1h"
     );
+    assert_eq!(
+        msg(
+            layer(
+                "apps",
+                &[],
+                json!({"drift": {"mode": "Warn", "observe": [{"kind": "Deployment", "paths": ["spec..image"]}]}})
+            ),
+            vec![]
+        )
+        .unwrap_or_default()
+        .split(':')
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(":"),
+        "AddonsLayer apps: spec.drift.observe[0].paths[0] \"spec..image\"",
+        "an invalid drift path is refused, naming the field"
+    );
+    assert_eq!(
+        msg(
+            layer(
+                "apps",
+                &[],
+                json!({"drift": {"mode": "Heal", "observe": [{"kind": "Deployment", "paths": ["spec.template.spec.containers[name=app].image"]}]}})
+            ),
+            vec![]
+        ),
+        None,
+        "a valid drift spec is allowed"
+    );
     // base depends on apps already; apps depending on base closes the cycle.
     let existing = vec![
         layer("base", &["bootstrap"], json!({})),

@@ -8,7 +8,7 @@
 //! fields are never drift), one status write, one Event, and in Heal mode one annotation
 //! patch on the layer. Nothing is polled.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,6 +41,8 @@ use crate::{compare, fields};
 
 /// Checks running at once (each is at most one dry run).
 const WORKERS: usize = 8;
+/// Live copies waiting for a worker at most (the watches wait beyond that).
+const QUEUED_OBJECTS: usize = 256;
 /// Status writes of one burst are coalesced for this long.
 const COALESCE: Duration = Duration::from_millis(10);
 
@@ -106,6 +108,8 @@ struct Work {
     live: Live,
     seq: u64,
     received: Instant,
+    /// Held while a live copy waits (see [`QUEUED_OBJECTS`]).
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// State shared by the layer reconciles, the kind watches, the workers and the writer.
@@ -124,6 +128,7 @@ pub struct Observer {
     /// Last recorded check per object (a newer event recorded first wins).
     recorded: Mutex<HashMap<ObjectRef, u64>>,
     seq: AtomicU64,
+    queued: Arc<tokio::sync::Semaphore>,
     dirty: Mutex<BTreeSet<String>>,
     wake_writer: Notify,
     store: Store<AddonsLayer>,
@@ -211,6 +216,7 @@ pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
         queue: tx,
         recorded: Mutex::default(),
         seq: AtomicU64::new(0),
+        queued: Arc::new(tokio::sync::Semaphore::new(QUEUED_OBJECTS)),
         dirty: Mutex::default(),
         wake_writer: Notify::new(),
         store,
@@ -390,8 +396,16 @@ impl Observer {
                 .set(i64::try_from(index.len()).unwrap_or(i64::MAX));
         }
         self.mark_dirty(name);
+        // Objects of a kind whose watch is not running yet come with its initial list (and
+        // its sweep finds the missing ones); only the others are read.
+        let watched: HashSet<(String, String)> = lock(&self.watches)
+            .keys()
+            .map(|gvk| (gvk.group.clone(), gvk.kind.clone()))
+            .collect();
         for object in recheck {
-            self.enqueue(object, Live::Fetch, Instant::now());
+            if watched.contains(&(object.group.clone(), object.kind.clone())) {
+                self.enqueue(object, Live::Fetch, Instant::now(), None);
+            }
         }
     }
 
@@ -445,55 +459,83 @@ impl Observer {
     }
 
     /// Follows every object of one kind that carries the layer label. Objects are not kept:
-    /// each event is checked and dropped.
+    /// each event is checked and dropped. A (re-)list ends with a sweep: observed objects of
+    /// this kind the list did not return are gone (deleted while nobody watched).
     async fn watch_kind(self: Arc<Self>, resolved: ResolvedKind, stop: CancellationToken) {
         let api: Api<DynamicObject> = Api::all_with(self.ctx.client.clone(), &resolved.resource);
         let config = watcher::Config::default().labels(LAYER_LABEL);
         let group = resolved.resource.group.clone();
         let kind = resolved.resource.kind.clone();
-        let events = watcher(api, config).default_backoff();
-        let handle = events.for_each(|event| {
-            let this = self.clone();
-            let (group, kind) = (group.clone(), kind.clone());
-            async move {
-                let received = Instant::now();
-                let (object, live) = match event {
-                    Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                        let deleting = o.metadata.deletion_timestamp.is_some();
-                        let value = serde_json::to_value(&o).unwrap_or_default();
-                        (
-                            o,
-                            if deleting {
-                                Live::Deleted
-                            } else {
-                                Live::Present(value)
-                            },
-                        )
+        let mut events = std::pin::pin!(watcher(api, config).default_backoff());
+        let mut listed: Option<HashSet<ObjectRef>> = None;
+        loop {
+            let event = tokio::select! {
+                event = events.next() => event,
+                () = stop.cancelled() => return,
+            };
+            let Some(event) = event else { return };
+            let received = Instant::now();
+            let (object, live) = match event {
+                Ok(watcher::Event::Init) => {
+                    listed = Some(HashSet::new());
+                    continue;
+                }
+                Ok(watcher::Event::InitDone) => {
+                    let listed = listed.take().unwrap_or_default();
+                    let gone: Vec<ObjectRef> = lock(&self.index)
+                        .keys()
+                        .filter(|o| o.group == group && o.kind == kind && !listed.contains(*o))
+                        .cloned()
+                        .collect();
+                    for object in gone {
+                        self.enqueue(object, Live::Fetch, received, None);
                     }
-                    Ok(watcher::Event::Delete(o)) => (o, Live::Deleted),
-                    Ok(_) => return,
-                    Err(e) => {
-                        tracing::warn!(%kind, error = %e, "watch error (retrying)");
-                        return;
-                    }
-                };
-                let key = ObjectRef {
-                    group,
-                    kind,
-                    namespace: object.metadata.namespace.clone(),
-                    name: object.name_any(),
-                };
-                this.enqueue(key, live, received);
+                    continue;
+                }
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let deleting = o.metadata.deletion_timestamp.is_some();
+                    (o, !deleting)
+                }
+                Ok(watcher::Event::Delete(o)) => (o, false),
+                Err(e) => {
+                    tracing::warn!(%kind, error = %e, "watch error (retrying)");
+                    continue;
+                }
+            };
+            let key = ObjectRef {
+                group: group.clone(),
+                kind: kind.clone(),
+                namespace: object.metadata.namespace.clone(),
+                name: object.name_any(),
+            };
+            if let Some(listed) = listed.as_mut() {
+                listed.insert(key.clone());
             }
-        });
-        tokio::select! {
-            () = handle => {}
-            () = stop.cancelled() => {}
+            if !self.ctx.leadership.is_leader() || !lock(&self.index).contains_key(&key) {
+                continue;
+            }
+            // Back-pressure: at most QUEUED_OBJECTS live copies wait for a worker, so a
+            // (re-)list of thousands of objects never sits in memory at once.
+            let Ok(permit) = self.queued.clone().acquire_owned().await else {
+                return;
+            };
+            let live = if live {
+                Live::Present(serde_json::to_value(&object).unwrap_or_default())
+            } else {
+                Live::Deleted
+            };
+            self.enqueue(key, live, received, Some(permit));
         }
     }
 
     /// Queues a check; a newer event for the same object replaces a queued one.
-    fn enqueue(&self, object: ObjectRef, live: Live, received: Instant) {
+    fn enqueue(
+        &self,
+        object: ObjectRef,
+        live: Live,
+        received: Instant,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
         if !self.ctx.leadership.is_leader() || !lock(&self.index).contains_key(&object) {
             return;
         }
@@ -506,6 +548,9 @@ impl Observer {
             Some(work) => {
                 work.live = live;
                 work.seq = seq;
+                if work.permit.is_none() {
+                    work.permit = permit;
+                }
             }
             None => {
                 pending.insert(
@@ -514,6 +559,7 @@ impl Observer {
                         live,
                         seq,
                         received,
+                        permit,
                     },
                 );
             }
