@@ -18,7 +18,13 @@ pub const FINALIZER: &str = "strata.dev/layer-controller";
 /// An object annotated with one of these (`"true"`) gets the layer version injected, so a
 /// version bump alone redeploys it (Kraan's `kraan.updateVersion`).
 pub const UPDATE_VERSION_ANNOTATIONS: [&str; 2] =
-    ["strata.dev/update-version", "kraan.updateVersion"];
+    ["strata.dev/update-version", KRAAN_UPDATE_VERSION_ANNOTATION];
+/// Kraan's own annotation; on a HelmRelease it injects [`KRAAN_VERSION_VALUE`].
+pub const KRAAN_UPDATE_VERSION_ANNOTATION: &str = "kraan.updateVersion";
+/// The Helm values key Kraan injects (`.Values.kraanVersion` in Kraan users' charts).
+pub const KRAAN_VERSION_VALUE: &str = "kraanVersion";
+/// The Helm values key `strata.dev/update-version` injects.
+pub const LAYER_VERSION_VALUE: &str = "layerVersion";
 /// Where the layer version is injected (pod template or object annotation; Helm values key
 /// `layerVersion` for HelmReleases).
 pub const LAYER_VERSION_ANNOTATION: &str = "strata.dev/layer-version";

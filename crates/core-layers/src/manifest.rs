@@ -9,15 +9,19 @@ use serde_json::Value;
 /// annotation).
 pub fn prepare_manifest(manifest: &Value, layer: &str, version: &str) -> Value {
     use crate::keys::{
-        LAYER_LABEL, LAYER_VERSION_ANNOTATION, MANAGED_BY_LABEL, MANAGED_BY_VALUE, ORPHANED_LABEL,
-        UPDATE_VERSION_ANNOTATIONS,
+        KRAAN_UPDATE_VERSION_ANNOTATION, KRAAN_VERSION_VALUE, LAYER_LABEL,
+        LAYER_VERSION_ANNOTATION, LAYER_VERSION_VALUE, MANAGED_BY_LABEL, MANAGED_BY_VALUE,
+        ORPHANED_LABEL, UPDATE_VERSION_ANNOTATIONS,
     };
     let mut out = manifest.clone();
-    let wants_version = UPDATE_VERSION_ANNOTATIONS.iter().any(|key| {
+    let asks = |key: &str| {
         core_status::object::lookup(manifest, &["metadata", "annotations", key])
             .and_then(Value::as_str)
             == Some("true")
-    });
+    };
+    let wants_version = UPDATE_VERSION_ANNOTATIONS.iter().any(|key| asks(key));
+    // Kraan's annotation injects Kraan's values key, which Kraan users' charts read.
+    let kraan_key = asks(KRAAN_UPDATE_VERSION_ANNOTATION);
     let Some(object) = out.as_object_mut() else {
         return out;
     };
@@ -59,10 +63,10 @@ pub fn prepare_manifest(manifest: &Value, layer: &str, version: &str) -> Value {
         };
         node = map;
     }
-    let key = if is_helm_release {
-        "layerVersion"
-    } else {
-        LAYER_VERSION_ANNOTATION
+    let key = match (is_helm_release, kraan_key) {
+        (true, true) => KRAAN_VERSION_VALUE,
+        (true, false) => LAYER_VERSION_VALUE,
+        (false, _) => LAYER_VERSION_ANNOTATION,
     };
     node.insert(key.into(), version.into());
     out

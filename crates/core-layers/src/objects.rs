@@ -44,6 +44,34 @@ impl fmt::Display for ObjectRef {
     }
 }
 
+/// The source kinds a layer can read, by Kind name.
+pub const SOURCE_KINDS: [&str; 4] = ["GitRepository", "OCIRepository", "Bucket", "ConfigMap"];
+
+/// `spec.source.kind` as written → the Kind it names: the Kind itself (`GitRepository`), or
+/// the `plural.group` form Kraan documents (`gitrepositories.source.toolkit.fluxcd.io`), or a
+/// bare plural (`configmaps`), case-insensitively. `None` for anything else.
+pub fn source_kind(written: &str) -> Option<&'static str> {
+    const FLUX_GROUP: &str = "source.toolkit.fluxcd.io";
+    let lower = written.trim().to_ascii_lowercase();
+    let (name, group) = match lower.split_once('.') {
+        Some((name, group)) => (name, Some(group)),
+        None => (lower.as_str(), None),
+    };
+    let kind = match name {
+        "gitrepository" | "gitrepositories" => "GitRepository",
+        "ocirepository" | "ocirepositories" => "OCIRepository",
+        "bucket" | "buckets" => "Bucket",
+        "configmap" | "configmaps" => "ConfigMap",
+        _ => return None,
+    };
+    let group_ok = match (kind, group) {
+        (_, None) => true,
+        ("ConfigMap", Some(group)) => group == "v1" || group == "core",
+        (_, Some(group)) => group == FLUX_GROUP,
+    };
+    group_ok.then_some(kind)
+}
+
 /// The source of a layer as `kind/namespace/name`, for same-source lock-step and watches.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SourceRef {
@@ -57,17 +85,51 @@ impl SourceRef {
     pub fn of(layer: &AddonsLayer, default_namespace: &str) -> Self {
         let source = &layer.spec.source;
         Self {
-            kind: source
-                .kind
-                .clone()
-                .filter(|k| !k.is_empty())
-                .unwrap_or_else(|| "GitRepository".into()),
+            kind: match source.kind.as_deref().filter(|k| !k.is_empty()) {
+                None => "GitRepository".into(),
+                Some(kind) => source_kind(kind).unwrap_or(kind).to_string(),
+            },
             namespace: source
                 .namespace
                 .clone()
                 .filter(|ns| !ns.is_empty())
                 .unwrap_or_else(|| default_namespace.to_string()),
             name: source.name.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_kinds_as_kraan_and_flux_write_them() {
+        let cases = [
+            ("GitRepository", Some("GitRepository")),
+            (
+                "gitrepositories.source.toolkit.fluxcd.io",
+                Some("GitRepository"),
+            ),
+            (
+                "GitRepositories.Source.Toolkit.FluxCD.io",
+                Some("GitRepository"),
+            ),
+            (
+                "ocirepositories.source.toolkit.fluxcd.io",
+                Some("OCIRepository"),
+            ),
+            ("buckets.source.toolkit.fluxcd.io", Some("Bucket")),
+            ("Bucket", Some("Bucket")),
+            ("ConfigMap", Some("ConfigMap")),
+            ("configmaps", Some("ConfigMap")),
+            ("gitrepositories.example.com", None),
+            ("helmrepositories.source.toolkit.fluxcd.io", None),
+            ("Secret", None),
+            ("", None),
+        ];
+        for (written, want) in cases {
+            assert_eq!(source_kind(written), want, "{written:?}");
         }
     }
 }

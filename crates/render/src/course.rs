@@ -207,7 +207,9 @@ pub struct Course {
 
 /// Reads and resolves a course file; `env` answers `${VAR}` look-ups.
 pub fn load(path: &Path, env: &dyn Fn(&str) -> Option<String>) -> Result<Course> {
-    let text = std::fs::read_to_string(path).map_err(|e| RenderError::io(path, e))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        RenderError::course(path.display().to_string(), format!("cannot read: {e}"))
+    })?;
     parse(path, &text, env)
 }
 

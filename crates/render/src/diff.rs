@@ -48,14 +48,15 @@ fn edits<'a>(old: &[&'a str], new: &[&'a str]) -> Vec<Edit<'a>> {
                 out.push(Edit::Same(a[i]));
                 i += 1;
                 j += 1;
-            } else if j < b.len()
-                && (i == a.len() || lcs[i * width + j + 1] >= lcs[(i + 1) * width + j])
+            } else if i < a.len()
+                && (j == b.len() || lcs[(i + 1) * width + j] >= lcs[i * width + j + 1])
             {
-                out.push(Edit::Added(b[j]));
-                j += 1;
-            } else {
+                // Removals before additions, as `diff -u` prints them.
                 out.push(Edit::Removed(a[i]));
                 i += 1;
+            } else {
+                out.push(Edit::Added(b[j]));
+                j += 1;
             }
         }
     }

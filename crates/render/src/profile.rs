@@ -26,7 +26,10 @@ pub struct Profile {
 
 impl Profile {
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| RenderError::io(path, e))?;
+        let text = std::fs::read_to_string(path).map_err(|e| RenderError::Profile {
+            file: path.display().to_string(),
+            message: format!("cannot read: {e}"),
+        })?;
         Self::parse(&path.display().to_string(), &text)
     }
 

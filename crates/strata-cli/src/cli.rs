@@ -1,12 +1,11 @@
-//! The command tree (DESIGN.md §4). Commands whose component has not landed yet say so and exit
-//! 2 instead of pretending to work.
+//! The command tree (DESIGN.md §4).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-/// Exit code of a command that is not available in this build, and of bad input.
+/// Exit code of bad input.
 pub const EXIT_NOT_AVAILABLE: u8 = 2;
 
 /// Strata: ship cluster addons and stateful services safely.
@@ -118,15 +117,41 @@ pub enum GitOps {
 }
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct RenderArgs {
-    /// The course file listing the charts to render.
-    pub course: PathBuf,
-    /// Which GitOps tool the output is laid out for.
-    #[arg(long, value_enum, default_value_t = GitOps::Strata)]
+    #[command(subcommand)]
+    pub command: Option<RenderCommand>,
+    /// The course file listing the charts to render (Reckoner v2).
+    #[arg(required = true)]
+    pub course: Option<PathBuf>,
+    /// Which GitOps tool the output is laid out for (Argo CD, as in Reckoner's design).
+    #[arg(long, value_enum, default_value_t = GitOps::Argocd)]
     pub gitops: GitOps,
-    /// Output directory.
-    #[arg(short = 'o', long, default_value = "./manifests")]
-    pub output: PathBuf,
+    /// Output directory [default: `manifests` beside the course file].
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Capabilities profile (kube version, API versions) for charts that branch on
+    /// `.Capabilities`; see `strata render capture-profile`.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Print what would change as a unified diff, write nothing; exit 1 when something would.
+    #[arg(long)]
+    pub diff: bool,
+    /// How many `helm template` run at once [default: the number of CPUs].
+    #[arg(long)]
+    pub jobs: Option<usize>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RenderCommand {
+    /// Write a capabilities profile (kube version, API versions, cluster-scoped kinds) from a
+    /// live cluster's discovery.
+    CaptureProfile {
+        #[arg(short = 'o', long, default_value = "profile.yaml")]
+        output: PathBuf,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -279,16 +304,11 @@ pub fn status_rules(
     Ok(Rules { policy, health })
 }
 
-fn not_available(command: &str, component: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("strata {command}: not available yet (comes with {component})");
-    Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
-}
-
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Status(args) => crate::status::run(&args),
         Command::Wait(args) => crate::wait::run(&args),
-        Command::Render(_) => not_available("render", "the render component"),
+        Command::Render(args) => crate::render::run(&args),
         Command::Layers(LayersCommand::Graph { output, cluster }) => {
             crate::layers::graph(output, &cluster)
         }
@@ -361,6 +381,19 @@ mod tests {
                 "./out",
                 "course.yaml",
             ],
+            &["strata", "render", "course.yaml"],
+            &["strata", "render", "--gitops", "argocd", "course.yaml"],
+            &[
+                "strata",
+                "render",
+                "--gitops",
+                "strata",
+                "--diff",
+                "--profile",
+                "p.yaml",
+                "c.yaml",
+            ],
+            &["strata", "render", "capture-profile", "-o", "profile.yaml"],
             &["strata", "layers", "graph", "-o", "dot"],
             &["strata", "layers", "plan", "base"],
             &["strata", "drift", "base"],
@@ -399,6 +432,8 @@ mod tests {
             &["strata", "wait", "-f", "x", "--for", "ready"][..],
             &["strata", "drift"][..],
             &["strata", "drift", "base", "-f", "dir"][..],
+            &["strata", "render"][..],
+            &["strata", "render", "--gitops", "helmfile", "c.yaml"][..],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }

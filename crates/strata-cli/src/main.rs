@@ -4,6 +4,7 @@ mod admission;
 mod cli;
 mod drift;
 mod layers;
+mod render;
 mod rollout;
 mod status;
 mod wait;

@@ -161,10 +161,15 @@ fn malformed_input_is_one_line_naming_source_and_document_exit_2() {
 }
 
 #[test]
-fn unimplemented_commands_say_so_and_exit_2() {
-    let out = strata(&["render", "course.yaml"], "");
+fn render_of_a_missing_course_is_bad_input() {
+    let out = strata(&["render", "no-such-course.yaml"], "");
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not available yet"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("strata: no-such-course.yaml: cannot read"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
 
 #[test]

@@ -595,13 +595,13 @@ pub fn zpdb_validation(review: &Review) -> Decision {
     }
 }
 
-/// `/admission/addonslayer-validation`: Strata's own. Rejects an AddonsLayer whose
-/// `dependsOn` entries, versions or durations do not parse, that depends on itself, or that
-/// would close a dependency cycle with the layers that exist — naming the field or the cycle.
+/// `/admission/addonslayer-validation`: Strata's own. Judges a layer with its owners' rules —
+/// the layer-controller's spec checks and dependency graph, the drift-observer's `spec.drift`
+/// checks — so whatever is admitted, the controllers accept, and the other way round. Denies
+/// a malformed spec, every invalid field (named), and a layer that would close a dependency
+/// cycle with the layers that exist.
 pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
     use layer_controller::crd::AddonsLayer;
-    use layer_controller::deps::{Version, cycle_through, parse_dependency};
-    use std::collections::{BTreeMap, BTreeSet};
 
     if !matches!(review.field("operation"), "CREATE" | "UPDATE") {
         return Decision::allow();
@@ -618,82 +618,39 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
         Ok(layer) => layer,
         Err(e) => return deny(format!("spec: {e}")),
     };
-    let spec = &layer.spec;
-    if !spec.source.path.starts_with("./") {
-        return deny(format!(
-            "spec.source.path: {:?} must start with ./",
-            spec.source.path
-        ));
-    }
-    if let Some(required) = &spec.prereqs.k8s_version
-        && !required.is_empty()
-        && Version::parse(required).is_none()
-    {
-        return deny(format!(
-            "spec.prereqs.k8sVersion: {required:?} is not a version like v1.29 or 1.30.2"
-        ));
-    }
-    for (field, value) in [("interval", &spec.interval), ("timeout", &spec.timeout)] {
-        if let Some(text) = value
-            && core_k8s::args::parse_duration(text).is_err()
-        {
-            return deny(format!(
-                "spec.{field}: {text:?} is not a duration like 30s, 5m or 1h"
-            ));
-        }
-    }
-    // `spec.drift` belongs to the drift-observer: judged by its own rules.
-    if let Some(drift) = &spec.drift {
-        let errors = drift_observer::rules::spec_errors(drift);
-        if !errors.is_empty() {
-            return deny(errors.join("; "));
-        }
-    }
-    let mut mine = BTreeSet::new();
-    for (i, entry) in spec.prereqs.depends_on.iter().enumerate() {
-        match parse_dependency(entry) {
-            Err(e) => return deny(format!("spec.prereqs.dependsOn[{i}]: {e}")),
-            Ok(dep) if dep.layer == name => {
-                return deny(format!(
-                    "spec.prereqs.dependsOn[{i}]: a layer cannot depend on itself"
-                ));
-            }
-            Ok(dep) => {
-                mine.insert(dep.layer);
-            }
-        }
-    }
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for other in cluster
+    let others: Vec<AddonsLayer> = cluster
         .state
         .references
         .iter()
         .filter(|o| o.get("kind").and_then(Value::as_str) == Some("AddonsLayer"))
-    {
-        let Some(other_name) = other.pointer("/metadata/name").and_then(Value::as_str) else {
-            continue;
-        };
-        if other_name == name {
-            continue;
-        }
-        let deps = other
-            .pointer("/spec/prereqs/dependsOn")
-            .and_then(Value::as_array)
-            .map(|list| {
-                list.iter()
-                    .filter_map(Value::as_str)
-                    .filter_map(|e| parse_dependency(e).ok())
-                    .map(|d| d.layer)
-                    .collect()
-            })
-            .unwrap_or_default();
-        graph.insert(other_name.to_string(), deps);
+        .filter(|o| o.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()))
+        .filter_map(|o| serde_json::from_value(o.clone()).ok())
+        .collect();
+    match layer_verdict(&layer, &others) {
+        Some(message) => deny(message),
+        None => Decision::allow(),
     }
-    graph.insert(name.clone(), mine);
-    if let Some(cycle) = cycle_through(&name, &graph) {
-        return deny(format!("dependency cycle: {}", cycle.join(" -> ")));
+}
+
+/// Why the owners of an AddonsLayer would refuse it (spec errors, or the dependency cycle it
+/// would close with `others`), or `None`: one copy of the rules for the webhook and its tests.
+pub fn layer_verdict(
+    layer: &layer_controller::crd::AddonsLayer,
+    others: &[layer_controller::crd::AddonsLayer],
+) -> Option<String> {
+    use layer_controller::plan;
+
+    let mut errors = plan::spec_errors(layer);
+    if let Some(drift) = &layer.spec.drift {
+        errors.extend(drift_observer::rules::spec_errors(drift));
     }
-    Decision::allow()
+    if !errors.is_empty() {
+        return Some(errors.join("; "));
+    }
+    let name = layer.metadata.name.clone().unwrap_or_default();
+    let graph = plan::dependency_graph(others.iter().chain(std::iter::once(layer)));
+    layer_controller::deps::cycle_through(&name, &graph)
+        .map(|cycle| format!("dependency cycle: {}", cycle.join(" -> ")))
 }
 
 #[cfg(test)]

@@ -452,7 +452,7 @@ fn addonslayer_validation() {
             vec![]
         )
         .unwrap(),
-        "AddonsLayer apps: spec.source.path: \"layers/x\" must start with ./"
+        "AddonsLayer apps: spec.source.path: \"layers/x\" must start with ./ and stay inside the source"
     );
     assert_eq!(
         msg(
@@ -604,4 +604,128 @@ fn prepare_downscale_with_the_zone_tracker() {
         malformed.message.unwrap(),
         format!("{prefix}parsing downscale annotations failed.")
     );
+}
+
+/// One copy of the rules: every spec case gets the same verdict from the webhook and from the
+/// layer-controller's own gate (Invalid or Cycle there ⇔ denied here).
+#[test]
+fn addonslayer_validation_agrees_with_the_controller() {
+    use layer_controller::crd::AddonsLayer;
+    use layer_controller::plan::{self, Gate, GateInputs, SourceState};
+    let cases: Vec<(&str, Value)> = vec![
+        ("valid", layer("apps", &[], json!({}))),
+        (
+            "valid with a dependency outside the cycle",
+            layer("apps", &["other@>=1.2,<2"], json!({})),
+        ),
+        (
+            "Kraan's plural.group source kind",
+            layer(
+                "apps",
+                &[],
+                json!({"source": {"kind": "gitrepositories.source.toolkit.fluxcd.io", "name": "r", "path": "./x"}}),
+            ),
+        ),
+        (
+            "ConfigMap source",
+            layer(
+                "apps",
+                &[],
+                json!({"source": {"kind": "ConfigMap", "name": "r", "path": "./"}}),
+            ),
+        ),
+        (
+            "unknown source kind",
+            layer(
+                "apps",
+                &[],
+                json!({"source": {"kind": "HelmRepository", "name": "r", "path": "./x"}}),
+            ),
+        ),
+        (
+            "path escaping the source",
+            layer(
+                "apps",
+                &[],
+                json!({"source": {"name": "r", "path": "./a/../../etc"}}),
+            ),
+        ),
+        (
+            "path without ./",
+            layer("apps", &[], json!({"source": {"name": "r", "path": "x"}})),
+        ),
+        (
+            "zero interval",
+            layer("apps", &[], json!({"interval": "0s"})),
+        ),
+        (
+            "bad timeout",
+            layer("apps", &[], json!({"timeout": "soon"})),
+        ),
+        (
+            "bad k8s version",
+            layer("apps", &[], json!({"prereqs": {"k8sVersion": "latest"}})),
+        ),
+        ("bad dependency", layer("apps", &["base@>=x"], json!({}))),
+        ("self dependency", layer("apps", &["apps"], json!({}))),
+        ("cycle", layer("apps", &["base"], json!({}))),
+        (
+            "bad drift path",
+            layer(
+                "apps",
+                &[],
+                json!({"drift": {"observe": [{"paths": ["a..b"]}]}}),
+            ),
+        ),
+        (
+            "bad drift window",
+            layer(
+                "apps",
+                &[],
+                json!({"drift": {"fight": {"window": "later"}}}),
+            ),
+        ),
+    ];
+    let others = vec![
+        layer("base", &["bootstrap"], json!({})),
+        layer("bootstrap", &["apps"], json!({})),
+    ];
+    let typed = |v: &Value| -> AddonsLayer { serde_json::from_value(v.clone()).unwrap() };
+    for (case, object) in cases {
+        let (response, _) = run(
+            Webhook::AddonsLayerValidation,
+            layer_review(object.clone()),
+            others.clone(),
+        );
+        let admitted = response["allowed"] == true;
+        let this = typed(&object);
+        let mut all: std::collections::BTreeMap<String, AddonsLayer> = others
+            .iter()
+            .map(|o| {
+                (
+                    o["metadata"]["name"].as_str().unwrap().to_string(),
+                    typed(o),
+                )
+            })
+            .collect();
+        all.insert("apps".into(), this.clone());
+        let ready = SourceState::Ready {
+            revision: "r1".into(),
+        };
+        let inputs = GateInputs {
+            source: &ready,
+            cluster_version: Some("v1.34.4"),
+            default_source_namespace: "ns",
+        };
+        let gate = plan::gate(&this, &all, &inputs);
+        let mut refused = matches!(gate, Gate::Invalid(_) | Gate::Cycle(_));
+        if let Some(drift) = &this.spec.drift {
+            // spec.drift is the drift-observer's: it refuses what its rules refuse.
+            refused |= !drift_observer::rules::spec_errors(drift).is_empty();
+        }
+        assert_eq!(
+            admitted, !refused,
+            "{case}: webhook {response}, controller {gate:?}"
+        );
+    }
 }

@@ -14,14 +14,12 @@ use crate::crd::{AddonsLayer, Blocker, Condition, InventoryEntry};
 use crate::deps::{self, parse_dependency};
 use crate::keys::{blocker, condition, state};
 pub use core_layers::manifest::prepare_manifest;
-pub use core_layers::objects::{ObjectRef, SourceRef, SourceState};
+pub use core_layers::objects::{ObjectRef, SOURCE_KINDS, SourceRef, SourceState};
 
 /// How often a layer is re-checked without a change (`spec.interval` default).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);
 /// How long applying may take before the layer is Failed (`spec.timeout` default).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
-/// The source kinds a layer can read (Flux sources, or a ConfigMap).
-pub const SOURCE_KINDS: [&str; 4] = ["GitRepository", "OCIRepository", "Bucket", "ConfigMap"];
 /// Deployed revisions kept in `status.history`.
 pub const HISTORY_LIMIT: usize = 10;
 
@@ -117,10 +115,10 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
         errors.push(e);
     }
     if let Some(kind) = layer.spec.source.kind.as_deref().filter(|k| !k.is_empty())
-        && !SOURCE_KINDS.contains(&kind)
+        && core_layers::objects::source_kind(kind).is_none()
     {
         errors.push(format!(
-            "spec.source.kind: {kind:?} is not one of {}",
+            "spec.source.kind: {kind:?} is not one of {} (or their plural.group form, e.g. gitrepositories.source.toolkit.fluxcd.io)",
             SOURCE_KINDS.join(", ")
         ));
     }
@@ -986,10 +984,18 @@ mod tests {
                     "strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}}}),
             ),
             (
-                "HelmRelease values",
+                "HelmRelease values: Kraan's annotation injects Kraan's key",
                 json!({"kind": "HelmRelease", "metadata": {"name": "h", "annotations": {"kraan.updateVersion": "true"}},
                     "spec": {"values": {"a": 1}}}),
                 json!({"kind": "HelmRelease", "metadata": {"name": "h", "annotations": {"kraan.updateVersion": "true"},
+                    "labels": {"strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}},
+                    "spec": {"values": {"a": 1, "kraanVersion": "1.2.0"}}}),
+            ),
+            (
+                "HelmRelease values: Strata's annotation injects layerVersion",
+                json!({"kind": "HelmRelease", "metadata": {"name": "h", "annotations": {"strata.dev/update-version": "true"}},
+                    "spec": {"values": {"a": 1}}}),
+                json!({"kind": "HelmRelease", "metadata": {"name": "h", "annotations": {"strata.dev/update-version": "true"},
                     "labels": {"strata.dev/layer": "base", "app.kubernetes.io/managed-by": "strata"}},
                     "spec": {"values": {"a": 1, "layerVersion": "1.2.0"}}}),
             ),
