@@ -7,6 +7,9 @@ SHELL := bash
 STRATA_CACHE ?= $(HOME)/.cache/strata
 export CARGO_TARGET_DIR ?= $(STRATA_CACHE)/cargo-target
 export STRATA_BIN_DIR := $(CARGO_TARGET_DIR)/debug
+# Component versions of the local plane (the render tests use its helm binary).
+include e2e/plane/versions.env
+export HELM ?= $(STRATA_CACHE)/bin/helm-$(HELM_VERSION)/helm
 # Two cores: one cargo job graph at a time, never parallel cargo invocations.
 CARGO ?= cargo
 
@@ -29,9 +32,10 @@ lint:
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Unit, table and golden tests: everything except the end-to-end tier.
-unit:
-	$(CARGO) test --workspace --exclude strata-e2e
+# Unit, table and golden tests: everything except the end-to-end tier. The render golden tests
+# run the real helm the plane build provides, and fail (not skip) without it here.
+unit: plane-build
+	STRATA_REQUIRE_HELM=1 $(CARGO) test --workspace --exclude strata-e2e
 
 # End-to-end tests against one shared local control plane.
 e2e: build plane-build

@@ -8,20 +8,12 @@
 
 use serde_json::{Map, Value};
 
+use crate::keys::{
+    ARGO_HOOK, ARGO_HOOK_DELETE_POLICY, ARGO_SYNC_OPTIONS, ARGO_SYNC_WAVE, FLUX_PRUNE, HELM_HOOK,
+    HELM_HOOK_DELETE_POLICY, HELM_HOOK_DELETE_TIMEOUT, HELM_HOOK_OUTPUT_LOG_POLICY,
+    HELM_HOOK_WEIGHT, HELM_RESOURCE_POLICY,
+};
 use crate::split::{kind_of, name_of};
-
-pub const HELM_HOOK: &str = "helm.sh/hook";
-pub const HELM_HOOK_WEIGHT: &str = "helm.sh/hook-weight";
-pub const HELM_HOOK_DELETE_POLICY: &str = "helm.sh/hook-delete-policy";
-pub const HELM_HOOK_DELETE_TIMEOUT: &str = "helm.sh/hook-delete-timeout";
-pub const HELM_HOOK_OUTPUT_LOG_POLICY: &str = "helm.sh/hook-output-log-policy";
-pub const HELM_RESOURCE_POLICY: &str = "helm.sh/resource-policy";
-
-pub const ARGO_HOOK: &str = "argocd.argoproj.io/hook";
-pub const ARGO_SYNC_WAVE: &str = "argocd.argoproj.io/sync-wave";
-pub const ARGO_HOOK_DELETE_POLICY: &str = "argocd.argoproj.io/hook-delete-policy";
-pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
-pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
 
 /// What the tool does with hooks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

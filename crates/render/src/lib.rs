@@ -10,6 +10,7 @@ pub mod error;
 pub mod gitops;
 pub mod helm;
 pub mod hooks;
+pub mod keys;
 pub mod layout;
 pub mod pipeline;
 pub mod profile;

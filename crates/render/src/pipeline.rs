@@ -65,6 +65,12 @@ pub async fn plan(options: &Options, env: &dyn Fn(&str) -> Option<String>) -> Re
     )
     .await?;
     let (prefix, mut warnings) = repo_prefix(&course.dir, &options.output);
+    if options.profile.is_none() {
+        warnings.push(
+            "no --profile: charts see helm's default capabilities, which may not match the cluster"
+                .into(),
+        );
+    }
     let assembly = assemble(
         &course,
         &outputs,
@@ -136,6 +142,8 @@ pub fn assemble(
     let mut owners: BTreeMap<(String, String, String, String), String> = BTreeMap::new();
     let mut paths: BTreeSet<PathBuf> = BTreeSet::new();
     let mut created_namespaces: BTreeSet<String> = BTreeSet::new();
+    // Releases whose output holds argocd-vault-plugin placeholders.
+    let mut placeholders: BTreeSet<String> = BTreeSet::new();
     for (release, objects) in course.releases.iter().zip(parsed) {
         let (chart, version) = helm::chart_identity(release);
         if version == "unpinned" && !matches!(release.chart, ChartSource::Local(_)) {
@@ -184,6 +192,9 @@ pub fn assemble(
             }
             secrets::check_rendered(&shown, &object)?;
             let content = layout::file_content(&provenance, &object)?;
+            if secrets::is_placeholder(&content) {
+                placeholders.insert(release.name.clone());
+            }
             assembly.files.push(OutputFile { path, content });
             Ok(())
         };
@@ -221,18 +232,35 @@ pub fn assemble(
             add(object, provenance, &mut assembly)?;
         }
     }
-    gitops_files(course, tool, prefix, &mut assembly)?;
+    gitops_files(course, tool, prefix, &placeholders, &mut assembly)?;
     assembly.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(assembly)
 }
 
-fn gitops_files(course: &Course, tool: Tool, prefix: &str, assembly: &mut Assembly) -> Result<()> {
+fn gitops_files(
+    course: &Course,
+    tool: Tool,
+    prefix: &str,
+    placeholders: &BTreeSet<String>,
+    assembly: &mut Assembly,
+) -> Result<()> {
     let mut objects: Vec<(String, Value)> = Vec::new();
     match tool {
         Tool::Argocd => {
             for release in &course.releases {
                 match gitops::application(release, prefix) {
-                    Ok(app) => objects.push((k8s_name(&release.name), app)),
+                    Ok(app) => {
+                        // A directory source would apply the placeholders verbatim.
+                        if placeholders.contains(&release.name)
+                            && app["spec"]["source"]["plugin"].is_null()
+                        {
+                            assembly.warnings.push(format!(
+                                "release {}: its manifests hold argocd-vault-plugin placeholders but its Application has no plugin source; set gitops.argocd.spec.source.plugin",
+                                release.name
+                            ));
+                        }
+                        objects.push((k8s_name(&release.name), app));
+                    }
                     Err(note) => assembly.warnings.push(note),
                 }
             }
@@ -473,6 +501,23 @@ metadata:
             "releases/one/apps/secret_db.yaml: stringData.password"
         );
         assert!(!error.contains("hunter2"));
+    }
+
+    #[test]
+    fn repo_prefix_finds_the_git_work_tree() {
+        let root =
+            std::env::temp_dir().join(format!("strata-render-prefix-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("repo/.git")).unwrap();
+        std::fs::create_dir_all(root.join("plain")).unwrap();
+        let (prefix, warnings) =
+            repo_prefix(&root.join("repo/deploy"), &root.join("repo/deploy/out"));
+        assert_eq!(prefix, "deploy/out");
+        assert!(warnings.is_empty());
+        let (prefix, warnings) =
+            repo_prefix(&root.join("plain"), &root.join("plain/./x/../manifests"));
+        assert_eq!(prefix, "manifests");
+        assert_eq!(warnings.len(), 1);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

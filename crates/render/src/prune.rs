@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use crate::diff::unified;
 use crate::error::{RenderError, Result};
-use crate::layout::{HEADER, OutputFile};
+use crate::keys::HEADER;
+use crate::layout::OutputFile;
 
 /// What a run would change in the output directory. Paths are relative to it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

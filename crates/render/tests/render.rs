@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use render::gitops::Tool;
-use render::layout::HEADER;
+use render::keys::HEADER;
 use render::pipeline::{self, Options};
 use render::profile::Profile;
 
@@ -41,6 +41,10 @@ macro_rules! require_helm {
         match helm() {
             Some(helm) => helm,
             None => {
+                assert!(
+                    std::env::var_os("STRATA_REQUIRE_HELM").is_none(),
+                    "no helm binary ($HELM, the local plane's, or on PATH), and make test requires one"
+                );
                 eprintln!("SKIPPED: no helm binary ($HELM, the local plane's, or on PATH)");
                 return;
             }
@@ -243,6 +247,11 @@ async fn argocd_output_facts() {
     ] {
         assert!(app.contains(line), "{line} in {app}");
     }
+    let warnings = outcome.warnings.join("\n");
+    assert!(
+        warnings.contains("release platform: its manifests hold argocd-vault-plugin placeholders but its Application has no plugin source"),
+        "{warnings}"
+    );
     let web_app = &files["apps/argocd/web.yaml"];
     assert!(
         web_app.contains("owner: web-team") && web_app.contains("team: platform"),

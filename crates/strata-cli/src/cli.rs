@@ -425,6 +425,30 @@ mod tests {
         for argv in cases {
             assert!(Cli::try_parse_from(*argv).is_ok(), "{argv:?}");
         }
+        // `capture-profile` is the subcommand, not a course file of that name.
+        let cli = Cli::try_parse_from(["strata", "render", "capture-profile", "-o", "p.yaml"]);
+        let Ok(Cli {
+            command: Command::Render(render),
+        }) = cli
+        else {
+            panic!("render capture-profile does not parse");
+        };
+        assert!(matches!(
+            render.command,
+            Some(RenderCommand::CaptureProfile { .. })
+        ));
+        assert!(render.course.is_none());
+        let Ok(Cli {
+            command: Command::Render(render),
+        }) = Cli::try_parse_from(["strata", "render", "course.yaml"])
+        else {
+            panic!("render course.yaml does not parse");
+        };
+        assert!(matches!(render.gitops, GitOps::Argocd), "argocd by default");
+        assert!(
+            render.output.is_none(),
+            "default output is beside the course"
+        );
         for bad in [
             &["strata", "status"][..],
             &["strata", "status", "-f", "x", "-o", "xml"][..],

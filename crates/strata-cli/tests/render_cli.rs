@@ -46,6 +46,10 @@ fn strata(helm: &Path, args: &[&str]) -> Output {
 #[test]
 fn render_writes_beside_the_course_and_diff_reports_changes() {
     let Some(helm) = helm() else {
+        assert!(
+            std::env::var_os("STRATA_REQUIRE_HELM").is_none(),
+            "no helm binary ($HELM or the local plane's), and make test requires one"
+        );
         eprintln!("SKIPPED: no helm binary ($HELM or the local plane's)");
         return;
     };
