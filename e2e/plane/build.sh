@@ -80,12 +80,40 @@ build_installable() { # dir binary module@version
   GOBIN="$1" go install -ldflags "-s -w" "$3"
 }
 
+crds_dir="$cache/crds/argocd-$ARGO_CD_VERSION-kustomize-$KUSTOMIZE_CONTROLLER_API_VERSION"
+cg_dir="$cache/bin/controller-gen-$CONTROLLER_TOOLS_VERSION"
+
+# The upstream GitOps CRDs: Argo CD ships its Application CRD in its Go module; Flux's
+# Kustomization CRD is generated from its published API types, as Flux itself does.
+build_upstream_crds() {
+  [[ -f "$crds_dir/application-crd.yaml" && -f "$crds_dir/kustomization-crd.yaml" ]] && return 0
+  build_installable "$cg_dir" controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
+  log "fetching Argo CD $ARGO_CD_VERSION's Application CRD and generating Flux's Kustomization CRD ($KUSTOMIZE_CONTROLLER_API_VERSION)"
+  local work="$cache/src/upstream-crds"
+  rm -rf "$work" "$crds_dir.tmp" && mkdir -p "$work" "$crds_dir.tmp"
+  (
+    cd "$work"
+    local argo api
+    argo="$(GOFLAGS=-mod=mod go mod download -json "github.com/argoproj/argo-cd/v3@$ARGO_CD_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    cp "$argo/manifests/crds/application-crd.yaml" "$crds_dir.tmp/application-crd.yaml"
+    api="$(GOFLAGS=-mod=mod go mod download -json "github.com/fluxcd/kustomize-controller/api@$KUSTOMIZE_CONTROLLER_API_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    cp -r "$api" kustomize-api && chmod -R u+w kustomize-api
+    cd kustomize-api
+    GOFLAGS=-mod=mod go mod download
+    GOFLAGS=-mod=mod "$cg_dir/controller-gen" crd paths=./... output:crd:artifacts:config="$work/out"
+    cp "$work/out/kustomize.toolkit.fluxcd.io_kustomizations.yaml" "$crds_dir.tmp/kustomization-crd.yaml"
+  )
+  rm -rf "$crds_dir" && mv "$crds_dir.tmp" "$crds_dir"
+}
+
 build_etcd
 build_installable "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 build_kubernetes
 build_installable "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+build_upstream_crds
 
 echo "KUBE_BIN=$k8s_dir"
 echo "ETCD_BIN=$etcd_dir"
 echo "KWOK_BIN=$kwok_dir"
 echo "HELM_BIN=$helm_dir"
+echo "UPSTREAM_CRDS=$crds_dir"

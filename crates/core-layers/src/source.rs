@@ -379,11 +379,16 @@ pub fn pack(files: &[(&str, &str)]) -> Vec<u8> {
         header.set_mode(0o644);
         header.set_entry_type(tar::EntryType::Regular);
         // `append_data` validates the path; writing the raw name lets tests build hostile
-        // archives too.
-        let name = header.as_old_mut().name.as_mut_slice();
+        // archives too. A name longer than the header's 100 bytes goes through
+        // `append_data`, which writes a GNU long-name entry (as tar and Flux do) instead of
+        // cutting it short.
         let bytes = path.as_bytes();
-        let n = bytes.len().min(name.len());
-        name[..n].copy_from_slice(&bytes[..n]);
+        if bytes.len() > header.as_old().name.len() {
+            let _ = builder.append_data(&mut header, path, text.as_bytes());
+            continue;
+        }
+        let name = header.as_old_mut().name.as_mut_slice();
+        name[..bytes.len()].copy_from_slice(bytes);
         header.set_cksum();
         let _ = builder.append(&header, text.as_bytes());
     }
@@ -405,6 +410,25 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn long_entry_names_survive_packing() {
+        let long = format!(
+            "layers/{}/customresourcedefinition.apiextensions.k8s.io_x.yaml",
+            "d".repeat(90)
+        );
+        let files = unpack(
+            &pack(&[(long.as_str(), "a: 1"), ("short.yaml", "b: 2")]),
+            &Limits::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            files.get(&long).map(Vec::as_slice),
+            Some(&b"a: 1"[..]),
+            "{files:?}"
+        );
+        assert!(files.contains_key("short.yaml"));
+    }
 
     #[test]
     fn flux_source_readiness() {
