@@ -80,15 +80,15 @@ build_installable() { # dir binary module@version
   GOBIN="$1" go install -ldflags "-s -w" "$3"
 }
 
-crds_dir="$cache/crds/argocd-$ARGO_CD_VERSION-kustomize-$KUSTOMIZE_CONTROLLER_API_VERSION"
+crds_dir="$cache/crds/argocd-$ARGO_CD_VERSION-kustomize-$KUSTOMIZE_CONTROLLER_API_VERSION-source-$SOURCE_CONTROLLER_API_VERSION"
 cg_dir="$cache/bin/controller-gen-$CONTROLLER_TOOLS_VERSION"
 
 # The upstream GitOps CRDs: Argo CD ships its Application CRD in its Go module; Flux's
 # Kustomization CRD is generated from its published API types, as Flux itself does.
 build_upstream_crds() {
-  [[ -f "$crds_dir/application-crd.yaml" && -f "$crds_dir/kustomization-crd.yaml" ]] && return 0
+  [[ -f "$crds_dir/application-crd.yaml" && -f "$crds_dir/kustomization-crd.yaml" && -f "$crds_dir/gitrepository-crd.yaml" ]] && return 0
   build_installable "$cg_dir" controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
-  log "fetching Argo CD $ARGO_CD_VERSION's Application CRD and generating Flux's Kustomization CRD ($KUSTOMIZE_CONTROLLER_API_VERSION)"
+  log "fetching Argo CD $ARGO_CD_VERSION's Application CRD; generating Flux's Kustomization ($KUSTOMIZE_CONTROLLER_API_VERSION) and source ($SOURCE_CONTROLLER_API_VERSION) CRDs"
   local work="$cache/src/upstream-crds"
   rm -rf "$work" "$crds_dir.tmp" && mkdir -p "$work" "$crds_dir.tmp"
   (
@@ -102,6 +102,15 @@ build_upstream_crds() {
     GOFLAGS=-mod=mod go mod download
     GOFLAGS=-mod=mod "$cg_dir/controller-gen" crd paths=./... output:crd:artifacts:config="$work/out"
     cp "$work/out/kustomize.toolkit.fluxcd.io_kustomizations.yaml" "$crds_dir.tmp/kustomization-crd.yaml"
+    cd "$work"
+    api="$(GOFLAGS=-mod=mod go mod download -json "github.com/fluxcd/source-controller/api@$SOURCE_CONTROLLER_API_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+    cp -r "$api" source-api && chmod -R u+w source-api
+    cd source-api
+    GOFLAGS=-mod=mod go mod download
+    GOFLAGS=-mod=mod "$cg_dir/controller-gen" crd paths=./... output:crd:artifacts:config="$work/source-out"
+    for kind in gitrepositories:gitrepository ocirepositories:ocirepository buckets:bucket; do
+      cp "$work/source-out/source.toolkit.fluxcd.io_${kind%%:*}.yaml" "$crds_dir.tmp/${kind##*:}-crd.yaml"
+    done
   )
   rm -rf "$crds_dir" && mv "$crds_dir.tmp" "$crds_dir"
 }

@@ -1,5 +1,7 @@
-//! Flux source stand-ins for layer tests and benchmarks: a minimal `GitRepository` CRD whose
-//! status the test writes, as source-controller would, and an HTTP server for the artifacts.
+//! Flux sources for layer tests and benchmarks: Flux's real source CRDs (generated from its API
+//! types by `e2e/plane/build.sh`), a GitRepository whose status the test writes exactly as
+//! source-controller does (the controller itself cannot be built here), and an HTTP server
+//! for the artifacts.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,25 +14,20 @@ use kube::core::GroupVersionKind;
 use layer_controller::source::{pack, sha256_digest};
 use serde_json::json;
 
-use crate::support::{apply_shipped_crd, apply_yaml, cluster};
+use crate::support::{apply_shipped_crd, apply_upstream_crd, apply_yaml, cluster};
 
-pub const GITREPO_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {name: gitrepositories.source.toolkit.fluxcd.io}
-spec:
-  group: source.toolkit.fluxcd.io
-  scope: Namespaced
-  names: {plural: gitrepositories, singular: gitrepository, kind: GitRepository}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {status: {}}
-    schema:
-      openAPIV3Schema:
-        type: object
-        x-kubernetes-preserve-unknown-fields: true
-"#;
+/// Size of every artifact published in this process, by URL (`status.artifact.size`).
+static SIZES: std::sync::LazyLock<Mutex<HashMap<String, u64>>> =
+    std::sync::LazyLock::new(Mutex::default);
+
+fn published_size(url: &str) -> u64 {
+    SIZES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(url)
+        .copied()
+        .unwrap_or_default()
+}
 
 /// Serves `/<name>` from a map the test fills, like source-controller's artifact server.
 #[derive(Debug)]
@@ -69,11 +66,16 @@ impl ArtifactServer {
     pub fn publish(&self, name: &str, files: &[(&str, &str)]) -> (String, String) {
         let bytes = pack(files);
         let digest = sha256_digest(&bytes);
+        let url = format!("http://{}/{name}", self.address);
+        SIZES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(url.clone(), bytes.len() as u64);
         self.files
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(name.into(), bytes);
-        (format!("http://{}/{name}", self.address), digest)
+        (url, digest)
     }
 }
 
@@ -96,24 +98,41 @@ pub async fn set_artifact(
     let api = gitrepo_api(client, ns);
     let repo = api.get("repo").await?;
     let generation = repo.metadata.generation.unwrap_or(1);
+    // Exactly the fields of source-controller's v1 types: Artifact {path, url, revision,
+    // digest, lastUpdateTime, size} and a metav1.Condition with observedGeneration; the real
+    // schema prunes anything else.
+    let size = published_size(url);
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap_or_default()
+        .to_string();
     let status = json!({"status": {
         "observedGeneration": generation,
         "conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded",
             "message": format!("stored artifact for revision '{revision}'"),
-            "lastTransitionTime": "2026-11-21T00:00:00Z"}],
+            "observedGeneration": generation,
+            "lastTransitionTime": now}],
         "artifact": {"url": url, "revision": revision, "digest": digest,
-            "path": "x", "lastUpdateTime": "2026-11-21T00:00:00Z"}
+            "path": format!("gitrepository/{ns}/repo/{}", url.rsplit('/').next().unwrap_or("artifact.tar.gz")),
+            "lastUpdateTime": now, "size": size}
     }});
     api.patch_status("repo", &PatchParams::default(), &Patch::Merge(&status))
         .await?;
     Ok(())
 }
 
-/// Installs the AddonsLayer CRD and the minimal GitRepository CRD, and waits until both are
-/// Established (so the next create does not race the API server's discovery).
+/// Installs the AddonsLayer CRD and Flux's GitRepository, OCIRepository and Bucket CRDs, and
+/// waits until they are Established (so the next create does not race the API server's
+/// discovery).
 pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
     apply_shipped_crd(client, ns, "addonslayers.yaml").await?;
-    apply_yaml(client, ns, GITREPO_CRD).await?;
+    for file in [
+        "gitrepository-crd.yaml",
+        "ocirepository-crd.yaml",
+        "bucket-crd.yaml",
+    ] {
+        apply_upstream_crd(client, file).await?;
+    }
     let out = cluster()
         .kubectl()
         .args([
@@ -122,6 +141,8 @@ pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
             "--timeout=30s",
             "crd/addonslayers.strata.dev",
             "crd/gitrepositories.source.toolkit.fluxcd.io",
+            "crd/ocirepositories.source.toolkit.fluxcd.io",
+            "crd/buckets.source.toolkit.fluxcd.io",
         ])
         .output()?;
     ensure!(

@@ -273,3 +273,50 @@ pub fn parse_openmetrics(text: &str) -> Result<Vec<(String, f64)>> {
     }
     Ok(samples)
 }
+
+/// Where `e2e/plane/build.sh` put the upstream CRDs (Argo CD's Application, Flux's
+/// Kustomization and source kinds), keyed by the versions pinned in `versions.env`.
+pub fn upstream_crds() -> Result<std::path::PathBuf> {
+    let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let versions = std::fs::read_to_string(here.join("plane/versions.env"))?;
+    let get = |key: &str| {
+        versions
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .map(str::trim)
+            .with_context(|| format!("{key} in versions.env"))
+    };
+    let cache = std::env::var_os("STRATA_CACHE")
+        .map(std::path::PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/strata"))
+        })
+        .context("neither STRATA_CACHE nor HOME is set")?;
+    let dir = cache.join("crds").join(format!(
+        "argocd-{}-kustomize-{}-source-{}",
+        get("ARGO_CD_VERSION")?,
+        get("KUSTOMIZE_CONTROLLER_API_VERSION")?,
+        get("SOURCE_CONTROLLER_API_VERSION")?
+    ));
+    let wanted = [
+        "application-crd.yaml",
+        "kustomization-crd.yaml",
+        "gitrepository-crd.yaml",
+        "ocirepository-crd.yaml",
+        "bucket-crd.yaml",
+    ];
+    anyhow::ensure!(
+        wanted.iter().all(|f| dir.join(f).is_file()),
+        "upstream CRDs missing in {} (run e2e/plane/build.sh)",
+        dir.display()
+    );
+    Ok(dir)
+}
+
+/// Applies one of the upstream CRDs (see [`upstream_crds`]).
+pub async fn apply_upstream_crd(client: &Client, file: &str) -> Result<()> {
+    let path = upstream_crds()?.join(file);
+    let yaml = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
+    apply_yaml(client, "default", &yaml).await?;
+    Ok(())
+}

@@ -17,37 +17,10 @@ use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir};
-use strata_e2e::support::{TestNamespace, cluster, eventually};
+use strata_e2e::support::{TestNamespace, cluster, eventually, upstream_crds};
 
 fn samples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/render")
-}
-
-/// Where `e2e/plane/build.sh` put the upstream CRDs (keyed by the pinned versions).
-fn upstream_crds() -> Result<PathBuf> {
-    let versions =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("plane/versions.env"))?;
-    let get = |key: &str| {
-        versions
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::trim)
-            .with_context(|| format!("{key} in versions.env"))
-    };
-    let cache = std::env::var_os("STRATA_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/strata"));
-    let dir = cache.join("crds").join(format!(
-        "argocd-{}-kustomize-{}",
-        get("ARGO_CD_VERSION")?,
-        get("KUSTOMIZE_CONTROLLER_API_VERSION")?
-    ));
-    ensure!(
-        dir.join("application-crd.yaml").is_file() && dir.join("kustomization-crd.yaml").is_file(),
-        "upstream CRDs missing in {} (run e2e/plane/build.sh)",
-        dir.display()
-    );
-    Ok(dir)
 }
 
 fn kubectl(args: &[&str]) -> Result<String> {
