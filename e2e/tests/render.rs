@@ -236,6 +236,47 @@ releases:
         );
     }
 
+    // Capabilities from the live cluster: the kube version and every served API version,
+    // including the CRDs installed above.
+    let profile = work.join("profile.yaml");
+    let out = std::process::Command::new(bin_dir().join("strata"))
+        .args(["render", "capture-profile", "-o"])
+        .arg(&profile)
+        .arg("--kubeconfig")
+        .arg(cluster().kubeconfig())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "capture-profile: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let captured = std::fs::read_to_string(&profile)?;
+    for want in [
+        "v1.34.4",
+        "apps/v1",
+        "argoproj.io/v1alpha1",
+        "kustomize.toolkit.fluxcd.io/v1",
+        "render.e2e.strata.dev/v1",
+    ] {
+        ensure!(
+            captured.contains(want),
+            "{want} missing from the captured profile:\n{captured}"
+        );
+    }
+    let out = std::process::Command::new(bin_dir().join("strata"))
+        .args(["render", "--gitops", "strata", "--profile"])
+        .arg(&profile)
+        .arg("-o")
+        .arg(work.join("out-profiled"))
+        .arg(work.join("course.yaml"))
+        .env("HELM", helm())
+        .output()?;
+    ensure!(
+        out.status.success(),
+        "render with the captured profile: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The strata output, served as a Flux artifact, deployed by the layer-controller.
     let out_dir = work.join("out-strata");
     let files: Vec<(String, String)> = files_under(&out_dir)
