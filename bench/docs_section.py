@@ -4,7 +4,8 @@ import pathlib
 import re
 
 HEADER = ("# Benchmarks\n\nEvery figure here comes from `make bench` on the project's machine "
-          "(2 cores, 24 GiB), with the anchor measured in the same run.\n\n")
+          "(2 cores, 24 GiB). Each section says what it compares against and whether that was "
+          "measured in the same run.\n\n")
 
 
 def write(name, body):

@@ -309,6 +309,7 @@ for i in range(RELEASES):
 open(f"{work}/course.yaml", "w").write("\n".join(course) + "\n")
 env = dict(os.environ, HELM=helm)
 def timed(cmd, **kw):
+    os.sync()  # the previous step's file writes and deletions are flushed, not billed here
     started = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, **kw)
     return time.perf_counter() - started
@@ -320,6 +321,7 @@ def strata_render(jobs):
         args[2:2] = ["--jobs", str(jobs)]
     return timed(args)
 def helm_sequential():
+    os.sync()
     started = time.perf_counter()
     for i in range(RELEASES):
         subprocess.run([helm, "template", f"app{i:02d}", "./charts/app", "--namespace", f"ns{i:02d}",
@@ -341,7 +343,7 @@ os.chmod(fake, 0o755)
 def own_work():
     out = f"{work}/out"
     shutil.rmtree(out, ignore_errors=True)
-
+    os.sync()
     started = time.perf_counter()
     subprocess.run([strata, "render", "--jobs", "1", "--gitops", "flux", "-o", out, f"{work}/course.yaml"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(env, HELM=fake))
@@ -372,7 +374,7 @@ with the same 50 `helm template … --skip-tests --include-crds` calls run one a
 strata's own work (splitting, layout, hook mapping, writing 650 files) is measured without
 helm's run-to-run variance: `strata render --jobs 1` with a stand-in helm that prints each
 release's captured real output, minus the cost of starting that stand-in 50 times. Each round
-runs the three in turn.
+runs the three in turn, each after a `sync` so no step pays for the previous one's writes.
 
 | strata render (default jobs) | helm template × 50, sequential | ratio | strata's own work | its share of the render |
 |---:|---:|---:|---:|---:|

@@ -137,17 +137,48 @@ fn read_text(path: &Path) -> Result<Option<String>> {
 /// Writes added and changed files and deletes removed ones, then removes directories the
 /// deletions left empty.
 pub fn apply(out: &Path, changes: &Changes) -> Result<()> {
-    let writes = changes
+    let writes: Vec<_> = changes
         .added
         .iter()
-        .chain(changes.changed.iter().map(|(f, _)| f));
-    for file in writes {
-        let full = out.join(&file.path);
-        if let Some(parent) = full.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| RenderError::io(parent, e))?;
-        }
-        std::fs::write(&full, &file.content).map_err(|e| RenderError::io(&full, e))?;
+        .chain(changes.changed.iter().map(|(f, _)| f))
+        .collect();
+    // Each directory once, then the files from a few threads: creating hundreds of small
+    // files is mostly waiting on the file system, which overlaps well.
+    let parents: BTreeSet<PathBuf> = writes
+        .iter()
+        .filter_map(|file| out.join(&file.path).parent().map(Path::to_path_buf))
+        .collect();
+    for parent in &parents {
+        std::fs::create_dir_all(parent).map_err(|e| RenderError::io(parent, e))?;
     }
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get() * 2);
+    let chunk = writes.len().div_ceil(threads).max(1);
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = writes
+            .chunks(chunk)
+            .map(|files| {
+                scope.spawn(move || {
+                    for file in files {
+                        let full = out.join(&file.path);
+                        std::fs::write(&full, &file.content)
+                            .map_err(|e| RenderError::io(&full, e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| {
+                w.join().unwrap_or_else(|_| {
+                    Err(RenderError::io(
+                        out,
+                        std::io::Error::other("a writer thread panicked"),
+                    ))
+                })
+            })
+            .collect::<Result<Vec<()>>>()
+    })?;
     for (relative, _) in &changes.removed {
         let full = out.join(relative);
         std::fs::remove_file(&full).map_err(|e| RenderError::io(&full, e))?;
