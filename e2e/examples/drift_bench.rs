@@ -153,6 +153,8 @@ async fn main() -> Result<()> {
         "LAYER_CONTROLLER_BIN",
         &[
             "--leader-elect=false",
+            "--sync-period",
+            "1h",
             "--layer-selector",
             &selector,
             "--default-source-namespace",

@@ -51,6 +51,9 @@ fn start_layer_controller(ns: &str) -> Result<ServiceProcess> {
             ns,
             "--health-poll",
             "500ms",
+            // Only heal requests re-apply within the test (the layers' interval is 1h too).
+            "--sync-period",
+            "1h",
         ],
     )
 }

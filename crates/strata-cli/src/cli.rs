@@ -184,6 +184,14 @@ pub enum LayersCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
+    /// Convert Kraan AddonsLayers (`kraan.io/v1alpha1`) to Strata's, printing the result as
+    /// YAML and every change (with the reason) on stderr. Exit 1 when a converted layer would
+    /// be refused by the layer-controller. Offline: no cluster needed.
+    Import {
+        /// A file, a directory (read recursively) or `-` for standard input.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -312,6 +320,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Layers(LayersCommand::Graph { output, cluster }) => {
             crate::layers::graph(output, &cluster)
         }
+        Command::Layers(LayersCommand::Import { files }) => crate::layers::import(&files),
         Command::Layers(LayersCommand::Plan {
             layer,
             output,
@@ -396,6 +405,7 @@ mod tests {
             &["strata", "render", "capture-profile", "-o", "profile.yaml"],
             &["strata", "layers", "graph", "-o", "dot"],
             &["strata", "layers", "plan", "base"],
+            &["strata", "layers", "import", "-f", "kraan.yaml"],
             &["strata", "drift", "base"],
             &["strata", "drift", "base", "-o", "json"],
             &["strata", "drift", "-f", "manifests/"],

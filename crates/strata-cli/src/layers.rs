@@ -315,3 +315,33 @@ fn render(plan: &LayerPlan) -> String {
     }
     out
 }
+
+/// `strata layers import -f FILE`: Kraan AddonsLayers converted, notes on stderr.
+pub fn import(files: &[String]) -> anyhow::Result<ExitCode> {
+    let documents = match core_status::input::read_sources(files) {
+        Ok(documents) => documents,
+        Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
+    };
+    let mut out = Vec::new();
+    let mut refused = false;
+    for document in &documents {
+        let imported = layer_controller::kraan::import(&document.object);
+        for note in &imported.notes {
+            eprintln!("{}: document {}: {note}", document.source, document.index);
+        }
+        for error in &imported.errors {
+            eprintln!(
+                "{}: document {}: error: {error}",
+                document.source, document.index
+            );
+            refused = true;
+        }
+        out.push(serde_saphyr::to_string(&imported.object)?);
+    }
+    print!("{}", out.join("---\n"));
+    Ok(if refused {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

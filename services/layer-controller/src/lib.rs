@@ -6,6 +6,7 @@
 
 pub mod deps;
 pub mod graph;
+pub mod kraan;
 pub mod metrics;
 pub mod plan;
 pub mod reconcile;

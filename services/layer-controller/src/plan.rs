@@ -66,6 +66,22 @@ pub fn summarize(items: &[String], shown: usize, separator: &str) -> String {
 }
 
 /// [`timing`], with the defaults when the spec is invalid (the gate reports that error).
+/// How often a layer is re-applied: its interval, but at least every `sync_period` (Kraan
+/// reprocesses every layer each `syncPeriod`, whatever its interval).
+pub fn effective_interval(layer_interval: Duration, sync_period: Duration) -> Duration {
+    if sync_period.is_zero() {
+        layer_interval
+    } else {
+        layer_interval.min(sync_period)
+    }
+}
+
+/// How long an object that left a layer waits, orphaned, for another layer to adopt it: the
+/// `--orphan-grace` flag when given, else the interval of the layer it left (Kraan).
+pub fn orphan_grace(flag: Option<Duration>, layer_interval: Duration) -> Duration {
+    flag.unwrap_or(layer_interval)
+}
+
 pub fn timing_or_default(layer: &AddonsLayer) -> (Duration, Duration) {
     timing(layer).unwrap_or((DEFAULT_INTERVAL, DEFAULT_TIMEOUT))
 }
@@ -706,6 +722,34 @@ pub fn state_since(layer: &AddonsLayer, layer_state: &str) -> Option<Timestamp> 
         .iter()
         .find(|c| c.type_ == layer_state)
         .and_then(|c| c.last_transition_time.parse().ok())
+}
+
+#[cfg(test)]
+mod sync_tests {
+    use super::*;
+
+    #[test]
+    fn sync_period_and_orphan_grace() {
+        let s = Duration::from_secs;
+        for (case, interval, sync, want) in [
+            ("interval shorter than the sync period", s(10), s(60), s(10)),
+            ("sync period bounds a long interval", s(300), s(60), s(60)),
+            ("zero sync period: interval alone", s(300), s(0), s(300)),
+        ] {
+            assert_eq!(effective_interval(interval, sync), want, "{case}");
+        }
+        for (case, flag, interval, want) in [
+            (
+                "no flag: the layer's interval, as Kraan",
+                None,
+                s(60),
+                s(60),
+            ),
+            ("the flag wins", Some(s(2)), s(60), s(2)),
+        ] {
+            assert_eq!(orphan_grace(flag, interval), want, "{case}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -46,9 +46,14 @@ pub struct LayerArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "strata-system")]
     pub default_source_namespace: String,
     /// How long an object that left every layer stays, labelled orphaned, before it is
-    /// deleted; another layer that takes it in the meantime keeps it (same uid).
-    #[arg(long, default_value = "30s", value_parser = duration)]
-    pub orphan_grace: Duration,
+    /// deleted; another layer that takes it in the meantime keeps it (same uid). Default: the
+    /// `interval` of the layer it left, as Kraan.
+    #[arg(long, value_parser = duration)]
+    pub orphan_grace: Option<Duration>,
+    /// Every layer is re-applied at least this often, whatever its `interval` (Kraan's
+    /// `syncPeriod`).
+    #[arg(long, default_value = "1m", value_parser = duration)]
+    pub sync_period: Duration,
     /// Largest artifact download, in bytes.
     #[arg(long, default_value_t = 50 << 20)]
     pub max_artifact_bytes: u64,
@@ -394,6 +399,7 @@ async fn reconcile(
         set_finalizer(&ctx, &layer, true).await?;
     }
     let (interval, timeout) = plan::timing_or_default(&layer);
+    let interval = plan::effective_interval(interval, shared.args.sync_period);
     let mut all = layers_map(&shared.layers);
     fresh_dependencies(&ctx, &layer, &mut all).await?;
     let source_ref = SourceRef::of(&layer, &shared.args.default_source_namespace);
@@ -707,7 +713,8 @@ async fn apply_layer(
         .collect();
     let mut prune_wait = None;
     if !stale_entries.is_empty() {
-        let pending = prune(ctx, shared, layer, &stale_entries, &wanted_by).await?;
+        let grace = plan::orphan_grace(shared.args.orphan_grace, interval);
+        let pending = prune(ctx, shared, layer, &stale_entries, &wanted_by, grace).await?;
         if let Some((entries, wait)) = pending {
             prune_wait = Some(wait);
             inventory.extend(entries);
@@ -862,6 +869,7 @@ async fn prune(
     layer: &AddonsLayer,
     stale_entries: &[&InventoryEntry],
     wanted_by: &BTreeMap<ObjectRef, BTreeSet<String>>,
+    grace: Duration,
 ) -> Result<Option<(Vec<InventoryEntry>, Duration)>> {
     let name = layer.name_any();
     let now = Timestamp::now();
@@ -871,7 +879,7 @@ async fn prune(
         .into_iter()
         .filter_map(|r| Some((r.stale.object, (r.entry, r.resolved?))))
         .collect();
-    let plan = plan::prune_plan(&name, &stale, wanted_by, shared.args.orphan_grace, now);
+    let plan = plan::prune_plan(&name, &stale, wanted_by, grace, now);
     let orphaned_value = plan::orphaned_label_value(now);
     for object in &plan.orphan {
         if let Some((entry, resolved)) = by_ref.get(object) {
@@ -932,9 +940,9 @@ async fn prune(
         .waiting
         .iter()
         .map(|(_, d)| *d)
-        .chain(plan.orphan.iter().map(|_| shared.args.orphan_grace))
+        .chain(plan.orphan.iter().map(|_| grace))
         .min()
-        .unwrap_or(shared.args.orphan_grace);
+        .unwrap_or(grace);
     Ok(Some((pending, wait + Duration::from_millis(100))))
 }
 

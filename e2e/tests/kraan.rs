@@ -1,0 +1,178 @@
+//! Migrating from Kraan, as `docs/layer-controller.md` tells a user to: two layers written the
+//! way Kraan's user guide writes them (`kraan.io/v1alpha1`, the `plural.group` source kind, a
+//! path without `./`, `dependsOn: name@version`) are converted by `strata layers import` and
+//! deployed by the layer-controller from a Flux GitRepository on the real source schema.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Result, ensure};
+use kube::api::Api;
+use layer_controller::crd::AddonsLayer;
+use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
+use strata_e2e::plane::free_port;
+use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::support::{TestNamespace, cluster, eventually};
+
+/// Runs `command` with `stdin` fed in: (success, stdout, stderr).
+fn pipe(mut command: Command, stdin: &str) -> Result<(bool, String, String)> {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(stdin.as_bytes())?;
+    let out = child.wait_with_output()?;
+    Ok((
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    ))
+}
+
+#[tokio::test]
+async fn a_kraan_layer_set_imports_and_deploys() -> Result<()> {
+    let client = cluster().client().await?;
+    let test_ns = TestNamespace::create(&client, "kraan").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let config = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{from: kraan}}\n"
+        )
+    };
+    let bootstrap_file = config("bootstrap-settings");
+    let base_file = config("base-settings");
+    let server = ArtifactServer::start().await?;
+    let (url, digest) = server.publish(
+        "addons.tar.gz",
+        &[
+            (
+                "testdata/addons/bootstrap/settings.yaml",
+                bootstrap_file.as_str(),
+            ),
+            ("testdata/addons/base/settings.yaml", base_file.as_str()),
+        ],
+    );
+    create_gitrepository(&client, &ns).await?;
+    set_artifact(&client, &ns, "master@sha1:0123456789abcdef", &url, &digest).await?;
+
+    let kraan = format!(
+        "apiVersion: kraan.io/v1alpha1
+kind: AddonsLayer
+metadata:
+  name: {ns}-bootstrap
+  labels: {{strata-e2e/suite: {ns}}}
+spec:
+  version: 0.1.01
+  hold: false
+  interval: 1m
+  source:
+    kind: gitrepositories.source.toolkit.fluxcd.io
+    name: repo
+    namespace: {ns}
+    path: ./testdata/addons/bootstrap
+  prereqs:
+      k8sVersion: \"v1.16\"
+---
+apiVersion: kraan.io/v1alpha1
+kind: AddonsLayer
+metadata:
+  name: {ns}-base
+  labels: {{strata-e2e/suite: {ns}}}
+spec:
+  version: 0.1.01
+  interval: 1m
+  source:
+    name: repo
+    namespace: {ns}
+    path: testdata/addons/base
+  prereqs:
+      k8sVersion: \"v1.16\"
+      dependsOn:
+        - {ns}-bootstrap@0.1.01
+"
+    );
+    let mut import = Command::new(bin_dir().join("strata"));
+    import.args(["layers", "import", "-f", "-"]);
+    let (ok, converted, notes) = pipe(import, &kraan)?;
+    ensure!(ok, "strata layers import failed: {notes}");
+    ensure!(
+        notes.contains("apiVersion kraan.io/v1alpha1 -> strata.dev/v1alpha1")
+            && notes.contains(
+                "spec.source.path \"testdata/addons/base\" -> \"./testdata/addons/base\""
+            ),
+        "every change is reported: {notes}"
+    );
+    let mut apply = cluster().kubectl();
+    apply.args([
+        "apply",
+        "--server-side",
+        "--field-manager=strata-e2e",
+        "-f",
+        "-",
+    ]);
+    let (ok, _, err) = pipe(apply, &converted)?;
+    ensure!(ok, "applying the imported layers: {err}");
+
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let selector = format!("strata-e2e/suite={ns}");
+    let mut controller = ServiceProcess::spawn_blocking(
+        &bin_dir().join("layer-controller"),
+        cluster().kubeconfig(),
+        &[
+            "--admin-address",
+            &admin,
+            "--leader-elect=false",
+            "--layer-selector",
+            &selector,
+            "--default-source-namespace",
+            &ns,
+            "--health-poll",
+            "500ms",
+        ],
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )?;
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    for name in [format!("{ns}-bootstrap"), format!("{ns}-base")] {
+        let status = eventually(
+            &format!("{name} Deployed"),
+            Duration::from_secs(60),
+            || async {
+                let status = layers.get(&name).await?.status.unwrap_or_default();
+                Ok((status.state.as_deref() == Some("Deployed")).then_some(status))
+            },
+        )
+        .await?;
+        ensure!(
+            status.revision.as_deref() == Some("master@sha1:0123456789abcdef"),
+            "{name}: {status:?}"
+        );
+        ensure!(
+            status.inventory.len() == 1,
+            "{name}: {:?}",
+            status.inventory
+        );
+    }
+    for name in [format!("{ns}-base"), format!("{ns}-bootstrap")] {
+        let _ = cluster()
+            .kubectl()
+            .args([
+                "delete",
+                "addonslayer",
+                &name,
+                "--wait=true",
+                "--timeout=60s",
+            ])
+            .output();
+    }
+    controller.terminate_blocking();
+    Ok(())
+}
