@@ -176,3 +176,90 @@ spec:
     controller.terminate_blocking();
     Ok(())
 }
+
+/// `spec.prereqs.objects`: a layer waits for an object of any kind — here a Secret that does
+/// not exist yet — names it in `blockedBy`, and applies once it exists.
+#[tokio::test]
+async fn a_layer_waits_for_an_object_of_any_kind() -> Result<()> {
+    let client = cluster().client().await?;
+    let test_ns = TestNamespace::create(&client, "prereq").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let source = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n  app.yaml: |\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: {{name: app, namespace: {ns}}}\n    data: {{a: b}}\n"
+    );
+    strata_e2e::support::apply_yaml(&client, &ns, &source).await?;
+    let name = format!("{ns}-gated");
+    let layer = format!(
+        "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {name}, labels: {{strata-e2e/suite: {ns}}}}}\nspec:\n  version: 1.0.0\n  source: {{kind: ConfigMap, name: src, namespace: {ns}, path: ./}}\n  prereqs:\n    objects:\n    - {{apiVersion: v1, kind: Secret, name: gate, namespace: {ns}}}\n"
+    );
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let selector = format!("strata-e2e/suite={ns}");
+    let mut controller = ServiceProcess::spawn_blocking(
+        &bin_dir().join("layer-controller"),
+        cluster().kubeconfig(),
+        &[
+            "--admin-address",
+            &admin,
+            "--leader-elect=false",
+            "--layer-selector",
+            &selector,
+            "--default-source-namespace",
+            &ns,
+        ],
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )?;
+    strata_e2e::support::apply_yaml(&client, &ns, &layer).await?;
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    let blocked = eventually(
+        "blocked by the missing Secret",
+        Duration::from_secs(30),
+        || async {
+            let status = layers.get(&name).await?.status.unwrap_or_default();
+            Ok((status.state.as_deref() == Some("ApplyPending")).then_some(status))
+        },
+    )
+    .await?;
+    let blocker = blocked.blocked_by.first().expect("a blocker");
+    ensure!(
+        blocker.name == format!("Secret {ns}/gate") && blocker.reason == "Missing",
+        "{:?}",
+        blocked.blocked_by
+    );
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &ns);
+    ensure!(
+        configmaps.get_opt("app").await?.is_none(),
+        "nothing applied while blocked"
+    );
+    strata_e2e::support::apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{}}\n"
+        ),
+    )
+    .await?;
+    eventually(
+        "Deployed once the Secret exists",
+        Duration::from_secs(30),
+        || async {
+            let status = layers.get(&name).await?.status.unwrap_or_default();
+            Ok((status.state.as_deref() == Some("Deployed")).then_some(()))
+        },
+    )
+    .await?;
+    ensure!(configmaps.get_opt("app").await?.is_some());
+    let _ = cluster()
+        .kubectl()
+        .args([
+            "delete",
+            "addonslayer",
+            &name,
+            "--wait=true",
+            "--timeout=60s",
+        ])
+        .output();
+    controller.terminate_blocking();
+    Ok(())
+}

@@ -33,6 +33,31 @@ pub struct Prereqs {
     /// `name@>=1.2,<2` (constraints).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
+    /// Objects of any kind that must exist and be Current (kstatus) before the layer is
+    /// applied: a CRD Established, a Secret present, a HelmRelease Ready elsewhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<ObjectPrereq>,
+}
+
+/// An object a layer waits for.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectPrereq {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// For namespaced kinds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl std::fmt::Display for ObjectPrereq {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.namespace {
+            Some(ns) => write!(f, "{} {ns}/{}", self.kind, self.name),
+            None => write!(f, "{} {}", self.kind, self.name),
+        }
+    }
 }
 
 /// An ordered, dependency-aware layer of addons.

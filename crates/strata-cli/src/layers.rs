@@ -130,10 +130,12 @@ async fn compute(
         }
     };
     let version = client.apiserver_version().await.ok().map(|v| v.git_version);
+    let objects = layer_controller::prereqs::read(reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: version.as_deref(),
         default_source_namespace: reader.default_namespace(),
+        objects: &objects,
     };
     match plan::gate(layer, all, &inputs) {
         Gate::Hold => out.gate = "Hold".into(),

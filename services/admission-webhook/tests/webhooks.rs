@@ -716,6 +716,7 @@ fn addonslayer_validation_agrees_with_the_controller() {
             source: &ready,
             cluster_version: Some("v1.34.4"),
             default_source_namespace: "ns",
+            objects: &[],
         };
         let gate = plan::gate(&this, &all, &inputs);
         let mut refused = matches!(gate, Gate::Invalid(_) | Gate::Cycle(_));

@@ -9,6 +9,7 @@ pub mod graph;
 pub mod kraan;
 pub mod metrics;
 pub mod plan;
+pub mod prereqs;
 pub mod reconcile;
 pub mod stale;
 

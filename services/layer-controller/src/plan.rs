@@ -30,6 +30,9 @@ pub struct GateInputs<'a> {
     /// `/version` of the API server; `None` when it could not be read.
     pub cluster_version: Option<&'a str>,
     pub default_source_namespace: &'a str,
+    /// What the cluster says about each of `spec.prereqs.objects`, in order: `None` when the
+    /// object (or its kind) does not exist, else its status and message.
+    pub objects: &'a [Option<(Status, String)>],
 }
 
 /// Whether a layer may apply now.
@@ -129,6 +132,27 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
     }
     if let Err(e) = timing(layer) {
         errors.push(e);
+    }
+    for (i, object) in layer.spec.prereqs.objects.iter().enumerate() {
+        for (field, value) in [
+            ("apiVersion", &object.api_version),
+            ("kind", &object.kind),
+            ("name", &object.name),
+        ] {
+            if value.trim().is_empty() {
+                errors.push(format!(
+                    "spec.prereqs.objects[{i}].{field}: must not be empty"
+                ));
+            }
+        }
+        if core_k8s::apply::parse_api_version(&object.api_version).is_none()
+            && !object.api_version.trim().is_empty()
+        {
+            errors.push(format!(
+                "spec.prereqs.objects[{i}].apiVersion: {:?} is not GROUP/VERSION or VERSION",
+                object.api_version
+            ));
+        }
     }
     if let Some(kind) = layer.spec.source.kind.as_deref().filter(|k| !k.is_empty())
         && core_layers::objects::source_kind(kind).is_none()
@@ -259,6 +283,23 @@ pub fn gate(
             inputs,
         ) {
             blockers.push(b);
+        }
+    }
+    for (i, wanted) in layer.spec.prereqs.objects.iter().enumerate() {
+        let unmet = match inputs.objects.get(i) {
+            None | Some(None) => Some((blocker::MISSING, format!("{wanted} does not exist"))),
+            Some(Some((Status::Current, _))) => None,
+            Some(Some((status, message))) => Some((
+                blocker::UNHEALTHY,
+                format!("{wanted} is {status}: {message}"),
+            )),
+        };
+        if let Some((reason, message)) = unmet {
+            blockers.push(Blocker {
+                name: wanted.to_string(),
+                reason: reason.into(),
+                message,
+            });
         }
     }
     if blockers.is_empty() {
@@ -725,6 +766,130 @@ pub fn state_since(layer: &AddonsLayer, layer_state: &str) -> Option<Timestamp> 
 }
 
 #[cfg(test)]
+mod object_prereq_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::crd::{AddonsLayerSpec, ObjectPrereq, Source};
+
+    fn layer(objects: Vec<ObjectPrereq>) -> AddonsLayer {
+        let mut spec = AddonsLayerSpec {
+            version: "1".into(),
+            source: Source {
+                name: "r".into(),
+                path: "./x".into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        spec.prereqs.objects = objects;
+        AddonsLayer::new("apps", spec)
+    }
+
+    fn crd() -> ObjectPrereq {
+        ObjectPrereq {
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            name: "widgets.example.com".into(),
+            namespace: None,
+        }
+    }
+
+    fn secret() -> ObjectPrereq {
+        ObjectPrereq {
+            api_version: "v1".into(),
+            kind: "Secret".into(),
+            name: "db".into(),
+            namespace: Some("shop".into()),
+        }
+    }
+
+    #[test]
+    fn every_unmet_object_blocks_and_is_named() {
+        let ready = SourceState::Ready {
+            revision: "r1".into(),
+        };
+        // (case, what the cluster says about each object, expected blockers)
+        type Case<'a> = (
+            &'a str,
+            Vec<Option<(Status, String)>>,
+            Vec<(&'a str, &'a str)>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "both Current",
+                vec![
+                    Some((Status::Current, String::new())),
+                    Some((Status::Current, String::new())),
+                ],
+                vec![],
+            ),
+            (
+                "CRD missing, Secret Current",
+                vec![None, Some((Status::Current, String::new()))],
+                vec![(
+                    "CustomResourceDefinition widgets.example.com",
+                    blocker::MISSING,
+                )],
+            ),
+            (
+                "CRD not established, Secret missing: both named",
+                vec![Some((Status::InProgress, "not Established".into())), None],
+                vec![
+                    (
+                        "CustomResourceDefinition widgets.example.com",
+                        blocker::UNHEALTHY,
+                    ),
+                    ("Secret shop/db", blocker::MISSING),
+                ],
+            ),
+        ];
+        for (case, observed, want) in cases {
+            let this = layer(vec![crd(), secret()]);
+            let all = BTreeMap::from([("apps".to_string(), this.clone())]);
+            let inputs = GateInputs {
+                source: &ready,
+                cluster_version: Some("v1.34.4"),
+                default_source_namespace: "ns",
+                objects: &observed,
+            };
+            let got: Vec<(String, String)> = match gate(&this, &all, &inputs) {
+                Gate::Proceed => vec![],
+                Gate::Blocked { state, blockers } => {
+                    assert_eq!(state, state::APPLY_PENDING, "{case}");
+                    blockers.into_iter().map(|b| (b.name, b.reason)).collect()
+                }
+                other => panic!("{case}: {other:?}"),
+            };
+            let want: Vec<(String, String)> = want
+                .into_iter()
+                .map(|(n, r)| (n.to_string(), r.to_string()))
+                .collect();
+            assert_eq!(got, want, "{case}");
+        }
+    }
+
+    #[test]
+    fn object_prereqs_are_validated() {
+        let mut bad = crd();
+        bad.name = String::new();
+        bad.api_version = "a/b/c".into();
+        let errors = spec_errors(&layer(vec![bad]));
+        assert!(
+            errors
+                .iter()
+                .any(|e| e == "spec.prereqs.objects[0].name: must not be empty"),
+            "{errors:?}"
+        );
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.starts_with("spec.prereqs.objects[0].apiVersion")),
+            "{errors:?}"
+        );
+    }
+}
+
+#[cfg(test)]
 mod sync_tests {
     use super::*;
 
@@ -771,6 +936,7 @@ mod tests {
                 prereqs: Prereqs {
                     k8s_version: None,
                     depends_on: deps.iter().map(|d| d.to_string()).collect(),
+                    ..Default::default()
                 },
                 ..Default::default()
             },
@@ -804,6 +970,7 @@ mod tests {
             source,
             cluster_version: Some("v1.34.4"),
             default_source_namespace: "strata-system",
+            objects: &[],
         }
     }
 

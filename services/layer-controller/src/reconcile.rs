@@ -69,6 +69,9 @@ pub struct LayerArgs {
     pub health_poll: Duration,
 }
 
+/// How often a layer blocked by `spec.prereqs.objects` looks at them again.
+const OBJECT_PREREQ_POLL: Duration = Duration::from_secs(5);
+
 fn duration(value: &str) -> std::result::Result<Duration, String> {
     core_k8s::args::parse_duration(value).map_err(|e| e.to_string())
 }
@@ -426,10 +429,12 @@ async fn reconcile(
         }
     };
     let cluster_version = shared.cluster_version(&ctx).await;
+    let objects = crate::prereqs::read(&shared.reader, &layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: cluster_version.as_deref(),
         default_source_namespace: &shared.args.default_source_namespace,
+        objects: &objects,
     };
     match plan::gate(&layer, &all, &inputs) {
         Gate::Hold => {
@@ -480,9 +485,22 @@ async fn reconcile(
                 state,
                 format!("waiting for {}: {}{more}", first.name, first.message),
             );
+            // Prerequisite objects of any kind are not watched: look again soon.
+            let waits_for_objects = blockers.iter().any(|b| {
+                layer
+                    .spec
+                    .prereqs
+                    .objects
+                    .iter()
+                    .any(|o| o.to_string() == b.name)
+            });
             report.blockers = blockers;
             write_status(&ctx, &shared, &layer, report).await?;
-            Ok(Action::requeue(interval))
+            Ok(Action::requeue(if waits_for_objects {
+                interval.min(OBJECT_PREREQ_POLL)
+            } else {
+                interval
+            }))
         }
         Gate::Proceed => {
             if let Some(since) = lock(&shared.memory)

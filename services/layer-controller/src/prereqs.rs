@@ -1,0 +1,40 @@
+//! Reading the objects a layer waits for (`spec.prereqs.objects`) for [`plan::gate`].
+
+use core_k8s::apply::typed_value;
+use core_status::Status;
+
+use crate::crd::AddonsLayer;
+use crate::plan;
+use crate::read::Reader;
+
+/// Each prerequisite object's status, in `spec.prereqs.objects` order: `None` when it (or its
+/// kind) does not exist. A read error other than "not found" counts as Unknown, so the layer
+/// waits and says why instead of applying.
+pub async fn read(reader: &Reader, layer: &AddonsLayer) -> Vec<Option<(Status, String)>> {
+    let now = jiff::Timestamp::now();
+    let mut out = Vec::with_capacity(layer.spec.prereqs.objects.len());
+    for wanted in &layer.spec.prereqs.objects {
+        let resolved = match reader.resolve(&wanted.api_version, &wanted.kind).await {
+            Ok(resolved) => resolved,
+            Err(_) => {
+                out.push(None);
+                continue;
+            }
+        };
+        let namespace = wanted
+            .namespace
+            .as_deref()
+            .filter(|_| resolved.namespaced)
+            .or(resolved.namespaced.then_some("default"));
+        let state = match reader.api(&resolved, namespace).get_opt(&wanted.name).await {
+            Ok(None) => None,
+            Ok(Some(object)) => {
+                let value = typed_value(&object, &resolved.resource).unwrap_or_default();
+                Some(plan::object_status(&value, now))
+            }
+            Err(e) => Some((Status::Unknown, format!("reading it failed: {e}"))),
+        };
+        out.push(state);
+    }
+    out
+}
