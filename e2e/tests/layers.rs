@@ -311,6 +311,25 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
         ("apps/app.yaml", cm(&ns, "app")),
     ];
     let (url, digest) = server.publish("r4.tar.gz", &as_refs(&r4));
+    // Every state base passes through, from a watch (each status write is an event).
+    let base_states = {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let api: Api<AddonsLayer> = Api::all(client.clone());
+        let config = watcher::Config::default().fields(&format!("metadata.name={base}"));
+        let out = seen.clone();
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(api, config).applied_objects());
+            while let Some(Ok(layer)) = stream.next().await {
+                if let Some(state) = layer.status.and_then(|s| s.state) {
+                    seen.lock().unwrap().push(state);
+                }
+            }
+        });
+        (out, task)
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
     set_artifact(&client, &ns, "main@sha1:r4", &url, &digest).await?;
     eventually("base-extra pruned", Duration::from_secs(40), || async {
         Ok(configmap(&client, &ns, "base-extra")
@@ -320,6 +339,13 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     })
     .await
     .with_context(|| controller.logs())?;
+    wait_state(&client, &base, "Deployed", Duration::from_secs(20)).await?;
+    let states = base_states.0.lock().unwrap().clone();
+    base_states.1.abort();
+    assert!(
+        states.iter().any(|s| s == "Pruning"),
+        "base reports Pruning while base-extra waits out the grace window: {states:?}"
+    );
     let moved = eventually("mover owned by base", Duration::from_secs(30), || async {
         Ok(configmap(&client, &ns, "mover")
             .await

@@ -1030,12 +1030,18 @@ async fn judge(
                 layer.spec.version,
                 desired.len()
             );
-            if pending_prune > 0 {
+            // Objects that left the layer wait out the orphan grace window before they are
+            // pruned: Kraan's `Pruning` state until they are gone (dependents wait for
+            // Deployed, which now means applied, healthy and pruned).
+            let (layer_state, why) = if pending_prune > 0 {
                 message.push_str(&format!(
-                    "; {pending_prune} objects orphaned, pruned after the grace window"
+                    "; pruning {pending_prune} orphaned objects after the grace window"
                 ));
-            }
-            let mut report = Report::new(state::DEPLOYED, reason::SUCCEEDED, message);
+                (state::PRUNING, state::PRUNING)
+            } else {
+                (state::DEPLOYED, reason::SUCCEEDED)
+            };
+            let mut report = Report::new(layer_state, why, message);
             report.deployed_revision = Some(revision.clone());
             let next = prune_wait.map_or(interval, |wait| wait.min(interval));
             (report, Action::requeue(next))
