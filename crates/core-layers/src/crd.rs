@@ -227,6 +227,25 @@ pub struct InventoryEntry {
     pub name: String,
     /// kstatus status: Current, InProgress, Failed, ...
     pub status: String,
+    /// The reason of the object's `Ready` condition while it is not Current (e.g. a
+    /// HelmRelease's `InstallFailed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// Kraan's `status.resources[]` entry: one per HelmRelease of the layer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceStatus {
+    /// Always `helmreleases.helm.toolkit.fluxcd.io`, as Kraan writes it.
+    pub kind: String,
+    #[serde(default)]
+    pub namespace: String,
+    pub name: String,
+    /// `Deployed` (Ready), `NotDeployed`, or the Ready condition's reason (`InstallFailed`,
+    /// `TestFailed`, ...).
+    pub status: String,
+    pub last_transition_time: String,
 }
 
 /// An unmet prerequisite.
@@ -290,6 +309,9 @@ pub struct AddonsLayerStatus {
     pub blocked_by: Vec<Blocker>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub history: Vec<HistoryEntry>,
+    /// Kraan-compatible: the layer's HelmReleases and how each is doing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceStatus>,
     /// The last `strata.dev/reconcile-requested-at` value the layer-controller acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_handled_reconcile_at: Option<String>,

@@ -93,6 +93,9 @@ struct LayerView {
     /// The layer-controller is rolling out a new revision or generation: what it applies is
     /// not drift, so checks wait until the new revision is deployed and rebuilt.
     paused: bool,
+    /// Objects not compared since they were (re)learned: `Drifted` is written only once
+    /// every object has been, so `False` always means "compared, and clean".
+    unchecked: HashSet<ObjectRef>,
 }
 
 #[derive(Debug)]
@@ -173,7 +176,28 @@ pub async fn drift_of(
     if suspects.is_empty() && manifest_decides {
         return Ok((Vec::new(), "unchanged"));
     }
-    let expected = layer_applier.dry_run_dynamic(manifest, None).await?;
+    let expected = match layer_applier.dry_run_dynamic(manifest, None).await {
+        Ok(expected) => expected,
+        // The API server refuses the layer's own manifest against the live object (an
+        // immutable field changed, a webhook denies it, RBAC): that is drift the next apply
+        // would fail on — reported, not retried forever in silence.
+        Err(core_k8s::Error::Api { source, .. }) if matches!(*source, kube::Error::Api(_)) => {
+            let message = match *source {
+                kube::Error::Api(status) => status.message,
+                _ => String::new(),
+            };
+            return Ok((
+                vec![state::Finding {
+                    path: state::MISSING_PATH.into(),
+                    expected: "the layer's manifest applies".into(),
+                    actual: format!("dry run refused: {message}"),
+                    manager: None,
+                }],
+                "dry_run",
+            ));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let expected = serde_json::to_value(expected).unwrap_or_default();
     let drifts = compare::compare(&expected, live, &rules.fields, &rules.ignore);
     Ok((
@@ -389,6 +413,8 @@ impl Observer {
                 }
                 index.insert(object.clone(), desired.clone());
             }
+            view.unchecked.retain(|o| objects.contains_key(o));
+            view.unchecked.extend(recheck.iter().cloned());
             view.objects = objects;
             view.built_from = Some(key);
             self.metrics
@@ -654,6 +680,7 @@ impl Observer {
             return;
         };
         let fight = view.fight.unwrap_or(rules::fight_policy(None));
+        let first_full_pass = view.unchecked.remove(object) && view.unchecked.is_empty();
         let recorded = view.memory.record(
             object,
             &desired.api_version,
@@ -682,8 +709,10 @@ impl Observer {
                         .as_deref()
                         .map(|m| format!(" (changed by {m})"))
                         .unwrap_or_default();
-                    if f.path.is_empty() {
+                    if f.path.is_empty() && f.actual == "(absent)" {
                         format!("deleted, the layer applies it{by}")
+                    } else if f.path.is_empty() {
+                        f.actual.clone()
                     } else {
                         format!(
                             "{}: expected {}, found {}{by}",
@@ -697,6 +726,8 @@ impl Observer {
         }
         if recorded.changed {
             view.pending_since.get_or_insert(received);
+        }
+        if recorded.changed || first_full_pass {
             drop(layers);
             self.mark_dirty(layer);
         }
@@ -785,6 +816,12 @@ impl Observer {
             let Some(view) = layers.get_mut(name) else {
                 return Ok(());
             };
+            // Nothing to say until every object was compared (a bad spec is said at once).
+            if view.spec_errors.is_empty()
+                && (view.built_from.is_none() || !view.unchecked.is_empty())
+            {
+                return Ok(());
+            }
             let fight = view.fight.unwrap_or(rules::fight_policy(None));
             let outstanding = view
                 .heal_sent

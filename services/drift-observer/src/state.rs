@@ -328,8 +328,10 @@ impl LayerMemory {
                 .as_deref()
                 .map(|m| format!(" (changed by {m})"))
                 .unwrap_or_default();
-            let what = if first.path.is_empty() {
+            let what = if first.path.is_empty() && first.actual == "(absent)" {
                 "is missing".to_string()
+            } else if first.path.is_empty() {
+                format!("cannot be applied: {}", first.actual)
             } else {
                 format!(
                     "{}: expected {}, found {}",

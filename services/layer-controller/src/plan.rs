@@ -69,6 +69,59 @@ pub fn summarize(items: &[String], shown: usize, separator: &str) -> String {
 }
 
 /// [`timing`], with the defaults when the spec is invalid (the gate reports that error).
+/// Kraan's kind string for HelmReleases in `status.resources`.
+pub const KRAAN_HELMRELEASE_KIND: &str = "helmreleases.helm.toolkit.fluxcd.io";
+
+/// Kraan's `status.resources`: one entry per HelmRelease of the inventory, sorted by
+/// namespace and name; `lastTransitionTime` kept while an entry's status holds.
+pub fn kraan_resources(
+    inventory: &[crate::crd::InventoryEntry],
+    previous: &[crate::crd::ResourceStatus],
+    now: Timestamp,
+) -> Vec<crate::crd::ResourceStatus> {
+    let now_text = core_status::augment::format_time(now);
+    let mut out: Vec<crate::crd::ResourceStatus> = inventory
+        .iter()
+        .filter(|e| {
+            e.kind == "HelmRelease"
+                && core_status::object::api_group(&e.api_version) == "helm.toolkit.fluxcd.io"
+        })
+        .map(|e| {
+            let namespace = e.namespace.clone().unwrap_or_default();
+            let status = match (e.status.as_str(), e.reason.as_deref()) {
+                ("Current", _) => "Deployed".to_string(),
+                (_, Some(reason)) if !reason.is_empty() => reason.to_string(),
+                _ => "NotDeployed".to_string(),
+            };
+            let last_transition_time = previous
+                .iter()
+                .find(|p| p.namespace == namespace && p.name == e.name && p.status == status)
+                .map(|p| p.last_transition_time.clone())
+                .unwrap_or_else(|| now_text.clone());
+            crate::crd::ResourceStatus {
+                kind: KRAAN_HELMRELEASE_KIND.into(),
+                namespace,
+                name: e.name.clone(),
+                status,
+                last_transition_time,
+            }
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}
+
+/// The reason of an object's `Ready` condition, when it has one that is not True.
+pub fn ready_reason(object: &Value) -> Option<String> {
+    object
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        .filter(|c| c.get("status").and_then(Value::as_str) != Some("True"))
+        .and_then(|c| c.get("reason")?.as_str().map(str::to_string))
+}
+
 /// How often a layer is re-applied: its interval, but at least every `sync_period` (Kraan
 /// reprocesses every layer each `syncPeriod`, whatever its interval).
 pub fn effective_interval(layer_interval: Duration, sync_period: Duration) -> Duration {
@@ -890,6 +943,105 @@ mod object_prereq_tests {
 }
 
 #[cfg(test)]
+mod kraan_resources_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::crd::{InventoryEntry, ResourceStatus};
+    use serde_json::json;
+
+    fn entry(
+        kind: &str,
+        api_version: &str,
+        name: &str,
+        status: &str,
+        reason: Option<&str>,
+    ) -> InventoryEntry {
+        InventoryEntry {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: Some("base".into()),
+            name: name.into(),
+            status: status.into(),
+            reason: reason.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn helmreleases_as_kraan_reports_them() {
+        let hr = "helm.toolkit.fluxcd.io/v2";
+        let inventory = vec![
+            entry("HelmRelease", hr, "zeta", "Current", None),
+            entry("HelmRelease", hr, "alpha", "InProgress", Some("TestFailed")),
+            entry("HelmRelease", hr, "mid", "InProgress", None),
+            entry("ConfigMap", "v1", "settings", "Current", None),
+            entry(
+                "HelmRelease",
+                "example.com/v1",
+                "lookalike",
+                "Current",
+                None,
+            ),
+        ];
+        let t0 = Timestamp::from_second(1_800_000_000).unwrap();
+        let t1 = Timestamp::from_second(1_800_000_060).unwrap();
+        let first = kraan_resources(&inventory, &[], t0);
+        let got: Vec<(&str, &str)> = first
+            .iter()
+            .map(|r| (r.name.as_str(), r.status.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("alpha", "TestFailed"),
+                ("mid", "NotDeployed"),
+                ("zeta", "Deployed")
+            ]
+        );
+        assert!(
+            first
+                .iter()
+                .all(|r| r.kind == KRAAN_HELMRELEASE_KIND && r.namespace == "base")
+        );
+        // A minute later alpha recovered: only its transition time moves.
+        let mut later = inventory.clone();
+        later[1] = entry("HelmRelease", hr, "alpha", "Current", None);
+        let second: Vec<ResourceStatus> = kraan_resources(&later, &first, t1);
+        let t0_text = core_status::augment::format_time(t0);
+        let t1_text = core_status::augment::format_time(t1);
+        assert_eq!(
+            (
+                second[0].status.as_str(),
+                second[0].last_transition_time.as_str()
+            ),
+            ("Deployed", t1_text.as_str())
+        );
+        assert_eq!(
+            second[2].last_transition_time, t0_text,
+            "zeta kept its time"
+        );
+    }
+
+    #[test]
+    fn ready_reasons() {
+        for (case, object, want) in [
+            (
+                "not ready with a reason",
+                json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "InstallFailed"}]}}),
+                Some("InstallFailed"),
+            ),
+            (
+                "ready",
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded"}]}}),
+                None,
+            ),
+            ("no conditions", json!({"status": {}}), None),
+        ] {
+            assert_eq!(ready_reason(&object).as_deref(), want, "{case}");
+        }
+    }
+}
+
+#[cfg(test)]
 mod sync_tests {
     use super::*;
 
@@ -1002,6 +1154,7 @@ mod tests {
                 namespace: Some("infra".into()),
                 name: "broken".into(),
                 status: "InProgress".into(),
+                reason: None,
             }],
             ..Default::default()
         });
@@ -1375,6 +1528,7 @@ mod tests {
             namespace: Some("ns".into()),
             name: name.into(),
             status: status.into(),
+            reason: None,
         }
     }
 

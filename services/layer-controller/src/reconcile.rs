@@ -778,15 +778,21 @@ async fn apply_all(
                     // Taken back within the grace window: it is ours again.
                     let _ = remove_orphaned_label(&shared.reader, &m.api_version, &object).await;
                 }
-                let value = serde_json::to_value(&object).unwrap_or_default();
-                let (status, _) =
-                    plan::object_status(&with_type(value, &m.api_version, &m.object.kind), now);
+                let value = with_type(
+                    serde_json::to_value(&object).unwrap_or_default(),
+                    &m.api_version,
+                    &m.object.kind,
+                );
+                let (status, _) = plan::object_status(&value, now);
                 inventory.push(InventoryEntry {
                     api_version: m.api_version.clone(),
                     kind: m.object.kind.clone(),
                     namespace: object.namespace(),
                     name: object.name_any(),
                     status: status.to_string(),
+                    reason: (status != core_status::Status::Current)
+                        .then(|| plan::ready_reason(&value))
+                        .flatten(),
                 });
             }
             Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
@@ -873,6 +879,9 @@ async fn recheck(
         let (status, _) = plan::object_status(&value, now);
         out.push(InventoryEntry {
             status: status.to_string(),
+            reason: (status != core_status::Status::Current)
+                .then(|| plan::ready_reason(&value))
+                .flatten(),
             ..entry.clone()
         });
     }
@@ -1122,12 +1131,17 @@ async fn write_status(
         version: Some(layer.spec.version.clone()),
         observed_generation: layer.metadata.generation,
         inventory: report.inventory.unwrap_or(previous.inventory.clone()),
+        resources: Vec::new(),
         blocked_by: report.blockers,
         history,
         last_handled_reconcile_at: reconcile_requested_at(layer)
             .or(previous.last_handled_reconcile_at.clone()),
         // The drift-observer's fields: never part of our apply (SSA would take them over).
         drift: Vec::new(),
+    };
+    let status = AddonsLayerStatus {
+        resources: plan::kraan_resources(&status.inventory, &previous.resources, now),
+        ..status
     };
     shared.metrics.set_state(&name, report.state);
     let mut ours = previous.clone();
