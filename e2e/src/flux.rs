@@ -64,7 +64,11 @@ impl ArtifactServer {
 
     /// Publishes a revision; returns (url, digest).
     pub fn publish(&self, name: &str, files: &[(&str, &str)]) -> (String, String) {
-        let bytes = pack(files);
+        self.publish_bytes(name, pack(files))
+    }
+
+    /// Publishes an artifact built elsewhere (e.g. `git archive`); returns (url, digest).
+    pub fn publish_bytes(&self, name: &str, bytes: Vec<u8>) -> (String, String) {
         let digest = sha256_digest(&bytes);
         let url = format!("http://{}/{name}", self.address);
         SIZES

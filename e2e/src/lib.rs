@@ -11,6 +11,7 @@
 
 pub mod bench;
 pub mod flux;
+pub mod git;
 pub mod plane;
 pub mod services;
 pub mod support;

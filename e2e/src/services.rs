@@ -160,3 +160,27 @@ fn unique() -> String {
         NEXT.fetch_add(1, Ordering::SeqCst)
     )
 }
+
+/// Starts one of the workspace's layer services (`layer-controller`, `drift-observer`) for the
+/// layers of one test: a free admin address, leader election off, only layers labelled
+/// `strata-e2e/suite=<ns>`, sources defaulting to `ns`, then `extra`.
+pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
+    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
+    let selector = format!("strata-e2e/suite={ns}");
+    let mut args = vec![
+        "--admin-address",
+        admin.as_str(),
+        "--leader-elect=false",
+        "--layer-selector",
+        selector.as_str(),
+        "--default-source-namespace",
+        ns,
+    ];
+    args.extend_from_slice(extra);
+    ServiceProcess::spawn_blocking(
+        &bin_dir().join(binary),
+        crate::support::cluster().kubeconfig(),
+        &args,
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )
+}

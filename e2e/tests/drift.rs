@@ -18,8 +18,7 @@ use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
 use strata_e2e::flux::install_layer_crds;
-use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
 use strata_e2e::support::{
     TestNamespace, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
 };
@@ -27,52 +26,17 @@ use strata_e2e::support::{
 const SECRET_VALUE: &str = "hunter2-very-secret";
 const FORGED_VALUE: &str = "forged-by-hand-value";
 
-fn spawn(binary: &str, args: &[&str]) -> Result<ServiceProcess> {
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join(binary),
-        cluster().kubeconfig(),
-        args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
-}
-
 fn start_layer_controller(ns: &str) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let selector = format!("strata-e2e/suite={ns}");
-    spawn(
+    // Only heal requests re-apply within the test (the layers' interval is 1h too).
+    start_layer_service(
         "layer-controller",
-        &[
-            "--admin-address",
-            &admin,
-            "--leader-elect=false",
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            ns,
-            "--health-poll",
-            "500ms",
-            // Only heal requests re-apply within the test (the layers' interval is 1h too).
-            "--sync-period",
-            "1h",
-        ],
+        ns,
+        &["--health-poll", "500ms", "--sync-period", "1h"],
     )
 }
 
 fn start_observer(ns: &str) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let selector = format!("strata-e2e/suite={ns}");
-    spawn(
-        "drift-observer",
-        &[
-            "--admin-address",
-            &admin,
-            "--leader-elect=false",
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            ns,
-        ],
-    )
+    start_layer_service("drift-observer", ns, &[])
 }
 
 /// A metric's value summed over series whose text contains every `filter`.

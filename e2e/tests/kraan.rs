@@ -13,8 +13,7 @@ use anyhow::{Result, ensure};
 use kube::api::Api;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{bin_dir, start_layer_service};
 use strata_e2e::support::{TestNamespace, cluster, eventually};
 
 /// Runs `command` with `stdin` fed in: (success, stdout, stderr).
@@ -122,24 +121,7 @@ spec:
     let (ok, _, err) = pipe(apply, &converted)?;
     ensure!(ok, "applying the imported layers: {err}");
 
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let selector = format!("strata-e2e/suite={ns}");
-    let mut controller = ServiceProcess::spawn_blocking(
-        &bin_dir().join("layer-controller"),
-        cluster().kubeconfig(),
-        &[
-            "--admin-address",
-            &admin,
-            "--leader-elect=false",
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            &ns,
-            "--health-poll",
-            "500ms",
-        ],
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )?;
+    let mut controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
     for name in [format!("{ns}-bootstrap"), format!("{ns}-base")] {
         let status = eventually(
@@ -193,22 +175,7 @@ async fn a_layer_waits_for_an_object_of_any_kind() -> Result<()> {
     let layer = format!(
         "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {name}, labels: {{strata-e2e/suite: {ns}}}}}\nspec:\n  version: 1.0.0\n  source: {{kind: ConfigMap, name: src, namespace: {ns}, path: ./}}\n  prereqs:\n    objects:\n    - {{apiVersion: v1, kind: Secret, name: gate, namespace: {ns}}}\n"
     );
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let selector = format!("strata-e2e/suite={ns}");
-    let mut controller = ServiceProcess::spawn_blocking(
-        &bin_dir().join("layer-controller"),
-        cluster().kubeconfig(),
-        &[
-            "--admin-address",
-            &admin,
-            "--leader-elect=false",
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            &ns,
-        ],
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )?;
+    let mut controller = start_layer_service("layer-controller", &ns, &[])?;
     strata_e2e::support::apply_yaml(&client, &ns, &layer).await?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
     let blocked = eventually(

@@ -16,33 +16,13 @@ use layer_controller::crd::AddonsLayer;
 use layer_controller::source::sha256_digest;
 use serde_json::{Value, json};
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let selector = format!("strata-e2e/suite={ns}");
-    let mut args = vec![
-        "--admin-address",
-        &admin,
-        "--leader-elect=false",
-        "--layer-selector",
-        &selector,
-        "--default-source-namespace",
-        ns,
-        "--orphan-grace",
-        "2s",
-        "--health-poll",
-        "500ms",
-    ];
+    let mut args = vec!["--orphan-grace", "2s", "--health-poll", "500ms"];
     args.extend_from_slice(extra);
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join("layer-controller"),
-        cluster().kubeconfig(),
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
+    start_layer_service("layer-controller", ns, &args)
 }
 
 fn layer_yaml(ns: &str, name: &str, extra_spec: &str, deps: &[&str], kind: &str) -> String {

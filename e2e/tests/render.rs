@@ -15,8 +15,7 @@ use anyhow::{Context as _, Result, ensure};
 use kube::api::Api;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{bin_dir, start_layer_service};
 use strata_e2e::support::{TestNamespace, cluster, eventually, upstream_crds};
 
 fn samples() -> PathBuf {
@@ -298,24 +297,7 @@ releases:
     let (url, digest) = server.publish("render.tar.gz", &refs);
     create_gitrepository(&client, &ns).await?;
     set_artifact(&client, &ns, "main@sha1:render", &url, &digest).await?;
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let selector = format!("strata-e2e/suite={ns}");
-    let mut controller = ServiceProcess::spawn_blocking(
-        &bin_dir().join("layer-controller"),
-        cluster().kubeconfig(),
-        &[
-            "--admin-address",
-            &admin,
-            "--leader-elect=false",
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            &ns,
-            "--health-poll",
-            "500ms",
-        ],
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )?;
+    let mut controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     kubectl(&[
         "apply",
         "--server-side",
