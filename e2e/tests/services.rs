@@ -8,9 +8,10 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context as _, Result, anyhow};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
+use strata_e2e::flux::install_layer_crds;
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{SERVICES, ServiceProcess, bin_dir};
 use strata_e2e::support::{TestNamespace, cluster, eventually, http_get, parse_openmetrics};
@@ -70,6 +71,9 @@ async fn holder(leases: &Api<Lease>, service: &str) -> Result<Option<String>> {
 async fn every_service_gets_ready_exposes_metrics_and_leads() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "services").await?;
+    // The layer services' caches sync only once their CRD is served: never rely on another
+    // test having installed it first.
+    install_layer_crds(&client, &ns.name).await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let mut processes = Vec::new();
     for service in SERVICES {
@@ -127,6 +131,7 @@ async fn every_service_gets_ready_exposes_metrics_and_leads() -> Result<()> {
 async fn failover(service: &str) -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, &format!("ha-{service}")).await?;
+    install_layer_crds(&client, &ns.name).await?;
     let leases: Api<Lease> = Api::namespaced(client.clone(), &ns.name);
     let mut a = start(service, &ns.name, "replica-a")?;
     let mut b = start(service, &ns.name, "replica-b")?;
@@ -171,11 +176,22 @@ async fn failover(service: &str) -> Result<()> {
     })
     .await?;
     let takeover = killed.elapsed();
-    let held_by = holder(&leases, service).await?.unwrap_or_default();
-    assert!(
-        !held_by.starts_with(leader_identity),
-        "lease still held by the dead leader {held_by:?}"
-    );
+    // The Lease names the standby (an empty holder would also "not be the dead leader").
+    let standby_identity = if leader_identity == "replica-a-" {
+        "replica-b-"
+    } else {
+        "replica-a-"
+    };
+    eventually(
+        "the standby holds the Lease",
+        Duration::from_secs(10),
+        || async {
+            let held_by = holder(&leases, service).await?.unwrap_or_default();
+            Ok(held_by.starts_with(standby_identity).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("{service}: the Lease does not name the new leader"))?;
     eprintln!(
         "{service}: takeover after kill -9 in {:.1}s",
         takeover.as_secs_f64()
