@@ -71,14 +71,16 @@ the controller and the driver, which is where the slow hops come from.
 print(f"bench: layers median run {m['revision_to_all_deployed_seconds']:.1f}s, hop median {m['hop_ms_median']:.0f} ms", file=sys.stderr)
 PY
 }
-# The anchor's module cannot be fetched here: proxy.golang.org answers 403 for every version
-# of github.com/grafana/rollout-operator (checked by each run below, and written down with the
-# results), so the rollout-operator and admission-webhook parts measure Strata alone.
+# The anchor's module cannot be fetched here: the Go module proxy refuses every version of
+# github.com/grafana/rollout-operator (checked by each run below through `go mod download`,
+# which uses the configured GOPROXY, and written down with the results), so the
+# rollout-operator and admission-webhook parts measure Strata alone.
 anchor_status() {
-  local code
-  code="$(curl -s -o /dev/null -w '%{http_code}' --max-time 20 \
-    "${GOPROXY_URL:-https://proxy.golang.org}/github.com/grafana/rollout-operator/@v/list" || true)"
-  echo "proxy.golang.org answered HTTP ${code:-nothing} for github.com/grafana/rollout-operator/@v/list on $(date -u +%F)"
+  local answer
+  answer="$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod timeout 60 go mod download -json \
+    github.com/grafana/rollout-operator@latest 2>&1 | sed -n 's/.*"Error": "\([^"]*\)".*/\1/p' \
+    | sed -E 's#reading https?://[^ ]+: ##; s#\\n.*##' | head -c 200 || true)"
+  echo "the Go module proxy answered \"${answer:-a module}\" for github.com/grafana/rollout-operator@latest on $(date -u +%F)"
 }
 
 rollout_bench() {
