@@ -871,8 +871,17 @@ impl Observer {
                 .detection_seconds
                 .observe(since.elapsed().as_secs_f64());
         }
-        if let Some(value) = heal {
-            self.request_heal(&layer, &value).await?;
+        if let Some(value) = heal
+            && let Err(e) = self.request_heal(&layer, &value).await
+        {
+            // Not sent: forget it, or it would count as outstanding forever and no heal
+            // would ever be asked again.
+            if let Some(view) = lock(&self.layers).get_mut(name)
+                && view.heal_sent.as_deref() == Some(value.as_str())
+            {
+                view.heal_sent = None;
+            }
+            return Err(e);
         }
         Ok(())
     }
