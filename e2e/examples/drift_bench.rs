@@ -386,17 +386,7 @@ async fn main() -> Result<()> {
         "poll_detect_ms": poll_detect_ms,
     });
     println!("{result}");
-    let _ = cluster()
-        .kubectl()
-        .args(["delete", "addonslayer", "-l", &selector, "--wait=false"])
-        .output();
-    let _ = eventually("layers deleted", Duration::from_secs(300), || async {
-        let left = api
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await?;
-        Ok(left.items.is_empty().then_some(()))
-    })
-    .await;
+    strata_e2e::bench::tear_down_layers(&api, &selector).await;
     drop(controller);
     Ok(())
 }

@@ -17,7 +17,7 @@ use kube::{Api, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::bench::{percentile, rss_kib, spawn_measured};
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster};
 
 const LAYERS: usize = 50;
 const OBJECTS: usize = 20;
@@ -158,17 +158,7 @@ async fn main() -> Result<()> {
     });
     println!("{result}");
     // Tear down through the controller (dependents first), then stop it.
-    let _ = cluster()
-        .kubectl()
-        .args(["delete", "addonslayer", "-l", &selector, "--wait=false"])
-        .output();
-    let _ = eventually("layers deleted", Duration::from_secs(300), || async {
-        let left = api
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await?;
-        Ok(left.items.is_empty().then_some(()))
-    })
-    .await;
+    strata_e2e::bench::tear_down_layers(&api, &selector).await;
     drop(controller);
     Ok(())
 }

@@ -51,6 +51,26 @@ pub fn cpu_ticks(pid: u32) -> u64 {
     field(11) + field(12)
 }
 
+/// Deletes the bench's layers (`selector`) through their layer-controller, which tears them
+/// down dependents first, and waits until they are gone (up to 5 min; best effort).
+pub async fn tear_down_layers(api: &kube::Api<layer_controller::crd::AddonsLayer>, selector: &str) {
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "addonslayer", "-l", selector, "--wait=false"])
+        .output();
+    let _ = crate::support::eventually(
+        "layers deleted",
+        std::time::Duration::from_secs(300),
+        || async {
+            let left = api
+                .list(&kube::api::ListParams::default().labels(selector))
+                .await?;
+            Ok(left.items.is_empty().then_some(()))
+        },
+    )
+    .await;
+}
+
 /// The `p` quantile (0..=1) of an ascending slice by the nearest-rank method: the smallest
 /// value with at least `p` of the samples at or below it (rank `ceil(p·n)`, at least 1); 0 for
 /// an empty slice.

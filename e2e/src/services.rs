@@ -184,3 +184,21 @@ pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<Ser
         &std::env::temp_dir().join("strata-e2e-logs"),
     )
 }
+
+/// Deletes a test's layers in order (dependents first), waiting for each one's teardown by
+/// its layer-controller (`controller`), then stops that controller. Best effort: cleanup.
+pub fn delete_layers_then_stop(names: &[&str], mut controller: ServiceProcess) {
+    for name in names {
+        let _ = crate::support::cluster()
+            .kubectl()
+            .args([
+                "delete",
+                "addonslayer",
+                name,
+                "--wait=true",
+                "--timeout=60s",
+            ])
+            .output();
+    }
+    controller.terminate_blocking();
+}

@@ -18,7 +18,7 @@ use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
 use strata_e2e::flux::install_layer_crds;
-use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
+use strata_e2e::services::{ServiceProcess, bin_dir, delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{
     TestNamespace, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
 };
@@ -216,7 +216,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     );
     apply_yaml(&client, &ns, &source_configmap(&ns, "heal", &heal_files)).await?;
     apply_yaml(&client, &ns, &source_configmap(&ns, "warn", &warn_files)).await?;
-    let mut controller = start_layer_controller(&ns)?;
+    let controller = start_layer_controller(&ns)?;
     let mut observer = start_observer(&ns)?;
     apply_yaml(&client, &ns, &layer(&ns, "heal", "")).await?;
     apply_yaml(&client, &ns, &layer(&ns, "warn", &warn_drift)).await?;
@@ -575,15 +575,6 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     ensure!(metric(&observer, "drift_observer_fights_total", &[&heal]).await? >= 1.0);
 
     observer.terminate_blocking();
-    for name in [&heal, &warn] {
-        let _ = kubectl(&[
-            "delete",
-            "addonslayer",
-            name,
-            "--wait=true",
-            "--timeout=60s",
-        ]);
-    }
-    controller.terminate_blocking();
+    delete_layers_then_stop(&[&heal, &warn], controller);
     Ok(())
 }

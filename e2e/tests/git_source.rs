@@ -14,7 +14,7 @@ use kube::api::Api;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
 use strata_e2e::git::{GitServer, SourceStandIn, git};
-use strata_e2e::services::start_layer_service;
+use strata_e2e::services::{delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 async fn commit(work: &std::path::Path, value: &str, ns: &str) -> Result<String> {
@@ -59,7 +59,7 @@ async fn commits_roll_out_force_pushes_roll_back_and_tampering_is_refused() -> R
         ),
     )
     .await?;
-    let mut controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     let deployed_at = |commit: String, value: &'static str| {
@@ -151,17 +151,7 @@ async fn commits_roll_out_force_pushes_roll_back_and_tampering_is_refused() -> R
         "nothing applied: {data:?}"
     );
 
-    let _ = cluster()
-        .kubectl()
-        .args([
-            "delete",
-            "addonslayer",
-            &name,
-            "--wait=true",
-            "--timeout=60s",
-        ])
-        .output();
-    controller.terminate_blocking();
+    delete_layers_then_stop(&[&name], controller);
     let _ = std::fs::remove_dir_all(&tmp);
     Ok(())
 }

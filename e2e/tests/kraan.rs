@@ -13,7 +13,7 @@ use anyhow::{Result, ensure};
 use kube::api::Api;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::services::{bin_dir, start_layer_service};
+use strata_e2e::services::{bin_dir, delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, cluster, eventually};
 
 /// Runs `command` with `stdin` fed in: (success, stdout, stderr).
@@ -121,7 +121,7 @@ spec:
     let (ok, _, err) = pipe(apply, &converted)?;
     ensure!(ok, "applying the imported layers: {err}");
 
-    let mut controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
     for name in [format!("{ns}-bootstrap"), format!("{ns}-base")] {
         let status = eventually(
@@ -143,19 +143,10 @@ spec:
             status.inventory
         );
     }
-    for name in [format!("{ns}-base"), format!("{ns}-bootstrap")] {
-        let _ = cluster()
-            .kubectl()
-            .args([
-                "delete",
-                "addonslayer",
-                &name,
-                "--wait=true",
-                "--timeout=60s",
-            ])
-            .output();
-    }
-    controller.terminate_blocking();
+    delete_layers_then_stop(
+        &[&format!("{ns}-base"), &format!("{ns}-bootstrap")],
+        controller,
+    );
     Ok(())
 }
 
@@ -175,7 +166,7 @@ async fn a_layer_waits_for_an_object_of_any_kind() -> Result<()> {
     let layer = format!(
         "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {name}, labels: {{strata-e2e/suite: {ns}}}}}\nspec:\n  version: 1.0.0\n  source: {{kind: ConfigMap, name: src, namespace: {ns}, path: ./}}\n  prereqs:\n    objects:\n    - {{apiVersion: v1, kind: Secret, name: gate, namespace: {ns}}}\n"
     );
-    let mut controller = start_layer_service("layer-controller", &ns, &[])?;
+    let controller = start_layer_service("layer-controller", &ns, &[])?;
     strata_e2e::support::apply_yaml(&client, &ns, &layer).await?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
     let blocked = eventually(
@@ -217,16 +208,6 @@ async fn a_layer_waits_for_an_object_of_any_kind() -> Result<()> {
     )
     .await?;
     ensure!(configmaps.get_opt("app").await?.is_some());
-    let _ = cluster()
-        .kubectl()
-        .args([
-            "delete",
-            "addonslayer",
-            &name,
-            "--wait=true",
-            "--timeout=60s",
-        ])
-        .output();
-    controller.terminate_blocking();
+    delete_layers_then_stop(&[&name], controller);
     Ok(())
 }

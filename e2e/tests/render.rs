@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, ensure};
 use kube::api::Api;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
-use strata_e2e::services::{bin_dir, start_layer_service};
+use strata_e2e::services::{bin_dir, delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, cluster, eventually, upstream_crds};
 
 fn samples() -> PathBuf {
@@ -297,7 +297,7 @@ releases:
     let (url, digest) = server.publish("render.tar.gz", &refs);
     create_gitrepository(&client, &ns).await?;
     set_artifact(&client, &ns, "main@sha1:render", &url, &digest).await?;
-    let mut controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     kubectl(&[
         "apply",
         "--server-side",
@@ -333,16 +333,7 @@ releases:
     );
     kubectl(&["-n", &ns, "get", "deployment/app", "configmap/app-listed-b"])?;
 
-    for name in [&apps, &base] {
-        let _ = kubectl(&[
-            "delete",
-            "addonslayer",
-            name,
-            "--wait=true",
-            "--timeout=60s",
-        ]);
-    }
-    controller.terminate_blocking();
+    delete_layers_then_stop(&[&apps, &base], controller);
     let _ = std::fs::remove_dir_all(&work);
     Ok(())
 }

@@ -96,6 +96,24 @@ impl Reader {
         }
     }
 
+    /// Reads one live object of a resolved kind as JSON with its `apiVersion` and `kind`;
+    /// `None` when it does not exist.
+    pub async fn get_value(
+        &self,
+        resolved: &ResolvedKind,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>> {
+        let object = self
+            .api(resolved, namespace)
+            .get_opt(name)
+            .await
+            .map_err(|e| {
+                LayerError::api(format!("reading {} {name}", resolved.resource.kind), e)
+            })?;
+        Ok(object.map(|o| typed_value(&o, &resolved.resource).unwrap_or_default()))
+    }
+
     /// Reads a source: its state and, when ready, its files (downloaded once per revision).
     pub async fn fetch(&self, source: &SourceRef) -> Result<source::Fetched> {
         let not_ready = |message: String| source::Fetched {

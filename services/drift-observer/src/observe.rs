@@ -33,11 +33,11 @@ use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
+use crate::compare;
 use crate::error::{DriftError, Result};
 use crate::metrics::Metrics;
 use crate::rules::{self, Fight, ObjectMode, ObjectRules};
 use crate::state::{self, LayerMemory};
-use crate::{compare, fields};
 
 /// Checks running at once (each is at most one dry run).
 const WORKERS: usize = 8;
@@ -163,17 +163,10 @@ pub async fn drift_of(
     let Some(live) = live else {
         return Ok((vec![state::missing()], "missing"));
     };
-    // The manifest itself is a cheap first judge: where the live object holds exactly what
-    // the manifest declares, the dry run would agree. Fields the manifest does not declare (a
-    // schema may observe them) and list bounds can only be judged by the dry run.
-    let suspects = compare::compare(manifest, live, &rules.fields, &rules.ignore);
-    let manifest_decides = rules.fields.list_bounds.is_empty()
-        && rules
-            .fields
-            .leaves
-            .iter()
-            .all(|leaf| fields::resolve(manifest, leaf).is_some());
-    if suspects.is_empty() && manifest_decides {
+    // The manifest itself is a cheap first judge (see `ObjectRules::manifest_decides`).
+    if rules.manifest_decides
+        && compare::compare(manifest, live, &rules.fields, &rules.ignore).is_empty()
+    {
         return Ok((Vec::new(), "unchanged"));
     }
     let expected = match layer_applier.dry_run_dynamic(manifest, None).await {

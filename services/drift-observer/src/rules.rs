@@ -23,6 +23,10 @@ pub struct ObjectRules {
     pub mode: ObjectMode,
     pub fields: ObservedFields,
     pub ignore: Vec<FieldPath>,
+    /// The manifest declares every observed field and no list bound is observed, so where the
+    /// live object holds exactly the manifest's values, the dry run would agree: such a check
+    /// needs no API call. Decided once per manifest, not per event.
+    pub manifest_decides: bool,
 }
 
 /// Default corrections of one field within the window that make a fight.
@@ -168,10 +172,17 @@ pub fn object_rules(spec: Option<&DriftSpec>, object: &ObjectRef, manifest: &Val
             );
         }
     }
+    let observed = chosen.unwrap_or_else(|| fields::default_fields(manifest));
+    let manifest_decides = observed.list_bounds.is_empty()
+        && observed
+            .leaves
+            .iter()
+            .all(|leaf| fields::resolve(manifest, leaf).is_some());
     ObjectRules {
         mode,
-        fields: chosen.unwrap_or_else(|| fields::default_fields(manifest)),
+        fields: observed,
         ignore,
+        manifest_decides,
     }
 }
 

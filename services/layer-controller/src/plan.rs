@@ -111,6 +111,16 @@ pub fn kraan_resources(
     out
 }
 
+/// An applied object's inventory health: its status and, while it is not Current, the reason
+/// of its `Ready` condition.
+pub fn inventory_health(object: &Value, now: Timestamp) -> (Status, Option<String>) {
+    let (status, _) = object_status(object, now);
+    let reason = (status != Status::Current)
+        .then(|| ready_reason(object))
+        .flatten();
+    (status, reason)
+}
+
 /// The reason of an object's `Ready` condition, when it has one that is not True.
 pub fn ready_reason(object: &Value) -> Option<String> {
     object

@@ -1,6 +1,5 @@
 //! Reading the objects a layer waits for (`spec.prereqs.objects`) for [`plan::gate`].
 
-use core_k8s::apply::typed_value;
 use core_status::Status;
 
 use crate::crd::AddonsLayer;
@@ -26,12 +25,9 @@ pub async fn read(reader: &Reader, layer: &AddonsLayer) -> Vec<Option<(Status, S
             .as_deref()
             .filter(|_| resolved.namespaced)
             .or(resolved.namespaced.then_some("default"));
-        let state = match reader.api(&resolved, namespace).get_opt(&wanted.name).await {
+        let state = match reader.get_value(&resolved, namespace, &wanted.name).await {
             Ok(None) => None,
-            Ok(Some(object)) => {
-                let value = typed_value(&object, &resolved.resource).unwrap_or_default();
-                Some(plan::object_status(&value, now))
-            }
+            Ok(Some(value)) => Some(plan::object_status(&value, now)),
             Err(e) => Some((Status::Unknown, format!("reading it failed: {e}"))),
         };
         out.push(state);

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use core_k8s::Context;
-use core_k8s::apply::{ResolvedKind, typed_value};
+use core_k8s::apply::ResolvedKind;
 use core_k8s::events::Severity;
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -783,16 +783,14 @@ async fn apply_all(
                     &m.api_version,
                     &m.object.kind,
                 );
-                let (status, _) = plan::object_status(&value, now);
+                let (status, reason) = plan::inventory_health(&value, now);
                 inventory.push(InventoryEntry {
                     api_version: m.api_version.clone(),
                     kind: m.object.kind.clone(),
                     namespace: object.namespace(),
                     name: object.name_any(),
                     status: status.to_string(),
-                    reason: (status != core_status::Status::Current)
-                        .then(|| plan::ready_reason(&value))
-                        .flatten(),
+                    reason,
                 });
             }
             Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
@@ -867,21 +865,16 @@ async fn recheck(
             continue;
         }
         let resolved = reader.resolve(&entry.api_version, &entry.kind).await?;
-        let api = reader.api(&resolved, entry.namespace.as_deref());
-        let Some(object) = api
-            .get_opt(&entry.name)
-            .await
-            .map_err(|e| LayerError::api(format!("reading {}", ObjectRef::of_entry(entry)), e))?
+        let Some(value) = reader
+            .get_value(&resolved, entry.namespace.as_deref(), &entry.name)
+            .await?
         else {
             return Ok(None);
         };
-        let value = typed_value(&object, &resolved.resource).unwrap_or_default();
-        let (status, _) = plan::object_status(&value, now);
+        let (status, reason) = plan::inventory_health(&value, now);
         out.push(InventoryEntry {
             status: status.to_string(),
-            reason: (status != core_status::Status::Current)
-                .then(|| plan::ready_reason(&value))
-                .flatten(),
+            reason,
             ..entry.clone()
         });
     }
