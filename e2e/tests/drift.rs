@@ -275,20 +275,6 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     );
     let since = image["since"].as_str().unwrap_or_default().to_string();
     ensure!(!since.is_empty());
-    // The drift is in the status, so the observer has acted; give a heal the time it would
-    // take, then check none happened.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    ensure!(
-        image_of(&deployments.get("web-w").await?) == "nginx:1.26",
-        "Warn must not heal"
-    );
-    let warn_layer = Api::<AddonsLayer>::all(client.clone()).get(&warn).await?;
-    ensure!(
-        !warn_layer
-            .annotations()
-            .contains_key("strata.dev/reconcile-requested-at"),
-        "no heal request in Warn mode"
-    );
 
     // --- The CLI: the layer's report, and local manifests compared through the same code.
     let strata = |args: &[&str]| -> Result<(Option<i32>, String)> {
@@ -372,6 +358,19 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         },
     )
     .await?;
+    // Warn: the observer has since handled later edits of the same layer and written its
+    // status again, so a heal request for the image would have gone out by now.
+    ensure!(
+        image_of(&deployments.get("web-w").await?) == "nginx:1.26",
+        "Warn must not heal"
+    );
+    let warn_layer = Api::<AddonsLayer>::all(client.clone()).get(&warn).await?;
+    ensure!(
+        !warn_layer
+            .annotations()
+            .contains_key("strata.dev/reconcile-requested-at"),
+        "no heal request in Warn mode"
+    );
     ensure!(
         !drift_entries(&s).iter().any(|e| e["path"]
             .as_str()

@@ -309,7 +309,13 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
         });
         (out, task)
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The watch is up once it delivered base's current state.
+    eventually(
+        "the watch on base is established",
+        Duration::from_secs(10),
+        || async { Ok((!base_states.0.lock().unwrap().is_empty()).then_some(())) },
+    )
+    .await?;
     set_artifact(&client, &ns, "main@sha1:r4", &url, &digest).await?;
     eventually("base-extra pruned", Duration::from_secs(40), || async {
         Ok(configmap(&client, &ns, "base-extra")
