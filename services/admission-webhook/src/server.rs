@@ -24,8 +24,8 @@ use serde_json::{Value, json};
 use crate::metrics::{Metrics, Outcome};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
-use rollout_operator::keys;
-use rollout_operator::observed::Observed;
+use core_rollout::keys;
+use core_rollout::observed::Observed;
 
 /// How long a handler may take: under kube-apiserver's default 10 s webhook timeout.
 pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(9);
@@ -158,7 +158,7 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             if let Ok(list) = sts.list(&ListParams::default()).await {
                 state.stateful_sets = list.items;
             }
-            let ar = ApiResource::erase::<rollout_operator::crd::ZoneAwarePodDisruptionBudget>(&());
+            let ar = ApiResource::erase::<core_rollout::crd::ZoneAwarePodDisruptionBudget>(&());
             let zpdbs: Api<DynamicObject> =
                 Api::namespaced_with(app.client.clone(), &namespace, &ar);
             if let Ok(list) = zpdbs.list(&ListParams::default()).await {

@@ -8,8 +8,8 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use serde_json::{Value, json};
 
-use rollout_operator::observed::{Observed, annotation, label, running_and_ready};
-use rollout_operator::{keys, zpdb};
+use core_rollout::observed::{Observed, annotation, label, running_and_ready};
+use core_rollout::{keys, zpdb};
 
 use crate::review::{Decision, Review, Shape};
 

@@ -4,8 +4,8 @@
 
 use admission_webhook::review::Review;
 use admission_webhook::webhooks::{Cluster, Webhook, decide};
+use core_rollout::observed::Observed;
 use jiff::Timestamp;
-use rollout_operator::observed::Observed;
 use serde_json::{Value, json};
 
 const NOW: &str = "2026-01-01T12:00:00Z";

@@ -4,14 +4,12 @@
 //! `strata rollout plan`), [`zpdb`] the zone-aware disruption budget shared with the
 //! admission webhook, [`reconcile`] the event-driven shell that executes plans.
 
-pub mod crd;
 pub mod flags;
-pub mod keys;
 pub mod metrics;
-pub mod observed;
 pub mod plan;
 pub mod reconcile;
-pub mod zpdb;
+
+pub use core_rollout::{crd, keys, observed, zpdb};
 
 use prometheus_client::registry::Registry;
 

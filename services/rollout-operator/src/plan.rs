@@ -35,7 +35,13 @@ pub struct Plan {
     /// StatefulSets whose `status.currentRevision` is set to `status.updateRevision`.
     pub status_updates: Vec<String>,
     pub replica_changes: Vec<ReplicaChange>,
+    /// Problems that stop the group's rollout: the group's reconcile counts as failed.
     pub errors: Vec<String>,
+    /// Problems the anchor only logs (replica coordination of one StatefulSet, an invalid
+    /// ZoneAwarePodDisruptionBudget): reported, but the group's reconcile still succeeds, so
+    /// `RolloutOperatorNotReconciling` fires only when rollouts really stop.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// When a decision waits for time to pass (min time between zone downscales, a delayed
     /// downscale), the controller looks again after this long instead of at the next resync.
     #[serde(skip)]
@@ -155,7 +161,7 @@ pub fn plan(observed: &Observed, now: Timestamp) -> Plan {
     for z in &observed.zpdbs {
         match zpdb::parse(z) {
             Ok(parsed) => zpdbs.push(parsed),
-            Err(e) => plan.errors.push(format!(
+            Err(e) => plan.warnings.push(format!(
                 "ZoneAwarePodDisruptionBudget {}: {e}",
                 z.pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -191,7 +197,7 @@ fn plan_group(
     plan: &mut Plan,
 ) {
     let (change, errors) = adjust_replicas(&members, observed, now, plan);
-    plan.errors.extend(
+    plan.warnings.extend(
         errors
             .into_iter()
             .map(|e| format!("rollout group {group}: {e}")),
@@ -430,14 +436,7 @@ fn adjust_replicas(
                 continue;
             }
         };
-        let (ref_kind, ref_name) = (
-            annotation(sts, keys::MIRROR_KIND).unwrap_or_default(),
-            annotation(sts, keys::MIRROR_NAME).unwrap_or_default(),
-        );
-        let Some(desired) = mirrored_replicas(sts, reference) else {
-            errors.push(format!("{ref_kind} {ref_name}: scale has no spec.replicas"));
-            continue;
-        };
+        let desired = mirrored_replicas(sts, reference);
         let current = spec_replicas(sts);
         if desired == current {
             continue;
@@ -561,12 +560,14 @@ fn mirrored_reference<'a>(
 }
 
 /// The replicas a mirroring StatefulSet wants: its reference's `scale.spec.replicas`, unless
-/// force-replicas overrides it; `None` when the scale has no replicas.
-fn mirrored_replicas(sts: &StatefulSet, reference: &Value) -> Option<i32> {
+/// force-replicas overrides it. The Scale API omits `spec.replicas` when it is 0, so absent
+/// means 0 (a reference scaled to zero is mirrored, as in the anchor).
+fn mirrored_replicas(sts: &StatefulSet, reference: &Value) -> i32 {
     let scale = reference
         .pointer("/spec/replicas")
-        .and_then(Value::as_i64)?;
-    Some(force_replicas(sts).unwrap_or(scale as i32))
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    force_replicas(sts).unwrap_or(scale as i32)
 }
 
 /// The delayed-downscale settings (delay, prepare URL): `None` unless both annotations are set
@@ -619,9 +620,7 @@ pub fn delayed_downscale_calls(
         let Some(Ok(reference)) = mirrored_reference(sts, observed) else {
             continue;
         };
-        let Some(desired) = mirrored_replicas(sts, reference) else {
-            continue;
-        };
+        let desired = mirrored_replicas(sts, reference);
         let current = spec_replicas(sts);
         let key = sts_key(sts);
         let service = sts

@@ -17,7 +17,7 @@ use core_k8s::pod_http::PodHttp;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -392,6 +392,9 @@ async fn reconcile_group_inner(
         &mut state.recent,
     )
     .await?;
+    for warning in &plan.warnings {
+        tracing::warn!(namespace = %namespace, group = %key.group, "{warning}");
+    }
     if plan.errors.is_empty() {
         Ok(plan.recheck_after)
     } else {
@@ -586,15 +589,40 @@ async fn execute(
             .as_ref()
             .and_then(|s| s.update_revision.clone())
             .unwrap_or_default();
-        // Only the field we own, not a full-object UpdateStatus (anchor quirk §19.13).
-        sts_api
-            .patch_status(
-                &sts.name_any(),
-                &params,
-                &Patch::Merge(json!({"status": {"currentRevision": update}})),
-            )
+        // An update of the status subresource (verb `update`, all the anchor's Role grants),
+        // guarded by the cached resourceVersion: unlike the anchor's unguarded UpdateStatus
+        // (quirk §19.13), a status another writer changed meanwhile is never overwritten with
+        // stale data — the update is refused with 409 and the next reconcile tries again.
+        // The body is the object as stored now, not the slimmed cache entry: a status update
+        // may carry metadata, and the cache dropped some (last-applied annotation).
+        let mut updated = match sts_api.get(&sts.name_any()).await {
+            Ok(fresh) => fresh,
+            Err(kube::Error::Api(status)) if status.code == 404 => continue,
+            Err(e) => return Err(core_k8s::Error::api(format!("read {key}"), e)),
+        };
+        if updated
+            .status
+            .as_ref()
+            .and_then(|s| s.update_revision.as_deref())
+            != Some(&update)
+        {
+            continue; // a newer revision started meanwhile: the next reconcile decides again
+        }
+        updated.metadata.managed_fields = None;
+        if let Some(status) = updated.status.as_mut() {
+            status.current_revision = Some(update.clone());
+        }
+        match sts_api
+            .replace_status(&sts.name_any(), &PostParams::default(), &updated)
             .await
-            .map_err(|e| core_k8s::Error::api(format!("update status of {key}"), e))?;
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(statefulset = %key, "status changed meanwhile; the next reconcile retries");
+                continue;
+            }
+            Err(e) => return Err(core_k8s::Error::api(format!("update status of {key}"), e)),
+        }
         let _ = ctx
             .events
             .publish(
@@ -612,7 +640,7 @@ async fn execute(
 /// Writes the StatefulSet's replicas back to the reference resource's status (for an HPA on
 /// a ReplicaTemplate), unless the StatefulSet opts out.
 async fn write_back(ctx: &Arc<Context>, namespace: &str, sts: &StatefulSet, replicas: i32) {
-    if annotation(sts, keys::MIRROR_WRITE_BACK).is_some_and(|v| v.parse::<bool>() != Ok(true)) {
+    if annotation(sts, keys::MIRROR_WRITE_BACK).is_some_and(|v| go_parse_bool(v) != Some(true)) {
         return;
     }
     let Some(Reference {
@@ -630,6 +658,15 @@ async fn write_back(ctx: &Arc<Context>, namespace: &str, sts: &StatefulSet, repl
         .await
     {
         tracing::warn!(reference = %format!("{kind}/{name}"), error = %e, "writing replicas back failed");
+    }
+}
+
+/// Go's `strconv.ParseBool`, which the anchor reads boolean annotations with.
+fn go_parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
     }
 }
 
@@ -681,6 +718,19 @@ mod tests {
             assert_eq!(status.conditions, full.status.clone().unwrap().conditions);
             assert_eq!(running_and_ready(&slim), ready);
             assert_eq!(running_and_ready(&slim), running_and_ready(&full));
+        }
+    }
+
+    #[test]
+    fn booleans_parse_as_go_does() {
+        for yes in ["1", "t", "T", "true", "TRUE", "True"] {
+            assert_eq!(go_parse_bool(yes), Some(true), "{yes}");
+        }
+        for no in ["0", "f", "F", "false", "FALSE", "False"] {
+            assert_eq!(go_parse_bool(no), Some(false), "{no}");
+        }
+        for bad in ["", "yes", "tRUE", " true"] {
+            assert_eq!(go_parse_bool(bad), None, "{bad:?}");
         }
     }
 }

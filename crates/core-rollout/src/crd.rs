@@ -45,6 +45,7 @@ pub struct ZoneAwarePodDisruptionBudgetSpec {
     pub pod_name_partition_regex: Option<String>,
     /// Which capture group of podNamePartitionRegex names the partition (1-based).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub pod_name_regex_group: Option<i64>,
     /// How long a pod must have been Ready before a pod of its partition in another zone may
     /// be evicted (a Go duration, e.g. "5m"). Needs podNamePartitionRegex.
@@ -68,6 +69,9 @@ pub struct ZoneAwarePodDisruptionBudgetStatus {}
     plural = "replicatemplates",
     namespaced,
     status = "ReplicaTemplateStatus",
+    category = "all",
+    printcolumn = r#"{"name":"StatusReplicas","type":"integer","jsonPath":".status.replicas"}"#,
+    printcolumn = r#"{"name":"SpecReplicas","type":"integer","jsonPath":".spec.replicas"}"#,
     scale(
         spec_replicas_path = ".spec.replicas",
         status_replicas_path = ".status.replicas",
@@ -76,9 +80,11 @@ pub struct ZoneAwarePodDisruptionBudgetStatus {}
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaTemplateSpec {
-    /// Desired replicas of the mirroring StatefulSets.
+    /// Desired replicas of the mirroring StatefulSets. Defaults to 1 as in the anchor's CRD:
+    /// Mimir's jsonnet leaves it out so that an HPA owns it, and a new template must then
+    /// read as one replica, not zero.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0), extend("default" = 1))]
     pub replicas: Option<i32>,
     /// Label selector string of the pods, as an HPA needs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
