@@ -713,7 +713,7 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
         );
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         Ok(err
-            .contains("1 pod(s) not ready in ingester-zone-b")
+            .contains("1 pod not ready in ingester-zone-b")
             .then_some(err))
     })
     .await?;

@@ -15,6 +15,8 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line, for log collectors in a cluster.
     Json,
+    /// logfmt lines (`ts=… level=… msg=…`), the Go anchors' default format.
+    Logfmt,
 }
 
 /// The flags shared by every Strata service (`#[command(flatten)]`).

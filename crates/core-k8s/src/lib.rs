@@ -14,6 +14,7 @@ pub mod crds;
 pub mod error;
 pub mod events;
 pub mod leader;
+pub mod logfmt;
 pub mod metrics;
 pub mod pod_http;
 pub mod runtime;

@@ -43,6 +43,9 @@ pub fn init(service: &str, format: LogFormat, filter: &str) -> Result<Telemetry>
             .flatten_event(true)
             .with_current_span(true)
             .boxed(),
+        LogFormat::Logfmt => tracing_subscriber::fmt::layer()
+            .event_format(crate::logfmt::Logfmt)
+            .boxed(),
     };
 
     let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")

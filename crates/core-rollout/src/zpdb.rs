@@ -140,11 +140,29 @@ pub fn parse(object: &Value) -> Result<Zpdb, String> {
     })
 }
 
-fn matches(selector: &BTreeMap<String, String>, labels: &Option<BTreeMap<String, String>>) -> bool {
-    !selector.is_empty()
-        && selector
-            .iter()
-            .all(|(k, v)| label(labels, k) == Some(v.as_str()))
+/// An empty `matchLabels` selects everything in the namespace, as a Kubernetes label
+/// selector built from an empty set does (the anchor's behaviour).
+pub fn matches(
+    selector: &BTreeMap<String, String>,
+    labels: &Option<BTreeMap<String, String>>,
+) -> bool {
+    selector
+        .iter()
+        .all(|(k, v)| label(labels, k) == Some(v.as_str()))
+}
+
+/// The anchor's budget message: `1 pod not ready`, `2 pods not ready, 1 pod unknown`, then
+/// ` in <span>`.
+pub fn budget_message(not_ready: i64, unknown: i64, span: &str) -> String {
+    let plural = |n: i64| if n > 1 { "s" } else { "" };
+    let mut parts = Vec::new();
+    if not_ready > 0 {
+        parts.push(format!("{not_ready} pod{} not ready", plural(not_ready)));
+    }
+    if unknown > 0 {
+        parts.push(format!("{unknown} pod{} unknown", plural(unknown)));
+    }
+    format!("{} in {span}", parts.join(", "))
 }
 
 /// A denial: the HTTP-like code the webhook returns and the anchor's message.
@@ -227,7 +245,8 @@ pub fn decide(
 
     let mut max_unavailable = match (zpdb.max_unavailable, zpdb.max_unavailable_percentage) {
         (Some(v), _) if v > 0 => v,
-        (_, Some(pct)) if spec_replicas(owner_sts) > 0 => {
+        // A percentage of 0 allows no eviction, like maxUnavailable 0 (the anchor's rule).
+        (_, Some(pct)) if pct > 0 && spec_replicas(owner_sts) > 0 => {
             let base = i64::from(spec_replicas(owner_sts).min(status_replicas(owner_sts)));
             if base == 0 {
                 0
@@ -289,13 +308,6 @@ pub fn decide(
         }
         false
     };
-    let describe = |nr: i64, unknown: i64| {
-        if unknown > 0 {
-            format!("{nr} pod(s) not ready, {unknown} pod(s) unknown")
-        } else {
-            format!("{nr} pod(s) not ready")
-        }
-    };
     match &partition {
         None => {
             let mut own = None;
@@ -311,40 +323,40 @@ pub fn decide(
                 if name(zone) == owner.name {
                     own = Some((nr, unknown));
                 } else if nr + unknown > 0 {
-                    return Err(deny(
-                        429,
-                        format!("{} in {}", describe(nr, unknown), name(zone)),
-                    ));
+                    return Err(deny(429, budget_message(nr, unknown, name(zone))));
                 }
             }
             let (nr, unknown) = own.unwrap_or((0, 0));
             if nr + unknown >= max_unavailable {
-                return Err(deny(
-                    429,
-                    format!("{} in {}", describe(nr, unknown), owner.name),
-                ));
+                return Err(deny(429, budget_message(nr, unknown, &owner.name)));
             }
         }
         Some(part) => {
             let (mut nr, mut unknown) = (0i64, 0i64);
             for zone in zones.iter().filter(|z| name(z) != owner.name) {
-                let pods: Vec<&Pod> = observed
-                    .pods_of(zone)
+                let all = observed.pods_of(zone);
+                // Missing pods of the zone may be this partition's: they count as unknown
+                // (the anchor charges them to the partition being evicted from).
+                let zone_unknown = (i64::from(status_replicas(zone).max(spec_replicas(zone)))
+                    - all.len() as i64)
+                    .max(0);
+                let pods: Vec<&Pod> = all
                     .into_iter()
                     .filter(|p| {
                         partition_of(p.metadata.name.as_deref().unwrap_or_default()).as_deref()
                             == Some(part.as_str())
                     })
                     .collect();
-                if pods.is_empty() {
-                    unknown += 1;
-                }
-                nr += pods.iter().filter(|p| not_ready(p)).count() as i64;
+                let zone_not_ready = pods.iter().filter(|p| not_ready(p)).count() as i64;
+                // A zone with no pod of this partition at all: that pod is unknown.
+                let absent = i64::from(pods.is_empty() && zone_not_ready == 0 && zone_unknown == 0);
+                nr += zone_not_ready;
+                unknown += zone_unknown + absent;
             }
             if nr + unknown >= max_unavailable {
                 return Err(deny(
                     429,
-                    format!("{} in partition {part}", describe(nr, unknown)),
+                    budget_message(nr, unknown, &format!("partition {part}")),
                 ));
             }
         }

@@ -68,6 +68,16 @@ pub struct WebhookArgs {
     /// Name of the zone-tracker ConfigMap, in the StatefulSet's namespace.
     #[arg(long, default_value = "rollout-operator-zone-tracker", value_parser = non_empty)]
     pub zone_tracker_config_map_name: String,
+    /// Inject the self-managed CA into the webhook configurations labelled for it
+    /// (`--inject-ca-bundle=false` when something else manages caBundle; the anchor's
+    /// `-webhooks.update-ca-bundle`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub inject_ca_bundle: bool,
+    /// Budget of one admission request; decisions must be made within 90 % of it (the
+    /// anchor's `-server-tls.request-timeout`). Keep it at or under the webhook
+    /// configurations' `timeoutSeconds` (10 s by default).
+    #[arg(long, default_value = "10s", value_parser = core_k8s::args::parse_duration)]
+    pub request_timeout: Duration,
 }
 
 /// The certificate bundle from the Secret (issued or renewed as needed), retried until it is
@@ -100,7 +110,10 @@ async fn load_or_issue(
     }
 }
 
-async fn serve(ctx: Arc<Context>, args: WebhookArgs, metrics: metrics::Metrics) {
+/// Serves the webhooks until the process stops: certificates, the HTTPS server and (unless
+/// turned off) CA injection. Also linked into the rollout-operator's compatibility mode,
+/// which serves the anchor's webhooks from the operator's own process.
+pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metrics::Metrics) {
     let namespace = ctx.args.lease_namespace();
     let ready = ctx.readiness.register("certificate");
     let (ca_tx, ca_rx) = watch::channel(String::new());
@@ -184,10 +197,16 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs, metrics: metrics::Metrics) 
             .then(|| args.zone_tracker_config_map_name.clone()),
         http: core_k8s::pod_http::PodHttp::new(args.pod_timeout, args.pod_address_override.clone()),
         metrics,
+        handler_timeout: server::handler_timeout(args.request_timeout),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     let serving = server::serve(args.tls_address, tls, app, ctx.shutdown.clone());
-    let injecting = inject::run(ctx.clone(), ca_rx);
+    let injecting = async {
+        // With a provided certificate there is no CA of ours to inject.
+        if args.inject_ca_bundle && args.tls_cert_file.is_none() {
+            inject::run(ctx.clone(), ca_rx).await;
+        }
+    };
     let (served, ()) = futures::join!(serving, injecting);
     if let Err(e) = served {
         tracing::error!(error = %e, address = %args.tls_address, "admission server failed");
@@ -197,7 +216,10 @@ async fn serve(ctx: Arc<Context>, args: WebhookArgs, metrics: metrics::Metrics) 
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
-    core_k8s::runtime::run_service(SERVICE, common, registry, |ctx| serve(ctx, args, metrics)).await
+    core_k8s::runtime::run_service(SERVICE, common, registry, |ctx| {
+        serve_webhooks(ctx, args, metrics)
+    })
+    .await
 }
 
 fn non_empty(value: &str) -> Result<String, String> {

@@ -27,8 +27,14 @@ use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
 use core_rollout::keys;
 use core_rollout::observed::Observed;
 
-/// How long a handler may take: under kube-apiserver's default 10 s webhook timeout.
+/// How long a handler may take by default: under kube-apiserver's default 10 s webhook timeout.
 pub const HANDLER_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// The decision deadline for a request budget: 90 % of it, as the anchor does, leaving time
+/// to answer before the caller gives up.
+pub fn handler_timeout(request_timeout: Duration) -> Duration {
+    request_timeout.mul_f64(0.9)
+}
 
 /// Shared by the handlers.
 #[derive(Clone)]
@@ -40,6 +46,8 @@ pub struct App {
     /// Zone-tracker mode: the ConfigMap holding downscale times.
     pub zone_tracker: Option<String>,
     pub metrics: Metrics,
+    /// Decision deadline ([`handler_timeout`]); past it the request is denied with code 500.
+    pub handler_timeout: Duration,
 }
 
 impl std::fmt::Debug for App {
@@ -86,7 +94,7 @@ async fn answer(
         Err(e) => return bad_request(format!("invalid AdmissionReview: {e}")),
     };
     let (decision, outcome) =
-        match tokio::time::timeout(HANDLER_TIMEOUT, review_live(app, webhook, &review)).await {
+        match tokio::time::timeout(app.handler_timeout, review_live(app, webhook, &review)).await {
             Ok(decision) if decision.allowed => (decision, Outcome::allowed),
             Ok(decision) => (decision, Outcome::denied),
             Err(_) => (

@@ -23,6 +23,7 @@ fn app() -> Arc<App> {
         http: PodHttp::new(std::time::Duration::from_millis(100), None),
         zone_tracker: None,
         metrics: admission_webhook::metrics::Metrics::default(),
+        handler_timeout: admission_webhook::server::HANDLER_TIMEOUT,
     })
 }
 

@@ -320,7 +320,7 @@ fn pod_eviction_counts_zones() {
         (
             false,
             Some(429),
-            Some("1 pod(s) not ready in ingester-zone-b".into())
+            Some("1 pod not ready in ingester-zone-b".into())
         )
     );
     // The own zone already uses its budget of 1.
@@ -333,7 +333,7 @@ fn pod_eviction_counts_zones() {
         (
             false,
             Some(429),
-            Some("1 pod(s) not ready in ingester-zone-a".into())
+            Some("1 pod not ready in ingester-zone-a".into())
         )
     );
     assert_eq!(
@@ -376,6 +376,82 @@ fn pod_eviction_counts_zones() {
     assert_eq!(
         not_ready["allowed"], true,
         "a NotReady pod is Running: counted; here it's its own zone's only not-ready pod"
+    );
+}
+
+/// (allowed, code, message) of one eviction review.
+fn evict(pod: &str, state: Vec<Value>) -> (bool, Option<u64>, Option<String>) {
+    let (r, _) = run(
+        Webhook::PodEviction,
+        eviction(pod, "CREATE", "eviction"),
+        state,
+    );
+    (
+        r["allowed"].as_bool().unwrap(),
+        r["status"]["code"].as_u64(),
+        r["status"]["message"].as_str().map(str::to_string),
+    )
+}
+
+fn with_zpdb_spec(mut state: Vec<Value>, spec: Value) -> Vec<Value> {
+    state[0]["spec"] = spec;
+    state
+}
+
+#[test]
+fn eviction_rules_match_the_anchor() {
+    // maxUnavailablePercentage 0 allows nothing (it used to round up to 1).
+    let pct0 = with_zpdb_spec(
+        zones(&[]),
+        json!({"maxUnavailablePercentage": 0, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
+    );
+    assert_eq!(
+        evict("ingester-zone-a-0", pct0),
+        (false, Some(403), Some("max unavailable = 0".into()))
+    );
+    // 50 % of 2 replicas is 1.
+    let pct50 = with_zpdb_spec(
+        zones(&[]),
+        json!({"maxUnavailablePercentage": 50, "selector": {"matchLabels": {"rollout-group": "ingester"}}}),
+    );
+    assert!(evict("ingester-zone-a-0", pct50).0);
+    // An empty matchLabels selects every pod and StatefulSet of the namespace.
+    let everything = with_zpdb_spec(
+        zones(&[("b", 0), ("b", 1)]),
+        json!({"maxUnavailable": 1, "selector": {"matchLabels": {}}}),
+    );
+    assert_eq!(
+        evict("ingester-zone-a-0", everything),
+        (
+            false,
+            Some(429),
+            Some("2 pods not ready in ingester-zone-b".into())
+        )
+    );
+}
+
+#[test]
+fn partition_mode_counts_missing_pods_of_other_zones_as_unknown() {
+    let partitioned = json!({"maxUnavailable": 1, "podNamePartitionRegex": "[a-z-]+-([0-9]+)",
+        "selector": {"matchLabels": {"rollout-group": "ingester"}}});
+    // Zone b lost pod 1 (not this partition's pod): its absence may hide partition 0's
+    // replacement, so partition 0 counts one pod unknown and the eviction waits.
+    let mut state = with_zpdb_spec(zones(&[]), partitioned.clone());
+    state.retain(|o| o["metadata"]["name"] != "ingester-zone-b-1");
+    assert_eq!(
+        evict("ingester-zone-a-0", state),
+        (
+            false,
+            Some(429),
+            Some("1 pod unknown in partition 0".into())
+        )
+    );
+    let healthy = with_zpdb_spec(zones(&[]), partitioned.clone());
+    assert!(evict("ingester-zone-a-0", healthy).0);
+    let other_partition_down = with_zpdb_spec(zones(&[("b", 1)]), partitioned);
+    assert!(
+        evict("ingester-zone-a-0", other_partition_down).0,
+        "partition 1's not-ready pod does not touch partition 0"
     );
 }
 

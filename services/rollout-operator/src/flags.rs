@@ -1,190 +1,311 @@
-//! Drop-in command lines: the Grafana image's Go-style flags (`-kubernetes.namespace=mimir`)
-//! translated to Strata's, so a Deployment written for the anchor works unchanged.
+//! Compatibility mode: the Grafana image's Go-style command line (`-kubernetes.namespace=mimir
+//! -server-tls.enabled=true …`) translated to Strata's flags, with the anchor's defaults, so a
+//! Deployment written for the anchor runs unchanged — controller and webhooks in one process.
 
-/// Flags of the anchor that configure something Strata does elsewhere or differently; they are
-/// accepted and ignored with a warning. `true` = takes a value.
+use jiff::SignedDuration;
+
+/// Anchor flags with a Strata equivalent: (anchor name, Strata flag, kind).
+const MAPPED: &[(&str, &str, Kind)] = &[
+    ("kubernetes.namespace", "--watch-namespace", Kind::Value),
+    ("kubernetes.config-file", "--kubeconfig", Kind::Value),
+    ("server.port", "--admin-address", Kind::Port),
+    ("log.format", "--log-format", Kind::Value),
+    ("log.level", "--log-filter", Kind::LogLevel),
+    ("pods.client-timeout", "--pod-timeout", Kind::Value),
+    ("kubernetes.cluster-domain", "--cluster-domain", Kind::Value),
+    ("server-tls.enabled", "--serve-webhooks", Kind::Bool),
+    ("server-tls.port", "--webhook-tls-address", Kind::Port),
+    (
+        "server-tls.cert-file",
+        "--webhook-tls-cert-file",
+        Kind::Value,
+    ),
+    ("server-tls.key-file", "--webhook-tls-key-file", Kind::Value),
+    (
+        "server-tls.request-timeout",
+        "--webhook-request-timeout",
+        Kind::Value,
+    ),
+    (
+        "server-tls.self-signed-cert.secret-name",
+        "--webhook-tls-secret-name",
+        Kind::Value,
+    ),
+    (
+        "server-tls.self-signed-cert.dns-name",
+        "--webhook-dns-name",
+        Kind::Value,
+    ),
+    (
+        "server-tls.self-signed-cert.expiration",
+        "--webhook-cert-validity",
+        Kind::PrometheusDuration,
+    ),
+    (
+        "webhooks.update-ca-bundle",
+        "--webhook-inject-ca-bundle",
+        Kind::Bool,
+    ),
+    ("use-zone-tracker", "--use-zone-tracker", Kind::Bool),
+    (
+        "zone-tracker.config-map-name",
+        "--zone-tracker-config-map-name",
+        Kind::Value,
+    ),
+    (
+        "zpdb.pod-ready-annotation-patch-timeout",
+        "--ready-time-patch-timeout",
+        Kind::Value,
+    ),
+];
+
+/// How an anchor flag's value is carried over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Copied as is.
+    Value,
+    /// A port number → `:PORT`.
+    Port,
+    /// A Go boolean flag: no value means true; never consumes the next argument.
+    Bool,
+    /// A Prometheus duration (`1y`, `30d`) → seconds.
+    PrometheusDuration,
+    /// The anchor's level (debug, info, warn, error) → a filter for Strata's own crates.
+    LogLevel,
+}
+
+/// Anchor flags with no effect in Strata; accepted with a warning. `true` = takes a value.
 const IGNORED: &[(&str, bool, &str)] = &[
     (
         "kubernetes.api-url",
         true,
-        "the API server comes from the kubeconfig",
-    ),
-    (
-        "kubernetes.client-timeout",
-        true,
-        "client timeouts are built in",
+        "the API server comes from the kubeconfig or the in-cluster config",
     ),
     (
         "kubernetes.client-qps",
         true,
-        "client-side rate limits are built in",
+        "no client-side rate limit is applied; the API server's priority and fairness limits apply",
     ),
     (
         "kubernetes.client-burst",
         true,
-        "client-side rate limits are built in",
-    ),
-    ("reconcile.interval", true, "reconciles are event-driven"),
-    (
-        "server-tls.enabled",
-        false,
-        "webhooks are served by the admission-webhook deployable",
+        "no client-side rate limit is applied; the API server's priority and fairness limits apply",
     ),
     (
-        "server-tls.port",
+        "kubernetes.client-timeout",
         true,
-        "webhooks are served by the admission-webhook deployable",
+        "each API call is bounded by the client's own timeouts",
     ),
     (
-        "server-tls.cert-file",
+        "reconcile.interval",
         true,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "server-tls.key-file",
-        true,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "server-tls.request-timeout",
-        true,
-        "webhooks are served by the admission-webhook deployable",
+        "reconciles are event-driven (a change is acted on within 20 ms, plus a 30 s resync)",
     ),
     (
         "server-tls.self-signed-cert.enabled",
         false,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "server-tls.self-signed-cert.secret-name",
-        true,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "server-tls.self-signed-cert.dns-name",
-        true,
-        "webhooks are served by the admission-webhook deployable",
+        "a self-managed certificate is used whenever no certificate file is given",
     ),
     (
         "server-tls.self-signed-cert.org",
         true,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "server-tls.self-signed-cert.expiration",
-        true,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "webhooks.update-ca-bundle",
-        false,
-        "webhooks are served by the admission-webhook deployable",
-    ),
-    (
-        "use-zone-tracker",
-        false,
-        "the zone tracker belongs to the prepare-downscale webhook",
-    ),
-    (
-        "zone-tracker.config-map-name",
-        true,
-        "the zone tracker belongs to the prepare-downscale webhook",
-    ),
-    (
-        "zpdb.pod-ready-annotation-patch-timeout",
-        true,
-        "pod readiness is read from pod conditions",
+        "the organisation of the self-managed CA is not configurable",
     ),
     (
         "server.cluster-validation.http.enabled",
         false,
-        "cluster validation is not supported",
+        "HTTP cluster validation is not supported",
     ),
     (
         "server.cluster-validation.http.soft-validation",
         false,
-        "cluster validation is not supported",
+        "HTTP cluster validation is not supported",
     ),
     (
         "server.cluster-validation.http.excluded-paths",
         true,
-        "cluster validation is not supported",
+        "HTTP cluster validation is not supported",
     ),
     (
         "server.cluster-validation.http.excluded-user-agents",
         true,
-        "cluster validation is not supported",
+        "HTTP cluster validation is not supported",
     ),
 ];
 
-/// Rewrites anchor flags into Strata flags. Returns the new argument list (program name
-/// first) and one warning per ignored flag. An anchor-style command line also turns leader
-/// election off unless asked for: the anchor's manifests run one replica and grant no Lease
-/// permissions.
-pub fn translate(args: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let mut out = Vec::with_capacity(args.len());
-    let mut warnings = Vec::new();
-    let mut anchor_style = false;
-    let mut leader_flag = false;
+/// The anchor's defaults that differ from Strata's, added when an anchor-style command line
+/// does not set them: (Strata flag, value).
+const ANCHOR_DEFAULTS: &[(&str, &str)] = &[
+    ("--admin-address", ":8001"),
+    ("--log-format", "logfmt"),
+    ("--log-filter", "debug"),
+    ("--leader-elect", "false"),
+    (
+        "--webhook-tls-secret-name",
+        "rollout-operator-self-signed-certificate",
+    ),
+];
+
+/// A translated command line.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Translated {
+    /// Strata's arguments, program name first.
+    pub args: Vec<String>,
+    /// One line per anchor flag accepted without effect.
+    pub warnings: Vec<String>,
+    /// Whether any anchor flag was seen (compatibility mode).
+    pub anchor_style: bool,
+}
+
+/// Why an anchor-style command line cannot run.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FlagError {
+    /// The anchor refuses to start without a namespace; so do we, rather than silently
+    /// operating on every namespace of the cluster.
+    #[error("-kubernetes.namespace is required (the namespace the rollout-operator operates in)")]
+    NamespaceRequired,
+    #[error("invalid value {value:?} for flag -{flag}: {reason}")]
+    InvalidValue {
+        flag: String,
+        value: String,
+        reason: String,
+    },
+}
+
+/// Rewrites anchor flags into Strata flags and fills in the anchor's defaults. Strata's own
+/// flags pass through unchanged, and win over the defaults.
+pub fn translate(args: Vec<String>) -> Result<Translated, FlagError> {
+    let mut out = Translated::default();
     let mut iter = args.into_iter();
     if let Some(program) = iter.next() {
-        out.push(program);
+        out.args.push(program);
     }
+    let mut namespace = None;
     while let Some(arg) = iter.next() {
-        leader_flag |= arg.starts_with("--leader-elect");
-        // Go accepts `-flag` and `--flag`; only dotted or anchor names are rewritten.
+        // Go accepts `-flag` and `--flag`; only the anchor's names are rewritten.
         let bare = arg.trim_start_matches('-');
         let (name, inline) = match bare.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
             None => (bare, None),
         };
-        let is_dash = arg.starts_with('-');
-        let mapped = match name {
-            "kubernetes.namespace" => Some("--watch-namespace"),
-            "kubernetes.config-file" => Some("--kubeconfig"),
-            "server.port" => Some("--admin-address"),
-            "log.format" => Some("--log-format"),
-            "log.level" => Some("--log-filter"),
-            "pods.client-timeout" => Some("--pod-timeout"),
-            "kubernetes.cluster-domain" => Some("--cluster-domain"),
-            _ => None,
-        };
-        if let (true, Some(flag)) = (is_dash, mapped) {
-            anchor_style = true;
-            let Some(value) = inline.or_else(|| iter.next()) else {
-                out.push(flag.to_string());
-                continue;
-            };
-            let value = match flag {
-                "--admin-address" => format!(":{value}"),
-                "--log-format" if value == "logfmt" => "text".to_string(),
-                _ => value,
-            };
-            out.push(format!("{flag}={value}"));
+        if !arg.starts_with('-') {
+            out.args.push(arg);
             continue;
         }
-        if is_dash && let Some((_, takes_value, why)) = IGNORED.iter().find(|(n, _, _)| *n == name)
-        {
-            anchor_style = true;
+        if let Some((_, flag, kind)) = MAPPED.iter().find(|(n, _, _)| *n == name) {
+            out.anchor_style = true;
+            let value = match (kind, inline) {
+                (_, Some(v)) => v,
+                (Kind::Bool, None) => "true".to_string(),
+                (_, None) => match iter.next() {
+                    Some(v) => v,
+                    None => {
+                        return Err(FlagError::InvalidValue {
+                            flag: name.to_string(),
+                            value: String::new(),
+                            reason: "flag needs an argument".into(),
+                        });
+                    }
+                },
+            };
+            let value = convert(name, *kind, &value)?;
+            if name == "kubernetes.namespace" {
+                namespace = Some(value.clone());
+            }
+            out.args.push(format!("{flag}={value}"));
+            continue;
+        }
+        if let Some((_, takes_value, why)) = IGNORED.iter().find(|(n, _, _)| *n == name) {
+            out.anchor_style = true;
             if *takes_value && inline.is_none() {
                 iter.next();
             }
-            warnings.push(format!("ignoring -{name}: {why}"));
+            out.warnings.push(format!("ignoring -{name}: {why}"));
             continue;
         }
-        out.push(arg);
+        out.args.push(arg);
     }
-    if anchor_style && !leader_flag {
-        out.push("--leader-elect=false".to_string());
+    if !out.anchor_style {
+        return Ok(out);
     }
-    (out, warnings)
+    let Some(namespace) = namespace.filter(|n| !n.is_empty()) else {
+        return Err(FlagError::NamespaceRequired);
+    };
+    // The anchor keeps its certificate Secret (and reads its zone tracker) in the namespace
+    // it operates in.
+    let mut defaults: Vec<(&str, String)> = ANCHOR_DEFAULTS
+        .iter()
+        .map(|(f, v)| (*f, v.to_string()))
+        .collect();
+    defaults.push(("--lease-namespace", namespace));
+    for (flag, value) in defaults {
+        let given = out
+            .args
+            .iter()
+            .any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+        if !given {
+            let value = if flag == "--log-filter" {
+                log_filter(&value)
+            } else {
+                value
+            };
+            out.args.push(format!("{flag}={value}"));
+        }
+    }
+    Ok(out)
+}
+
+fn convert(name: &str, kind: Kind, value: &str) -> Result<String, FlagError> {
+    let invalid = |reason: &str| FlagError::InvalidValue {
+        flag: name.to_string(),
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    Ok(match kind {
+        Kind::Value => value.to_string(),
+        Kind::Port => {
+            let port: u16 = value.parse().map_err(|_| invalid("not a port number"))?;
+            format!(":{port}")
+        }
+        Kind::Bool => match value {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => "true".into(),
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => "false".into(),
+            _ => return Err(invalid("not a boolean")),
+        },
+        Kind::PrometheusDuration => {
+            let d = crate::plan::parse_prometheus_duration(value)
+                .filter(|d| *d > SignedDuration::ZERO)
+                .ok_or_else(|| invalid("not a positive duration such as 1y or 90d"))?;
+            format!("{}s", d.as_secs())
+        }
+        Kind::LogLevel => match value {
+            "debug" | "info" | "warn" | "error" => log_filter(value),
+            _ => return Err(invalid("expected debug, info, warn or error")),
+        },
+    })
+}
+
+/// The anchor's level applies to the operator's own logs; libraries stay at warnings, as the
+/// anchor's client libraries log separately from its level.
+fn log_filter(level: &str) -> String {
+    let crates = [
+        "rollout_operator",
+        "admission_webhook",
+        "core_k8s",
+        "core_rollout",
+    ];
+    let mut filter = String::from("warn");
+    for c in crates {
+        filter.push_str(&format!(",{c}={level}"));
+    }
+    filter
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(args: &[&str]) -> (Vec<String>, Vec<String>) {
+    fn run(args: &[&str]) -> Result<Translated, FlagError> {
         translate(
             std::iter::once("rollout-operator")
                 .chain(args.iter().copied())
@@ -193,40 +314,135 @@ mod tests {
         )
     }
 
-    #[test]
-    fn anchor_deployment_args() {
-        let (args, warnings) = run(&[
-            "-kubernetes.namespace=mimir",
-            "-server.port",
-            "8001",
-            "-log.format=logfmt",
-            "-log.level=debug",
-            "-server-tls.enabled=true",
-            "-server-tls.self-signed-cert.secret-name",
-            "certs",
-            "-use-zone-tracker",
-            "-reconcile.interval=1s",
-        ]);
-        assert_eq!(
-            args,
-            vec![
-                "rollout-operator",
-                "--watch-namespace=mimir",
-                "--admin-address=:8001",
-                "--log-format=text",
-                "--log-filter=debug",
-                "--leader-elect=false",
-            ]
-        );
-        assert_eq!(warnings.len(), 4, "{warnings:?}");
-        assert!(warnings[0].contains("admission-webhook"));
+    fn args(args: &[&str]) -> Vec<String> {
+        run(args).unwrap_or_default().args
     }
 
     #[test]
-    fn strata_args_pass_through() {
-        let (args, warnings) = run(&["--watch-namespace", "mimir", "--admin-address", ":9000"]);
+    fn jsonnet_deployment_args_get_the_anchor_defaults() {
+        let t = run(&[
+            "-kubernetes.namespace=mimir",
+            "-use-zone-tracker=true",
+            "-zone-tracker.config-map-name=rollout-operator-zone-tracker",
+            "-zpdb.pod-ready-annotation-patch-timeout=5s",
+            "-server-tls.enabled=true",
+        ])
+        .unwrap_or_default();
+        assert!(t.anchor_style);
+        assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+        let debug = log_filter("debug");
         assert_eq!(
-            args,
+            t.args,
+            vec![
+                "rollout-operator".to_string(),
+                "--watch-namespace=mimir".into(),
+                "--use-zone-tracker=true".into(),
+                "--zone-tracker-config-map-name=rollout-operator-zone-tracker".into(),
+                "--ready-time-patch-timeout=5s".into(),
+                "--serve-webhooks=true".into(),
+                "--admin-address=:8001".into(),
+                "--log-format=logfmt".into(),
+                format!("--log-filter={debug}"),
+                "--leader-elect=false".into(),
+                "--webhook-tls-secret-name=rollout-operator-self-signed-certificate".into(),
+                "--lease-namespace=mimir".into(),
+            ]
+        );
+    }
+
+    #[test]
+    fn helm_chart_args_and_separate_values() {
+        let a = args(&[
+            "-kubernetes.namespace",
+            "loki",
+            "-server-tls.enabled",
+            "-server-tls.self-signed-cert.secret-name",
+            "my-certs",
+            "-server-tls.self-signed-cert.dns-name=ro.loki.svc",
+            "-server-tls.self-signed-cert.expiration=90d",
+            "-server.port",
+            "9000",
+            "-log.level=info",
+            "-webhooks.update-ca-bundle=false",
+        ]);
+        for want in [
+            "--watch-namespace=loki",
+            "--serve-webhooks=true",
+            "--webhook-tls-secret-name=my-certs",
+            "--webhook-dns-name=ro.loki.svc",
+            "--webhook-cert-validity=7776000s",
+            "--admin-address=:9000",
+            "--webhook-inject-ca-bundle=false",
+        ] {
+            assert!(a.iter().any(|x| x == want), "{want} missing in {a:?}");
+        }
+        assert!(a.contains(&format!("--log-filter={}", log_filter("info"))));
+        assert_eq!(
+            a.iter()
+                .filter(|x| x.starts_with("--admin-address"))
+                .count(),
+            1,
+            "the given port wins over the default: {a:?}"
+        );
+        assert_eq!(
+            a.iter()
+                .filter(|x| x.starts_with("--webhook-tls-secret-name"))
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_bool_flag_never_takes_the_next_argument() {
+        let a = args(&["-server-tls.enabled", "-kubernetes.namespace=m"]);
+        assert!(a.contains(&"--serve-webhooks=true".to_string()));
+        assert!(a.contains(&"--watch-namespace=m".to_string()));
+        let a = args(&["-kubernetes.namespace=m", "-server-tls.enabled=false"]);
+        assert!(a.contains(&"--serve-webhooks=false".to_string()));
+    }
+
+    #[test]
+    fn the_namespace_is_required_in_compatibility_mode() {
+        assert_eq!(
+            run(&["-server-tls.enabled=true"]),
+            Err(FlagError::NamespaceRequired)
+        );
+        assert_eq!(
+            run(&["-kubernetes.namespace="]),
+            Err(FlagError::NamespaceRequired)
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_flag() {
+        let e = run(&["-kubernetes.namespace=m", "-server.port=http"]).unwrap_err();
+        assert!(e.to_string().contains("-server.port"), "{e}");
+        let e = run(&["-kubernetes.namespace=m", "-log.level=trace"]).unwrap_err();
+        assert!(e.to_string().contains("-log.level"), "{e}");
+        let e = run(&["-kubernetes.namespace=m", "-use-zone-tracker=maybe"]).unwrap_err();
+        assert!(e.to_string().contains("-use-zone-tracker"), "{e}");
+    }
+
+    #[test]
+    fn ignored_flags_warn_and_skip_their_value() {
+        let t = run(&[
+            "-kubernetes.namespace=m",
+            "-reconcile.interval",
+            "1s",
+            "-server-tls.self-signed-cert.org=Acme",
+        ])
+        .unwrap_or_default();
+        assert_eq!(t.warnings.len(), 2, "{:?}", t.warnings);
+        assert!(!t.args.iter().any(|a| a == "1s"), "{:?}", t.args);
+    }
+
+    #[test]
+    fn strata_args_pass_through_untouched() {
+        let t =
+            run(&["--watch-namespace", "mimir", "--admin-address", ":9000"]).unwrap_or_default();
+        assert!(!t.anchor_style);
+        assert_eq!(
+            t.args,
             vec![
                 "rollout-operator",
                 "--watch-namespace",
@@ -235,38 +451,12 @@ mod tests {
                 ":9000"
             ]
         );
-        assert!(warnings.is_empty());
     }
 
     #[test]
-    fn pod_call_flags_are_translated() {
-        let (args, warnings) = run(&[
-            "-pods.client-timeout=3s",
-            "-kubernetes.cluster-domain",
-            "example.org.",
-        ]);
-        assert_eq!(
-            args,
-            vec![
-                "rollout-operator",
-                "--pod-timeout=3s",
-                "--cluster-domain=example.org.",
-                "--leader-elect=false"
-            ]
-        );
-        assert!(warnings.is_empty(), "{warnings:?}");
-    }
-
-    #[test]
-    fn explicit_leader_election_wins() {
-        let (args, _) = run(&["-kubernetes.namespace", "mimir", "--leader-elect=true"]);
-        assert_eq!(
-            args,
-            vec![
-                "rollout-operator",
-                "--watch-namespace=mimir",
-                "--leader-elect=true"
-            ]
-        );
+    fn explicit_strata_flags_win_over_anchor_defaults() {
+        let a = args(&["-kubernetes.namespace", "mimir", "--leader-elect=true"]);
+        assert!(a.contains(&"--leader-elect=true".to_string()));
+        assert!(!a.contains(&"--leader-elect=false".to_string()));
     }
 }

@@ -7,6 +7,7 @@
 pub mod flags;
 pub mod metrics;
 pub mod plan;
+pub mod ready_time;
 pub mod reconcile;
 
 pub use core_rollout::{crd, keys, observed, zpdb};
@@ -29,13 +30,97 @@ pub struct PodArgs {
     /// TEST ONLY: send every pod call to this host:port (a local stand-in for the pods).
     #[arg(long, hide = true)]
     pub pod_address_override: Option<String>,
+    /// Timeout of each `grafana.com/ready-time` patch (the anchor's
+    /// `-zpdb.pod-ready-annotation-patch-timeout`).
+    #[arg(long, default_value = "5s", value_parser = core_k8s::args::parse_duration)]
+    pub ready_time_patch_timeout: std::time::Duration,
 }
 
-pub async fn run(args: core_k8s::CommonArgs, pods: PodArgs) -> core_k8s::Result<()> {
+/// Compatibility mode: the anchor's webhooks served from this process (`-server-tls.enabled`
+/// in the anchor's flags). Strata-native installs run the admission-webhook deployable instead.
+#[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Compatibility mode (the anchor's webhooks in this process)")]
+pub struct CompatArgs {
+    /// Serve no-downscale, prepare-downscale, pod-eviction and zpdb-validation over TLS from
+    /// this process, as the anchor's image does (`-server-tls.enabled`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub serve_webhooks: bool,
+    /// HTTPS address of the webhooks (`-server-tls.port`).
+    #[arg(long, default_value = ":8443", value_parser = core_k8s::args::parse_listen_address)]
+    pub webhook_tls_address: std::net::SocketAddr,
+    /// Serve this certificate instead of a self-managed one (`-server-tls.cert-file`).
+    #[arg(long, requires = "webhook_tls_key_file")]
+    pub webhook_tls_cert_file: Option<std::path::PathBuf>,
+    #[arg(long, requires = "webhook_tls_cert_file")]
+    pub webhook_tls_key_file: Option<std::path::PathBuf>,
+    /// Secret holding the self-managed certificate (`-server-tls.self-signed-cert.secret-name`).
+    #[arg(long, default_value = "rollout-operator-self-signed-certificate")]
+    pub webhook_tls_secret_name: String,
+    /// One more DNS name for the certificate (`-server-tls.self-signed-cert.dns-name`); the
+    /// names of Service `rollout-operator` are always covered.
+    #[arg(long)]
+    pub webhook_dns_name: Option<String>,
+    /// Validity of the self-managed certificate (`-server-tls.self-signed-cert.expiration`).
+    #[arg(long, default_value = "8760h", value_parser = core_k8s::args::parse_duration)]
+    pub webhook_cert_validity: std::time::Duration,
+    /// Inject the CA into the labelled webhook configurations (`-webhooks.update-ca-bundle`).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub webhook_inject_ca_bundle: bool,
+    /// Budget of one admission request (`-server-tls.request-timeout`).
+    #[arg(long, default_value = "10s", value_parser = core_k8s::args::parse_duration)]
+    pub webhook_request_timeout: std::time::Duration,
+    /// prepare-downscale keeps downscale times in a ConfigMap (`-use-zone-tracker`).
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub use_zone_tracker: bool,
+    /// The zone-tracker ConfigMap (`-zone-tracker.config-map-name`).
+    #[arg(long, default_value = "rollout-operator-zone-tracker")]
+    pub zone_tracker_config_map_name: String,
+}
+
+impl CompatArgs {
+    /// The admission-webhook library's arguments for the anchor's surface.
+    fn webhook_args(&self, pods: &PodArgs) -> admission_webhook::WebhookArgs {
+        admission_webhook::WebhookArgs {
+            tls_address: self.webhook_tls_address,
+            tls_cert_file: self.webhook_tls_cert_file.clone(),
+            tls_key_file: self.webhook_tls_key_file.clone(),
+            tls_secret_name: self.webhook_tls_secret_name.clone(),
+            service_name: SERVICE.to_string(),
+            tls_extra_names: self.webhook_dns_name.iter().cloned().collect(),
+            cert_validity: self.webhook_cert_validity,
+            cert_check_interval: std::time::Duration::from_secs(3600),
+            cluster_domain: pods.cluster_domain.clone(),
+            pod_timeout: pods.pod_timeout,
+            pod_address_override: pods.pod_address_override.clone(),
+            use_zone_tracker: self.use_zone_tracker,
+            zone_tracker_config_map_name: self.zone_tracker_config_map_name.clone(),
+            inject_ca_bundle: self.webhook_inject_ca_bundle,
+            request_timeout: self.webhook_request_timeout,
+        }
+    }
+}
+
+pub async fn run(
+    args: core_k8s::CommonArgs,
+    pods: PodArgs,
+    compat: CompatArgs,
+) -> core_k8s::Result<()> {
     let mut registry = Registry::default();
     let metrics = metrics::Metrics::register(&mut registry);
-    core_k8s::runtime::run_service(SERVICE, args, registry, |ctx| {
-        reconcile::run(ctx, metrics, pods)
+    let webhooks = compat.serve_webhooks.then(|| {
+        (
+            compat.webhook_args(&pods),
+            admission_webhook::metrics::Metrics::register(&mut registry),
+        )
+    });
+    core_k8s::runtime::run_service(SERVICE, args, registry, |ctx| async move {
+        let controller = reconcile::run(ctx.clone(), metrics, pods);
+        let webhooks = async {
+            if let Some((args, metrics)) = webhooks {
+                admission_webhook::serve_webhooks(ctx.clone(), args, metrics).await;
+            }
+        };
+        futures::join!(controller, webhooks);
     })
     .await
 }

@@ -8,17 +8,25 @@ struct Args {
     common: core_k8s::CommonArgs,
     #[command(flatten)]
     pods: rollout_operator::PodArgs,
+    #[command(flatten)]
+    compat: rollout_operator::CompatArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     core_k8s::install_crypto_provider();
     // Accept the Grafana image's flags so its manifests work unchanged.
-    let (argv, warnings) = rollout_operator::flags::translate(std::env::args().collect());
-    let args = Args::parse_from(argv);
-    for warning in warnings {
+    let translated = match rollout_operator::flags::translate(std::env::args().collect()) {
+        Ok(translated) => translated,
+        Err(e) => {
+            eprintln!("rollout-operator: {e}");
+            std::process::exit(1);
+        }
+    };
+    let args = Args::parse_from(translated.args);
+    for warning in translated.warnings {
         eprintln!("rollout-operator: {warning}");
     }
-    rollout_operator::run(args.common, args.pods).await?;
+    rollout_operator::run(args.common, args.pods, args.compat).await?;
     Ok(())
 }

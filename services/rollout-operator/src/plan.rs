@@ -111,6 +111,10 @@ pub fn parse_prometheus_duration(text: &str) -> Option<SignedDuration> {
     if text.is_empty() {
         return None;
     }
+    if text == "0" {
+        // Prometheus accepts a bare zero (the anchor's "no delay").
+        return Some(SignedDuration::ZERO);
+    }
     let (mut total, mut rest) = (0i64, text);
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit())?;

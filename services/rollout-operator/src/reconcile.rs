@@ -29,6 +29,7 @@ use crate::keys;
 use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label, template_name};
 use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at};
+use crate::ready_time;
 
 /// How often every group is reconciled even without a change.
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -176,17 +177,46 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
             }
         });
     }
+    // Ready-time patches queue here; a full queue drops the change (the next event or
+    // resync of the pod brings it back) rather than holding up the watch.
+    let (ready_tx, ready_rx) = mpsc::channel::<ready_time::Patchwork>(1024);
+    tokio::spawn(ready_time::patcher(
+        ctx.clone(),
+        ready_rx,
+        pod_args.ready_time_patch_timeout,
+    ));
+    let track_ready_time = {
+        let ctx = ctx.clone();
+        let stores = stores.clone();
+        move |pod: &Pod| {
+            if !ctx.leadership.is_leader() {
+                return;
+            }
+            let scoped = ready_time::in_scope(pod, &stores.zpdbs);
+            if let Some(change) = ready_time::change(pod, scoped, jiff::Timestamp::now()) {
+                let _ = ready_tx.try_send((
+                    pod.namespace().unwrap_or_default(),
+                    pod.name_any(),
+                    change,
+                ));
+            }
+        }
+    };
     {
         let tx = dirty_tx.clone();
         let stop = stop.clone();
         let stores = stores.clone();
+        let track_ready_time = track_ready_time.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(pod_stream);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     next = stream.next() => match next {
-                        Some(Ok(pod)) => { if let Some(g) = group_of_pod(&stores, &pod) { let _ = tx.send(g); } }
+                        Some(Ok(pod)) => {
+                            track_ready_time(&pod);
+                            if let Some(g) = group_of_pod(&stores, &pod) { let _ = tx.send(g); }
+                        }
                         Some(Err(e)) => tracing::debug!(error = %e, "pod watch error"),
                         None => return,
                     }
@@ -220,7 +250,13 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         tokio::select! {
             _ = stop.cancelled() => break,
             Some(group) = dirty_rx.recv() => { dirty.insert(group); }
-            _ = resync.tick() => dirty.extend(all_groups(&stores)),
+            _ = resync.tick() => {
+                dirty.extend(all_groups(&stores));
+                // Catches pods a new ZPDB selects, and a new leader's backlog.
+                for pod in stores.pods.state() {
+                    track_ready_time(&pod);
+                }
+            }
             changed = leadership.changed() => {
                 if changed.is_err() { break; }
                 dirty.extend(all_groups(&stores));
