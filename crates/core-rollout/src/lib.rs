@@ -5,6 +5,7 @@
 //! compatibility mode link the webhook server without a dependency cycle.
 
 pub mod crd;
+pub mod evictions;
 pub mod keys;
 pub mod observed;
 pub mod zpdb;

@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use crate::metrics::{Metrics, Outcome};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
+use core_rollout::evictions::{self, Refusal};
 use core_rollout::keys;
 use core_rollout::observed::Observed;
 
@@ -215,6 +216,17 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         }
     }
     let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
+    if webhook == Webhook::PodEviction && decision.allowed {
+        // Allowed on what was listed; now decided again against every eviction recorded by
+        // anyone, and recorded, so concurrent evictions cannot both use one budget.
+        let pod = review.field("name");
+        return match evictions::claim(&app.client, &namespace, pod, cluster.state, None, &[]).await
+        {
+            Ok(()) => decision,
+            Err(Refusal::Denied(denial)) => Decision::deny_with_code(denial.code, denial.message),
+            Err(Refusal::Unavailable(why)) => Decision::deny_with_code(500, why),
+        };
+    }
     if webhook == Webhook::PrepareDownscale
         && decision.allowed
         && !decision.side_effects.is_empty()

@@ -42,6 +42,11 @@ pub struct Plan {
     /// `RolloutOperatorNotReconciling` fires only when rollouts really stop.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Pods (`namespace/name`) a zone-aware budget covers, with the max-unavailable override
+    /// the rollout may use: before deleting one, the controller claims it through the API
+    /// (`core_rollout::evictions::claim`) so it never races an eviction.
+    #[serde(skip)]
+    pub budget_overrides: BTreeMap<String, i64>,
     /// When a decision waits for time to pass (min time between zone downscales, a delayed
     /// downscale), the controller looks again after this long instead of at the next resync.
     #[serde(skip)]
@@ -381,6 +386,9 @@ fn update_pods(
         observed
             .recently_evicted
             .push(pod.metadata.name.clone().unwrap_or_default());
+        if !zpdb::covering(pod, zpdbs).is_empty() {
+            plan.budget_overrides.insert(pod_key(pod), override_max);
+        }
         plan.delete_pods.push(pod_key(pod));
     }
     Ok(Progress::Ongoing)

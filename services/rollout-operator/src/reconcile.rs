@@ -30,6 +30,7 @@ use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label, template_name};
 use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at};
 use crate::ready_time;
+use core_rollout::evictions;
 
 /// How often every group is reconciled even without a change.
 pub const RESYNC: Duration = Duration::from_secs(30);
@@ -609,6 +610,26 @@ async fn execute(
             .iter()
             .find(|p| p.metadata.name.as_deref() == Some(name))
             .and_then(|p| p.metadata.uid.clone());
+        if let Some(override_max) = plan.budget_overrides.get(key) {
+            // The plan judged the budget on cached state; the claim judges it again against
+            // every eviction recorded meanwhile (drains, other replicas) and records this one.
+            match evictions::claim(
+                &ctx.client,
+                namespace,
+                name,
+                observed.clone(),
+                Some(*override_max),
+                &[],
+            )
+            .await
+            {
+                Ok(()) => {}
+                Err(refusal) => {
+                    tracing::info!(pod = %key, ?refusal, "deletion deferred: the zone-aware budget is in use");
+                    continue;
+                }
+            }
+        }
         recent.remember(key.clone(), uid);
         match pod_api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}

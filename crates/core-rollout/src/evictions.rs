@@ -1,0 +1,316 @@
+//! Evictions serialized through the API. Two drains in different zones, or a drain racing
+//! the rollout's own deletion, must never both pass a zone-aware budget that allows one. The
+//! anchor serialises with an in-process lock and a 2-minute in-memory cache, which only holds
+//! within one process; here every allowed eviction (webhook or rollout deletion, any replica,
+//! any process) is recorded on the budget's *holder* — the first StatefulSet (by name) the
+//! ZoneAwarePodDisruptionBudget selects — with a resourceVersion precondition. The decision
+//! is made against the record as read; a concurrent writer makes the write fail with 409 and
+//! the loser decides again with the winner's eviction counted. Needs only `patch` on
+//! statefulsets, which the anchor's Role grants.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::ApiResource;
+use kube::{Api, Client};
+use serde_json::{Value, json};
+
+use crate::observed::{Observed, name};
+use crate::zpdb::{self, Denial, Zpdb};
+
+/// Annotation on the holder StatefulSet: `{"<zpdb>": {"<pod>": "<RFC 3339>"}}`.
+pub const RECORD: &str = "strata.dev/recent-evictions";
+
+/// How long an allowed eviction counts against the budget when the pod has not been
+/// replaced yet (the anchor's cache expiry).
+pub const TTL: Duration = Duration::from_secs(120);
+
+/// Attempts before giving up on a contended record.
+const ATTEMPTS: usize = 8;
+
+/// The StatefulSet holding `zpdb`'s record: the first by name it selects.
+pub fn holder<'a>(zpdb: &Zpdb, stateful_sets: &'a [StatefulSet]) -> Option<&'a StatefulSet> {
+    stateful_sets
+        .iter()
+        .filter(|s| zpdb::matches(&zpdb.match_labels, &s.metadata.labels))
+        .min_by(|a, b| name(a).cmp(name(b)))
+}
+
+/// The unexpired evictions recorded for `zpdb` on `holder`.
+pub fn recorded(holder: &StatefulSet, zpdb: &str, now: Timestamp) -> BTreeMap<String, Timestamp> {
+    let Some(text) = holder
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RECORD))
+    else {
+        return BTreeMap::new();
+    };
+    let Ok(Value::Object(all)) = serde_json::from_str::<Value>(text) else {
+        return BTreeMap::new();
+    };
+    let ttl = jiff::SignedDuration::try_from(TTL).unwrap_or(jiff::SignedDuration::ZERO);
+    all.get(zpdb)
+        .and_then(Value::as_object)
+        .map(|pods| {
+            pods.iter()
+                .filter_map(|(pod, at)| {
+                    Some((pod.clone(), at.as_str()?.parse::<Timestamp>().ok()?))
+                })
+                .filter(|(_, at)| now.duration_since(*at) < ttl)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Pods recorded as evicted that still stand for the evicted pod: a pod created after its
+/// record is the replacement and is judged by its own readiness.
+pub fn still_evicted(record: &BTreeMap<String, Timestamp>, pods: &[Pod]) -> Vec<String> {
+    record
+        .iter()
+        .filter(|(pod, at)| {
+            pods.iter()
+                .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
+                .is_none_or(|p| {
+                    p.metadata
+                        .creation_timestamp
+                        .as_ref()
+                        .is_none_or(|created| created.0 <= **at)
+                })
+        })
+        .map(|(pod, _)| pod.clone())
+        .collect()
+}
+
+/// The merge patch recording `pod` for `zpdb` on `holder`: guarded by the holder's
+/// resourceVersion, expired entries dropped.
+pub fn record_patch(holder: &StatefulSet, zpdb: &str, pod: &str, now: Timestamp) -> Value {
+    let mut all = holder
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RECORD))
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default();
+    let mut entries: serde_json::Map<String, Value> = recorded(holder, zpdb, now)
+        .into_iter()
+        .map(|(p, at)| (p, json!(at.to_string())))
+        .collect();
+    entries.insert(pod.to_string(), json!(now.to_string()));
+    all.insert(zpdb.to_string(), Value::Object(entries));
+    json!({"metadata": {
+        "resourceVersion": holder.metadata.resource_version,
+        "annotations": {RECORD: Value::Object(all).to_string()},
+    }})
+}
+
+/// Why a claim was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The budget says no (code and message for the eviction response).
+    Denied(Denial),
+    /// The record could not be read or written.
+    Unavailable(String),
+}
+
+/// Decides `pod`'s eviction against the budget *and* every eviction recorded by anyone, and
+/// records it when allowed. `observed` is the namespace as just listed (reused for the first
+/// attempt); `own_recent` are pods this caller deleted itself and may not see recorded yet.
+/// Pods no budget covers are allowed without a record.
+pub async fn claim(
+    client: &Client,
+    namespace: &str,
+    pod_name: &str,
+    mut observed: Observed,
+    override_max: Option<i64>,
+    own_recent: &[String],
+) -> Result<(), Refusal> {
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    for attempt in 0..ATTEMPTS {
+        if attempt > 0 {
+            observed = list(client, namespace)
+                .await
+                .map_err(Refusal::Unavailable)?;
+        }
+        let zpdbs: Vec<Zpdb> = observed
+            .zpdbs
+            .iter()
+            .filter_map(|z| zpdb::parse(z).ok())
+            .collect();
+        let Some(pod) = observed
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(pod_name))
+            .cloned()
+        else {
+            return Ok(()); // gone already: nothing left to disrupt
+        };
+        if zpdb::not_running(&pod) {
+            return Ok(());
+        }
+        let covering = zpdb::covering(&pod, &zpdbs);
+        let [budget] = covering.as_slice() else {
+            // None: out of scope. Several: `decide` reports it.
+            return zpdb::decide(&pod, &observed, &zpdbs, override_max, Timestamp::now())
+                .map_err(Refusal::Denied);
+        };
+        let budget = (*budget).clone();
+        let Some(holder) = holder(&budget, &observed.stateful_sets).cloned() else {
+            return zpdb::decide(&pod, &observed, &zpdbs, override_max, Timestamp::now())
+                .map_err(Refusal::Denied);
+        };
+        let now = Timestamp::now();
+        let mut evicted = still_evicted(&recorded(&holder, &budget.name, now), &observed.pods);
+        evicted.extend(own_recent.iter().cloned());
+        evicted.retain(|p| p != pod_name);
+        observed.recently_evicted = evicted;
+        zpdb::decide(&pod, &observed, &zpdbs, override_max, now).map_err(Refusal::Denied)?;
+        let patch = record_patch(&holder, &budget.name, pod_name, now);
+        match sts_api
+            .patch(
+                name(&holder),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => {
+                return Err(Refusal::Unavailable(format!(
+                    "recording the eviction on StatefulSet {}: {e}",
+                    name(&holder)
+                )));
+            }
+        }
+    }
+    Err(Refusal::Unavailable(format!(
+        "the eviction record stayed contended for {ATTEMPTS} attempts"
+    )))
+}
+
+/// Pods, StatefulSets and ZPDBs of `namespace`, read fresh.
+pub async fn list(client: &Client, namespace: &str) -> Result<Observed, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let ar = ApiResource::erase::<crate::crd::ZoneAwarePodDisruptionBudget>(&());
+    let zpdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    let lp = ListParams::default();
+    let (pods, sts, zpdbs) = tokio::join!(pods.list(&lp), sts.list(&lp), zpdbs.list(&lp));
+    let mut observed = Observed {
+        pods: pods.map_err(|e| format!("listing pods: {e}"))?.items,
+        stateful_sets: sts.map_err(|e| format!("listing statefulsets: {e}"))?.items,
+        ..Observed::default()
+    };
+    // A namespace without the ZPDB CRD simply has no budgets.
+    if let Ok(list) = zpdbs {
+        observed.zpdbs = list
+            .items
+            .into_iter()
+            .filter_map(|z| {
+                let mut v = serde_json::to_value(&z).ok()?;
+                v["apiVersion"] = json!(ar.api_version);
+                v["kind"] = json!(ar.kind);
+                Some(v)
+            })
+            .collect();
+    }
+    Ok(observed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sts(name: &str, record: Option<Value>) -> StatefulSet {
+        let mut annotations = serde_json::Map::new();
+        if let Some(r) = record {
+            annotations.insert(RECORD.into(), json!(r.to_string()));
+        }
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "mimir",
+            "resourceVersion": "42", "labels": {"rollout-group": "ingester"}, "annotations": annotations}}))
+        .unwrap_or_default()
+    }
+
+    fn budget() -> Zpdb {
+        zpdb::parse(&json!({"kind": "ZoneAwarePodDisruptionBudget", "metadata": {"name": "ingester"},
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "ingester"}}}}))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn at(t: &str) -> Timestamp {
+        t.parse().unwrap_or_default()
+    }
+
+    #[test]
+    fn the_holder_is_the_first_selected_statefulset() {
+        let set = [
+            sts("ingester-zone-b", None),
+            sts("ingester-zone-a", None),
+            {
+                let mut other = sts("aaa-other", None);
+                other.metadata.labels = None;
+                other
+            },
+        ];
+        assert_eq!(holder(&budget(), &set).map(name), Some("ingester-zone-a"));
+    }
+
+    #[test]
+    fn records_expire_and_replacements_count_as_new_pods() {
+        let now = at("2026-11-23T10:02:00Z");
+        let holder = sts(
+            "ingester-zone-a",
+            Some(json!({"ingester": {
+                "ingester-zone-a-0": "2026-11-23T10:01:00Z",
+                "ingester-zone-b-0": "2026-11-23T09:59:00Z",
+                "ingester-zone-c-0": "2026-11-23T10:01:30Z"
+            }, "other": {"x-0": "2026-11-23T10:01:00Z"}})),
+        );
+        let record = recorded(&holder, "ingester", now);
+        assert_eq!(
+            record.keys().collect::<Vec<_>>(),
+            vec!["ingester-zone-a-0", "ingester-zone-c-0"],
+            "b-0 is older than the TTL; other budgets are separate"
+        );
+        let pod = |n: &str, created: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": n, "creationTimestamp": created}}))
+                .unwrap_or_default()
+        };
+        let pods = [
+            pod("ingester-zone-a-0", "2026-11-23T10:01:40Z"), // recreated after its eviction
+            pod("ingester-zone-c-0", "2026-11-20T00:00:00Z"), // still the evicted pod
+        ];
+        assert_eq!(still_evicted(&record, &pods), vec!["ingester-zone-c-0"]);
+    }
+
+    #[test]
+    fn the_patch_is_guarded_and_keeps_other_entries() {
+        let now = at("2026-11-23T10:02:00Z");
+        let holder = sts(
+            "ingester-zone-a",
+            Some(
+                json!({"ingester": {"old-0": "2026-11-23T09:00:00Z", "a-1": "2026-11-23T10:01:00Z"},
+                "other": {"x-0": "2026-11-23T10:01:00Z"}}),
+            ),
+        );
+        let patch = record_patch(&holder, "ingester", "b-0", now);
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let written: Value = serde_json::from_str(
+            patch["metadata"]["annotations"][RECORD]
+                .as_str()
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            written,
+            json!({"ingester": {"a-1": "2026-11-23T10:01:00Z", "b-0": "2026-11-23T10:02:00Z"},
+                "other": {"x-0": "2026-11-23T10:01:00Z"}})
+        );
+    }
+}
