@@ -293,6 +293,9 @@ impl Plane {
                 "--authorization-mode=RBAC".into(),
                 "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--allow-privileged=true".into(),
+                // Webhooks referenced by Service are reached through its endpoints (there is no
+                // kube-proxy here), as the drop-in test's anchor-style install needs.
+                "--enable-aggregator-routing=true".into(),
                 "--profiling=false".into(),
                 "--v=1".into(),
             ],

@@ -76,10 +76,13 @@ pub fn still_evicted(record: &BTreeMap<String, Timestamp>, pods: &[Pod]) -> Vec<
             pods.iter()
                 .find(|p| p.metadata.name.as_deref() == Some(pod.as_str()))
                 .is_none_or(|p| {
+                    // Creation times have whole seconds: a pod created in the second of the
+                    // record or later is the replacement. (Should that be the evicted pod
+                    // itself, it carries a deletionTimestamp and counts as not ready anyway.)
                     p.metadata
                         .creation_timestamp
                         .as_ref()
-                        .is_none_or(|created| created.0 <= **at)
+                        .is_none_or(|created| created.0.as_second() < at.as_second())
                 })
         })
         .map(|(pod, _)| pod.clone())
@@ -267,7 +270,7 @@ mod tests {
         let holder = sts(
             "ingester-zone-a",
             Some(json!({"ingester": {
-                "ingester-zone-a-0": "2026-11-23T10:01:00Z",
+                "ingester-zone-a-0": "2026-11-23T10:01:00.600Z",
                 "ingester-zone-b-0": "2026-11-23T09:59:00Z",
                 "ingester-zone-c-0": "2026-11-23T10:01:30Z"
             }, "other": {"x-0": "2026-11-23T10:01:00Z"}})),
@@ -283,8 +286,8 @@ mod tests {
                 .unwrap_or_default()
         };
         let pods = [
-            pod("ingester-zone-a-0", "2026-11-23T10:01:40Z"), // recreated after its eviction
-            pod("ingester-zone-c-0", "2026-11-20T00:00:00Z"), // still the evicted pod
+            pod("ingester-zone-a-0", "2026-11-23T10:01:00Z"), // recreated in the same second
+            pod("ingester-zone-c-0", "2026-11-23T10:01:29Z"), // still the evicted pod
         ];
         assert_eq!(still_evicted(&record, &pods), vec!["ingester-zone-c-0"]);
     }
