@@ -27,7 +27,12 @@ pub const FAKE_READY_LABEL: &str = "strata.dev/fake-ready";
 
 /// Directory of the plane's build script, stage files and versions.
 pub fn plane_source_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("plane")
+    Path::new(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .as_deref()
+            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
+    )
+    .join("plane")
 }
 
 /// Where the component binaries live.

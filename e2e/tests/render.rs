@@ -19,7 +19,12 @@ use strata_e2e::services::{bin_dir, delete_layers_then_stop, start_layer_service
 use strata_e2e::support::{TestNamespace, cluster, eventually, upstream_crds};
 
 fn samples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/render")
+    Path::new(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .as_deref()
+            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
+    )
+    .join("samples/render")
 }
 
 fn kubectl(args: &[&str]) -> Result<String> {
@@ -39,7 +44,12 @@ fn helm() -> PathBuf {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let versions = std::fs::read_to_string(
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("plane/versions.env"),
+                Path::new(
+                    std::env::var("CARGO_MANIFEST_DIR")
+                        .as_deref()
+                        .unwrap_or(env!("CARGO_MANIFEST_DIR")),
+                )
+                .join("plane/versions.env"),
             )
             .unwrap_or_default();
             let version = versions

@@ -17,7 +17,12 @@ use render::pipeline::{self, Options};
 use render::profile::Profile;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+    Path::new(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .as_deref()
+            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
+    )
+    .join("tests/fixtures")
 }
 
 fn helm() -> Option<PathBuf> {

@@ -19,9 +19,13 @@ const SERVICES: [&str; 4] = [
 ];
 
 fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .as_deref()
+            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
+    )
+    .join("../..")
+    .join(path)
 }
 
 /// Metric names as queried: counters with `_total`, histograms by their family name.

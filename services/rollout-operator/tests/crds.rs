@@ -4,7 +4,12 @@
 
 #[test]
 fn committed_crds_are_up_to_date() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../manifests/crds");
+    let dir = std::path::Path::new(
+        std::env::var("CARGO_MANIFEST_DIR")
+            .as_deref()
+            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
+    )
+    .join("../../manifests/crds");
     let stale = core_k8s::crds::check_or_update(
         &dir,
         "services/rollout-operator/src/crd.rs",
