@@ -156,14 +156,15 @@ pub async fn claim(
         if zpdb::not_running(&pod) {
             return Ok(());
         }
-        let covering = zpdb::covering(&pod, &zpdbs);
-        let [budget] = covering.as_slice() else {
-            // None: out of scope. Several: `decide` reports it.
-            return zpdb::decide(&pod, &observed, &zpdbs, override_max, Timestamp::now())
-                .map_err(Refusal::Denied);
+        // One budget with a holder is recorded; otherwise (out of scope, several budgets —
+        // which `decide` reports — or no StatefulSet selected) there is nothing to record.
+        let recordable = match zpdb::covering(&pod, &zpdbs).as_slice() {
+            [budget] => {
+                holder(budget, &observed.stateful_sets).map(|h| ((*budget).clone(), h.clone()))
+            }
+            _ => None,
         };
-        let budget = (*budget).clone();
-        let Some(holder) = holder(&budget, &observed.stateful_sets).cloned() else {
+        let Some((budget, holder)) = recordable else {
             return zpdb::decide(&pod, &observed, &zpdbs, override_max, Timestamp::now())
                 .map_err(Refusal::Denied);
         };
@@ -215,12 +216,7 @@ pub async fn list(client: &Client, namespace: &str) -> Result<Observed, String> 
         observed.zpdbs = list
             .items
             .into_iter()
-            .filter_map(|z| {
-                let mut v = serde_json::to_value(&z).ok()?;
-                v["apiVersion"] = json!(ar.api_version);
-                v["kind"] = json!(ar.kind);
-                Some(v)
-            })
+            .filter_map(|z| core_k8s::apply::typed_value(&z, &ar))
             .collect();
     }
     Ok(observed)

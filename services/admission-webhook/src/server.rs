@@ -159,23 +159,12 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             }
         }
         Webhook::PodEviction => {
-            let pods: Api<Pod> = Api::namespaced(app.client.clone(), &namespace);
-            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
-            if let Ok(list) = pods.list(&ListParams::default()).await {
-                state.pods = list.items;
-            }
-            if let Ok(list) = sts.list(&ListParams::default()).await {
-                state.stateful_sets = list.items;
-            }
-            let ar = ApiResource::erase::<core_rollout::crd::ZoneAwarePodDisruptionBudget>(&());
-            let zpdbs: Api<DynamicObject> =
-                Api::namespaced_with(app.client.clone(), &namespace, &ar);
-            if let Ok(list) = zpdbs.list(&ListParams::default()).await {
-                state.zpdbs = list
-                    .items
-                    .into_iter()
-                    .filter_map(|z| typed_value(&z, &ar))
-                    .collect();
+            // The same fresh read the eviction claim decides on (pods, StatefulSets, ZPDBs).
+            match evictions::list(&app.client, &namespace).await {
+                Ok(observed) => state = observed,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading the namespace for an eviction failed")
+                }
             }
         }
         Webhook::ZpdbValidation => {}

@@ -267,11 +267,9 @@ fn convert(name: &str, kind: Kind, value: &str) -> Result<String, FlagError> {
             let port: u16 = value.parse().map_err(|_| invalid("not a port number"))?;
             format!(":{port}")
         }
-        Kind::Bool => match value {
-            "1" | "t" | "T" | "true" | "TRUE" | "True" => "true".into(),
-            "0" | "f" | "F" | "false" | "FALSE" | "False" => "false".into(),
-            _ => return Err(invalid("not a boolean")),
-        },
+        Kind::Bool => go_parse_bool(value)
+            .ok_or_else(|| invalid("not a boolean"))?
+            .to_string(),
         Kind::PrometheusDuration => {
             let d = crate::plan::parse_prometheus_duration(value)
                 .filter(|d| *d > SignedDuration::ZERO)
@@ -283,6 +281,15 @@ fn convert(name: &str, kind: Kind, value: &str) -> Result<String, FlagError> {
             _ => return Err(invalid("expected debug, info, warn or error")),
         },
     })
+}
+
+/// Go's `strconv.ParseBool`, which the anchor reads boolean flags and annotations with.
+pub fn go_parse_bool(value: &str) -> Option<bool> {
+    match value {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// The anchor's level applies to the operator's own logs; libraries stay at warnings, as the

@@ -45,15 +45,23 @@ pub fn change(pod: &Pod, in_scope: bool, now: Timestamp) -> Option<Change> {
     }
 }
 
-/// Whether a valid ZPDB in the pod's namespace selects it.
-pub fn in_scope(pod: &Pod, zpdbs: &Store<kube::api::DynamicObject>) -> bool {
+/// The valid ZPDBs of the store with their namespaces, parsed once per use.
+pub fn budgets(zpdbs: &Store<kube::api::DynamicObject>) -> Vec<(Option<String>, zpdb::Zpdb)> {
+    zpdbs
+        .state()
+        .iter()
+        .filter_map(|z| {
+            let parsed = zpdb::parse(&serde_json::to_value(z.as_ref()).ok()?).ok()?;
+            Some((z.namespace(), parsed))
+        })
+        .collect()
+}
+
+/// Whether one of `budgets` in the pod's namespace selects it.
+pub fn in_scope(pod: &Pod, budgets: &[(Option<String>, zpdb::Zpdb)]) -> bool {
     let namespace = pod.namespace();
-    zpdbs.state().iter().any(|z| {
-        z.namespace() == namespace
-            && serde_json::to_value(z.as_ref())
-                .ok()
-                .and_then(|v| zpdb::parse(&v).ok())
-                .is_some_and(|parsed| zpdb::matches(&parsed.match_labels, &pod.metadata.labels))
+    budgets.iter().any(|(ns, budget)| {
+        *ns == namespace && zpdb::matches(&budget.match_labels, &pod.metadata.labels)
     })
 }
 

@@ -25,6 +25,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::flags::go_parse_bool;
 use crate::keys;
 use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label, template_name};
@@ -188,12 +189,11 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     ));
     let track_ready_time = {
         let ctx = ctx.clone();
-        let stores = stores.clone();
-        move |pod: &Pod| {
+        move |pod: &Pod, budgets: &[(Option<String>, crate::zpdb::Zpdb)]| {
             if !ctx.leadership.is_leader() {
                 return;
             }
-            let scoped = ready_time::in_scope(pod, &stores.zpdbs);
+            let scoped = ready_time::in_scope(pod, budgets);
             if let Some(change) = ready_time::change(pod, scoped, jiff::Timestamp::now()) {
                 let _ = ready_tx.try_send((
                     pod.namespace().unwrap_or_default(),
@@ -215,7 +215,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
                     _ = stop.cancelled() => return,
                     next = stream.next() => match next {
                         Some(Ok(pod)) => {
-                            track_ready_time(&pod);
+                            track_ready_time(&pod, &ready_time::budgets(&stores.zpdbs));
                             if let Some(g) = group_of_pod(&stores, &pod) { let _ = tx.send(g); }
                         }
                         Some(Err(e)) => tracing::debug!(error = %e, "pod watch error"),
@@ -254,8 +254,9 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
             _ = resync.tick() => {
                 dirty.extend(all_groups(&stores));
                 // Catches pods a new ZPDB selects, and a new leader's backlog.
+                let budgets = ready_time::budgets(&stores.zpdbs);
                 for pod in stores.pods.state() {
-                    track_ready_time(&pod);
+                    track_ready_time(&pod, &budgets);
                 }
             }
             changed = leadership.changed() => {
@@ -715,15 +716,6 @@ async fn write_back(ctx: &Arc<Context>, namespace: &str, sts: &StatefulSet, repl
         .await
     {
         tracing::warn!(reference = %format!("{kind}/{name}"), error = %e, "writing replicas back failed");
-    }
-}
-
-/// Go's `strconv.ParseBool`, which the anchor reads boolean annotations with.
-fn go_parse_bool(value: &str) -> Option<bool> {
-    match value {
-        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
-        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
-        _ => None,
     }
 }
 
