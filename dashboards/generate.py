@@ -81,7 +81,7 @@ def quantiles(histogram, by=""):
             for q in (0.5, 0.9, 0.99)]
 
 
-def controller_rows(board, service):
+def controller_rows(board, service, requests=True):
     """The shared controller metrics of one service (core-k8s)."""
     p = prefix(service)
     board.row(f"{service}: controller")
@@ -95,13 +95,61 @@ def controller_rows(board, service):
     board.panel("Leader", "1 for the replica holding the Lease; exactly one should.", [
         (f"max by (pod) ({p}_leader{{{SEL}}})", "{{pod}}"),
     ], kind="stat", width=24)
+    if requests:
+        http_rows(board, service)
+
+
+def http_rows(board, service):
+    """Requests served, Kubernetes API requests made and calls to pods (core-k8s)."""
+    p = prefix(service)
+    board.row(f"{service}: requests")
+    req = f"{p}_request_duration_seconds"
+    board.panel("Requests served by status", "HTTP requests per second to the admin and webhook "
+                "servers, by status class.", [
+        (f'sum by (status) (label_replace(rate({req}_count{{{SEL}}}[$__rate_interval]), '
+         f'"status", "${{1}}xx", "status_code", "([0-9]).."))', "{{status}}"),
+    ], unit="reqps")
+    board.panel("Request latency by route (p99)", "99th percentile of serving time by route.",
+                quantiles(req, by="route"), unit="s")
+    board.panel("Message sizes", "Average request and response body size by route.", [
+        (f"sum by (route) (rate({p}_request_message_bytes_sum{{{SEL}}}[$__rate_interval])) / "
+         f"sum by (route) (rate({p}_request_message_bytes_count{{{SEL}}}[$__rate_interval]))",
+         "request: {{route}}"),
+        (f"sum by (route) (rate({p}_response_message_bytes_sum{{{SEL}}}[$__rate_interval])) / "
+         f"sum by (route) (rate({p}_response_message_bytes_count{{{SEL}}}[$__rate_interval]))",
+         "response: {{route}}"),
+    ], unit="bytes")
+    board.panel("Requests in flight", "Requests being served, by route.", [
+        (f"sum by (route) ({p}_inflight_requests{{{SEL}}})", "{{route}}"),
+    ])
+    api = f"{p}_kubernetes_api_client_request_duration_seconds"
+    board.panel("Kubernetes API requests", "Requests per second to the API server by method and "
+                "resource, and requests given up waiting for a client-side token.", [
+        (f"sum by (method, path) (rate({api}_count{{{SEL}}}[$__rate_interval]))", "{{method}} {{path}}"),
+        (f"sum by (api_group) (rate({p}_kubernetes_api_client_rate_limited_requests_total{{{SEL}}}[$__rate_interval]))",
+         "rate-limited: {{api_group}}"),
+    ], unit="reqps")
+    board.panel("Kubernetes API latency", "Average time to an answer by method and resource.", [
+        (f"sum by (method, path) (rate({api}_sum{{{SEL}}}[$__rate_interval])) / "
+         f"sum by (method, path) (rate({api}_count{{{SEL}}}[$__rate_interval]))", "{{method}} {{path}}"),
+    ], unit="s")
+    pod = f"{p}_pod_http_client_request_duration_seconds"
+    board.panel("Calls to pods", "HTTP calls to pods per second by path and status, and calls "
+                "refused for a wrong cluster validation label.", [
+        (f"sum by (path, status_code) (rate({pod}_count{{{SEL}}}[$__rate_interval]))",
+         "{{path}}: {{status_code}}"),
+        (f"sum(rate({p}_client_invalid_cluster_validation_label_requests_total{{{SEL}}}[$__rate_interval]))",
+         "wrong cluster label"),
+    ], unit="reqps")
+    board.panel("Pod call latency (p99)", "99th percentile of the time pods take to answer, by path.",
+                quantiles(pod, by="path"), unit="s")
 
 
 def overview():
     board = Board("strata-overview", "Strata / Overview",
                   "The shared controller metrics of every Strata service.")
     for service in SERVICES:
-        controller_rows(board, service)
+        controller_rows(board, service, requests=False)
     return board
 
 
@@ -212,8 +260,32 @@ def rollout_operator():
     board.panel("Pods deleted", "Outdated pods deleted per second to roll them to the update revision.", [
         (f"sum(rate(rollout_operator_pods_deleted_total{{{SEL}}}[$__rate_interval]))", "deleted"),
     ], unit="ops")
+    board.row("Zone-aware disruption budgets")
+    board.panel("Budget changes observed", "ZoneAwarePodDisruptionBudget changes by result "
+                "(invalid ones are logged with the validation message).", [
+        (f'sum by (result) (increase(rollout_operator_zpdb_configurations_observed_total{{{SEL},result!~".*ignored"}}[$__rate_interval]))',
+         "{{result}}"),
+    ])
+    zpdb_panels(board, "rollout-operator")
+    board.panel("Webhook failure policies", "Failure policy of each webhook entry labelled for the "
+                "namespace (compatibility mode); Ignore switches a guard off when the server is down.", [
+        (f'max by (type, webhook, policy) (kube_validating_webhook_failure_policy{{{SEL}}} == 1)',
+         "{{webhook}}: {{policy}}"),
+    ], kind="table", width=24)
     controller_rows(board, "rollout-operator")
     return board
+
+
+def zpdb_panels(board, service):
+    p = prefix(service)
+    board.panel("Eviction requests", "Eviction decisions per second by the anchor's reason and "
+                "status (429: the budget is used up).", [
+        (f"sum by (reason, status) (rate({p}_zpdb_eviction_requests_total{{{SEL}}}[$__rate_interval]))",
+         "{{reason}} ({{status}})"),
+    ], unit="reqps")
+    board.panel("Evictions in flight", "Eviction requests being decided.", [
+        (f"sum by (pod) ({p}_zpdb_inflight_eviction_requests{{{SEL}}})", "{{pod}}"),
+    ])
 
 
 def admission_webhook():
@@ -232,6 +304,8 @@ def admission_webhook():
         (f"max by (pod) (admission_webhook_certificate_expiry_timestamp_seconds{{{SEL}}} > 0) - time()",
          "{{pod}}"),
     ], unit="s", kind="stat", width=24)
+    board.row("Zone-aware disruption budgets")
+    zpdb_panels(board, "admission-webhook")
     controller_rows(board, "admission-webhook")
     return board
 
@@ -317,7 +391,35 @@ def alerts():
               "5m", "warning", "Rollout group {{ $labels.rollout_group }} not reconciled for 15 minutes",
               "The last successful reconcile of {{ $labels.rollout_group }} in {{ $labels.namespace }} "
               "was {{ $value | humanizeDuration }} ago."),
+        # The anchor's mixin alerts, on the same metrics.
+        alert("RolloutOperatorIncorrectWebhookConfigurationFailurePolicy",
+              'count by (type, webhook, namespace) (kube_validating_webhook_failure_policy{policy="Ignore", webhook=~"^(pod-eviction|zpdb-validation).+"} > 0)',
+              "5m", "warning", "Webhook {{ $labels.webhook }} fails open",
+              "{{ $labels.webhook }} has failurePolicy Ignore: while its server is unreachable, evictions "
+              "and budget changes are admitted unchecked and two zones can go down at once."),
+        alert("RolloutOperatorBadZoneAwarePodDisruptionBudgetConfiguration",
+              'sum by (job, namespace) (rate(rollout_operator_zpdb_configurations_observed_total{result="invalid"}[5m])) > 0',
+              "5m", "warning", "An invalid ZoneAwarePodDisruptionBudget was observed",
+              "A ZoneAwarePodDisruptionBudget in {{ $labels.namespace }} does not validate; the operator "
+              "ignores it and logs the reason (`invalid zone-aware pod disruption budget`)."),
+        alert("RolloutOperatorHighNumberInflightZpdbRequests",
+              "avg_over_time(rollout_operator_zpdb_inflight_eviction_requests[5m]) > 10"
+              " or avg_over_time(admission_webhook_zpdb_inflight_eviction_requests[5m]) > 10",
+              "5m", "warning", "Many eviction requests wait for a decision",
+              "On average more than 10 eviction requests were being decided at once on {{ $labels.pod }} "
+              "for 5 minutes: a drain is contending for the budget or the API server is slow."),
     ]
+    rate_limited = []
+    for service in SERVICES:
+        p, title = prefix(service), "".join(w.title() for w in service.split("-"))
+        rate_limited.append(
+            alert(f"{title}KubernetesAPIClientRateLimited",
+                  f"sum by (namespace, api_group) (rate({p}_kubernetes_api_client_rate_limited_requests_total[5m])) > 0",
+                  "15m", "warning", f"{service} gives up API requests at its client-side rate limit",
+                  f"{service} in {{{{ $labels.namespace }}}} keeps giving up requests to API group "
+                  f"{{{{ $labels.api_group }}}} while waiting for a token: raise --client-qps/--client-burst "
+                  "(the anchor's -kubernetes.client-qps/-burst)."))
+    controllers += rate_limited
     webhook = [
         alert("AdmissionWebhookCertificateExpiring",
               "max by (namespace, pod) (admission_webhook_certificate_expiry_timestamp_seconds > 0) - time() < 14 * 86400",

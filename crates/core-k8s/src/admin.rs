@@ -15,6 +15,7 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
+use crate::http_metrics::HttpMetrics;
 use crate::metrics::{OPENMETRICS_CONTENT_TYPE, encode};
 use crate::{Error, Result};
 
@@ -132,6 +133,7 @@ async fn metrics(State(state): State<AdminState>) -> impl IntoResponse {
 pub async fn serve(
     address: SocketAddr,
     registry: Arc<Registry>,
+    http_metrics: HttpMetrics,
     readiness: Readiness,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
@@ -145,7 +147,7 @@ pub async fn serve(
         address: address.to_string(),
         reason: e.to_string(),
     })?;
-    let app = router(registry, readiness);
+    let app = crate::http_metrics::instrument(router(registry, readiness), http_metrics);
     let task = tokio::spawn(async move {
         let result = axum::serve(listener, app)
             .with_graceful_shutdown(stop.cancelled_owned())
@@ -181,6 +183,7 @@ mod tests {
     async fn endpoints_answer() {
         let mut registry = Registry::default();
         let metrics = crate::metrics::ControllerMetrics::register("svc", &mut registry);
+        let http_metrics = HttpMetrics::register("svc", &mut registry);
         metrics.leader.set(1);
         let readiness = Readiness::default();
         let handle = readiness.register("cache");
@@ -188,6 +191,7 @@ mod tests {
         let (addr, task) = serve(
             "127.0.0.1:0".parse().unwrap(),
             Arc::new(registry),
+            http_metrics,
             readiness,
             stop.clone(),
         )
@@ -203,6 +207,11 @@ mod tests {
         let (code, body) = http_get(addr, "/metrics").await;
         assert_eq!(code, 200);
         assert!(body.contains("svc_leader 1"), "{body}");
+        // The admin server's own requests are measured too.
+        assert!(
+            body.contains("svc_request_duration_seconds_count{method=\"GET\",route=\"readyz\",status_code=\"503\",ws=\"false\"} 1"),
+            "{body}"
+        );
         assert_eq!(http_get(addr, "/nope").await.0, 404);
 
         stop.cancel();

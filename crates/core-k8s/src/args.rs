@@ -64,6 +64,21 @@ pub struct CommonArgs {
     /// Watch one namespace only; empty or unset watches all namespaces.
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+
+    /// Requests per second to the Kubernetes API, per API group (each group its own token
+    /// bucket); 0 means no client-side limit, leaving it to the API server's priority and
+    /// fairness.
+    #[arg(long, default_value_t = 0.0)]
+    pub client_qps: f64,
+
+    /// Token-bucket size of `--client-qps`: how many requests may go at once.
+    #[arg(long, default_value_t = 10)]
+    pub client_burst: u32,
+
+    /// Send this value as the `X-Cluster` header on every API and pod call, for servers that
+    /// validate which cluster a caller belongs to (Grafana's cluster validation).
+    #[arg(long)]
+    pub cluster_validation_label: Option<String>,
 }
 
 impl CommonArgs {

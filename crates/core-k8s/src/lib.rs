@@ -6,6 +6,7 @@
 //! shutdown — so that a service's own crate holds only its domain logic.
 
 pub mod admin;
+pub mod api_client;
 pub mod apply;
 pub mod args;
 pub mod client;
@@ -13,6 +14,7 @@ pub mod controller;
 pub mod crds;
 pub mod error;
 pub mod events;
+pub mod http_metrics;
 pub mod leader;
 pub mod logfmt;
 pub mod metrics;

@@ -11,6 +11,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::http_metrics::{ClusterValidationLabels, HttpMetrics};
+
 /// Most calls in flight at once (the anchor's cap).
 pub const MAX_IN_FLIGHT: usize = 32;
 
@@ -33,6 +35,9 @@ pub struct PodHttp {
     client: Client<HttpConnector, Empty<Bytes>>,
     timeout: Duration,
     address_override: Option<String>,
+    metrics: Option<HttpMetrics>,
+    /// Sent as `X-Cluster` (`--cluster-validation-label`).
+    cluster: Option<String>,
 }
 
 impl std::fmt::Debug for PodHttp {
@@ -52,7 +57,16 @@ impl PodHttp {
             client: Client::builder(TokioExecutor::new()).build_http(),
             timeout,
             address_override,
+            metrics: None,
+            cluster: None,
         }
+    }
+
+    /// Times every call in `metrics` and sends `cluster` (if any) as the `X-Cluster` header.
+    pub fn instrumented(mut self, metrics: HttpMetrics, cluster: Option<String>) -> Self {
+        self.metrics = Some(metrics);
+        self.cluster = cluster.filter(|c| !c.is_empty());
+        self
     }
 
     /// The URL actually called for `url` (the override applied).
@@ -81,9 +95,14 @@ impl PodHttp {
         {
             request = request.header(http::header::HOST, authority);
         }
+        if let Some(cluster) = &self.cluster {
+            request = request.header(crate::api_client::CLUSTER_HEADER, cluster);
+        }
         let request = request
             .body(Empty::<Bytes>::new())
             .map_err(|e| format!("{method} {url}: {e}"))?;
+        let path = request.uri().path().to_string();
+        let started = std::time::Instant::now();
         let exchange = async {
             let response = self
                 .client
@@ -99,10 +118,42 @@ impl PodHttp {
                 .to_bytes();
             Ok::<_, String>(PodResponse { status, body })
         };
-        tokio::time::timeout(self.timeout, exchange)
+        let result = tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|_| format!("{method} {url}: timed out"))?
-            .map_err(|e| format!("{method} {url}: {e}"))
+            .map_err(|_| format!("{method} {url}: timed out"))
+            .and_then(|r| r.map_err(|e| format!("{method} {url}: {e}")));
+        if let Some(metrics) = &self.metrics {
+            let status = result.as_ref().ok().map(|r| r.status);
+            metrics.observe_pod_call(&path, method, status, started.elapsed().as_secs_f64());
+        }
+        let response = result?;
+        // A cluster-validating server refuses callers from another cluster with 511.
+        if response.status == 511
+            && let Some(cluster) = &self.cluster
+            && let Some(message) = serde_json::from_slice::<serde_json::Value>(&response.body)
+                .ok()
+                .and_then(|v| {
+                    v.get("cluster_validation_error_message")
+                        .and_then(|m| m.as_str())
+                        .map(str::to_string)
+                })
+        {
+            if let Some(metrics) = &self.metrics {
+                metrics
+                    .invalid_cluster_label
+                    .get_or_create(&ClusterValidationLabels {
+                        method: method.to_string(),
+                        protocol: "http".into(),
+                        request_cluster: cluster.clone(),
+                    })
+                    .inc();
+            }
+            tracing::warn!(%url, %cluster, %message, "pod refused the request: cluster validation label mismatch");
+            return Err(format!(
+                "{method} {url}: request rejected by the server: {message}"
+            ));
+        }
+        Ok(response)
     }
 
     /// Calls every URL (at most [`MAX_IN_FLIGHT`] at once); results in the order of `urls`.
@@ -238,5 +289,40 @@ mod tests {
                 .unwrap_err()
                 .starts_with("POST http://127.0.0.1:1/refused")
         );
+    }
+
+    #[tokio::test]
+    async fn calls_carry_the_cluster_label_and_a_refusal_for_it_is_an_error() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Stands in for a Mimir pod with cluster validation: only cluster "mimir" is served.
+        let app = axum::Router::new().fallback(|headers: axum::http::HeaderMap| async move {
+            match headers.get("x-cluster").and_then(|v| v.to_str().ok()) {
+                Some("mimir") => (axum::http::StatusCode::OK, "{}".to_string()),
+                other => (
+                    axum::http::StatusCode::from_u16(511).unwrap(),
+                    format!("{{\"cluster_validation_error_message\": \"rejected request with wrong cluster validation label {}\"}}", other.unwrap_or("none")),
+                ),
+            }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = HttpMetrics::register("svc", &mut registry);
+        let right = PodHttp::new(Duration::from_secs(2), None)
+            .instrumented(metrics.clone(), Some("mimir".into()));
+        let url = format!("http://{addr}/ingester/prepare-shutdown");
+        assert_eq!(right.call("POST", &url).await.unwrap().status, 200);
+        let wrong =
+            PodHttp::new(Duration::from_secs(2), None).instrumented(metrics, Some("loki".into()));
+        let err = wrong.call("POST", &url).await.unwrap_err();
+        assert!(err.contains("request rejected by the server: rejected request with wrong cluster validation label loki"), "{err}");
+        let text = crate::metrics::encode(&registry).unwrap();
+        for line in [
+            "svc_pod_http_client_request_duration_seconds_count{path=\"/ingester/prepare-shutdown\",method=\"POST\",status_code=\"200\"} 1",
+            "svc_pod_http_client_request_duration_seconds_count{path=\"/ingester/prepare-shutdown\",method=\"POST\",status_code=\"511\"} 1",
+            "svc_client_invalid_cluster_validation_label_requests_total{method=\"POST\",protocol=\"http\",request_cluster=\"loki\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
     }
 }

@@ -10,8 +10,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::admin::{self, Readiness};
+use crate::api_client::ApiClientMetrics;
+use crate::api_client::{Instrumentation, InstrumentationLayer, RateLimiter};
 use crate::apply::Applier;
 use crate::events::EventPublisher;
+use crate::http_metrics::HttpMetrics;
 use crate::leader::{self, Leadership, LeaseConfig};
 use crate::metrics::ControllerMetrics;
 use crate::shutdown::{self, Sequence, Stage};
@@ -31,6 +34,17 @@ pub struct Context {
     pub shutdown: CancellationToken,
     pub applier: Applier,
     pub events: EventPublisher,
+    /// The HTTP server and pod-call metrics, shared by every server of the process.
+    pub http_metrics: HttpMetrics,
+    /// What [`Context::dedicated_client`] builds from.
+    client_parts: ClientParts,
+}
+
+/// A client's configuration and the instrumentation of its requests.
+#[derive(Clone)]
+struct ClientParts {
+    config: kube::Config,
+    metrics: ApiClientMetrics,
 }
 
 impl std::fmt::Debug for Context {
@@ -80,7 +94,19 @@ impl Runtime {
         args: CommonArgs,
         registry: &mut Registry,
     ) -> Result<StartParts> {
-        let client = crate::client::client(&args).await?;
+        if args.client_qps > 0.0 && args.client_burst < 1 {
+            return Err(Error::InvalidFlag {
+                flag: "--client-burst",
+                reason: "must be at least 1 when --client-qps is greater than 0, since each request consumes one token".into(),
+            });
+        }
+        let prefix = crate::metrics::metric_prefix(service);
+        let client_parts = ClientParts {
+            config: crate::client::config(&args).await?,
+            metrics: ApiClientMetrics::register(&prefix, registry),
+        };
+        let client = client_parts.build(&args)?;
+        let http_metrics = HttpMetrics::register(&prefix, registry);
         let metrics = ControllerMetrics::register(service, registry);
         let registry = Arc::new(std::mem::take(registry));
         let readiness = Readiness::default();
@@ -91,6 +117,7 @@ impl Runtime {
         let (admin_address, admin_task) = admin::serve(
             args.admin_address,
             registry,
+            http_metrics.clone(),
             readiness.clone(),
             admin_stop.clone(),
         )
@@ -130,6 +157,8 @@ impl Runtime {
             leadership,
             readiness,
             shutdown,
+            http_metrics,
+            client_parts,
         };
         Ok(StartParts {
             ctx: Arc::new(ctx),
@@ -222,7 +251,55 @@ struct StartParts {
     lease_stop: CancellationToken,
 }
 
+impl ClientParts {
+    /// A client whose requests are rate-limited by their own token buckets, labelled and
+    /// timed (see [`crate::api_client`]).
+    fn build(&self, args: &CommonArgs) -> Result<Client> {
+        let cluster = match args.cluster_validation_label.as_deref() {
+            None | Some("") => None,
+            Some(label) => {
+                Some(
+                    http::HeaderValue::from_str(label).map_err(|_| Error::InvalidFlag {
+                        flag: "--cluster-validation-label",
+                        reason: format!("{label:?} is not a valid HTTP header value"),
+                    })?,
+                )
+            }
+        };
+        let layer = InstrumentationLayer(Arc::new(Instrumentation {
+            metrics: self.metrics.clone(),
+            limiter: RateLimiter::new(args.client_qps, args.client_burst),
+            cluster,
+        }));
+        let builder = kube::client::ClientBuilder::try_from(self.config.clone())
+            .map_err(|e| Error::Kubeconfig(format!("building client: {e}")))?;
+        Ok(builder
+            .with_layer(&tower::buffer::BufferLayer::new(1024))
+            .with_layer(&layer)
+            .build())
+    }
+}
+
 impl Context {
+    /// A client with its own rate-limit buckets (same flags, same metrics): work that must
+    /// not queue behind the controllers' requests, such as admission decisions, uses one.
+    pub fn dedicated_client(&self) -> Result<Client> {
+        self.client_parts.build(&self.args)
+    }
+
+    /// The HTTP client for pod endpoints, timed in this process's metrics and carrying
+    /// `--cluster-validation-label`.
+    pub fn pod_http(
+        &self,
+        timeout: std::time::Duration,
+        address_override: Option<String>,
+    ) -> crate::pod_http::PodHttp {
+        crate::pod_http::PodHttp::new(timeout, address_override).instrumented(
+            self.http_metrics.clone(),
+            self.args.cluster_validation_label.clone(),
+        )
+    }
+
     /// An Api for a namespaced kind, limited to `--watch-namespace` when one is set.
     pub fn watched_api<K>(&self) -> kube::Api<K>
     where

@@ -20,7 +20,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::observed::{Observed, name};
-use crate::zpdb::{self, Denial, Zpdb};
+use crate::zpdb::{self, Allowed, Denial, Zpdb};
 
 /// Annotation on the holder StatefulSet: `{"<zpdb>": {"<pod>": "<RFC 3339>"}}`.
 pub const RECORD: &str = "strata.dev/recent-evictions";
@@ -132,7 +132,7 @@ pub async fn claim(
     mut observed: Observed,
     override_max: Option<i64>,
     own_recent: &[String],
-) -> Result<(), Refusal> {
+) -> Result<Allowed, Refusal> {
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
@@ -151,10 +151,10 @@ pub async fn claim(
             .find(|p| p.metadata.name.as_deref() == Some(pod_name))
             .cloned()
         else {
-            return Ok(()); // gone already: nothing left to disrupt
+            return Ok(Allowed::NotRunning); // gone already: nothing left to disrupt
         };
         if zpdb::not_running(&pod) {
-            return Ok(());
+            return Ok(Allowed::NotRunning);
         }
         // One budget with a holder is recorded; otherwise (out of scope, several budgets —
         // which `decide` reports — or no StatefulSet selected) there is nothing to record.
@@ -173,7 +173,8 @@ pub async fn claim(
         evicted.extend(own_recent.iter().cloned());
         evicted.retain(|p| p != pod_name);
         observed.recently_evicted = evicted;
-        zpdb::decide(&pod, &observed, &zpdbs, override_max, now).map_err(Refusal::Denied)?;
+        let allowed =
+            zpdb::decide(&pod, &observed, &zpdbs, override_max, now).map_err(Refusal::Denied)?;
         let patch = record_patch(&holder, &budget.name, pod_name, now);
         match sts_api
             .patch(
@@ -183,7 +184,7 @@ pub async fn claim(
             )
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(allowed),
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
             Err(e) => {
                 return Err(Refusal::Unavailable(format!(

@@ -165,17 +165,76 @@ pub fn budget_message(not_ready: i64, unknown: i64, span: &str) -> String {
     format!("{} in {span}", parts.join(", "))
 }
 
-/// A denial: the HTTP-like code the webhook returns and the anchor's message.
+/// The generations of the valid budgets seen, to label each change a watch delivers as the
+/// anchor's `…_zpdb_configurations_observed_total{result}` does.
+#[derive(Debug, Default)]
+pub struct Observations(std::collections::HashMap<String, i64>);
+
+impl Observations {
+    /// A budget created or changed: `invalid`, `ignored` (generation not newer than the one
+    /// already seen) or `updated`.
+    pub fn applied(&mut self, key: &str, generation: i64, valid: bool) -> &'static str {
+        if !valid {
+            return "invalid";
+        }
+        match self.0.get(key) {
+            Some(seen) if *seen >= generation => "ignored",
+            _ => {
+                self.0.insert(key.to_string(), generation);
+                "updated"
+            }
+        }
+    }
+
+    /// A budget deleted: `deleted`, or `delete-ignored` when it was never seen valid or a
+    /// newer generation was.
+    pub fn deleted(&mut self, key: &str, generation: i64) -> &'static str {
+        match self.0.get(key) {
+            Some(seen) if *seen <= generation => {
+                self.0.remove(key);
+                "deleted"
+            }
+            _ => "delete-ignored",
+        }
+    }
+}
+
+/// A denial: the HTTP-like code the webhook returns, the anchor's message, and the anchor's
+/// `reason` label of `…_zpdb_eviction_requests_total`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
     pub code: u16,
     pub message: String,
+    pub reason: &'static str,
 }
 
-fn deny(code: u16, message: impl Into<String>) -> Denial {
+fn deny(code: u16, reason: &'static str, message: impl Into<String>) -> Denial {
     Denial {
         code,
         message: message.into(),
+        reason,
+    }
+}
+
+/// Why an eviction is allowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Allowed {
+    /// The pod is not running (finished, pending or terminating).
+    NotRunning,
+    /// No budget covers the pod.
+    NotInScope,
+    /// Its budget has room.
+    WithinBudget,
+}
+
+impl Allowed {
+    /// The anchor's `reason` label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Allowed::NotRunning => "pod-not-ready",
+            Allowed::NotInScope => "pod-not-in-scope",
+            Allowed::WithinBudget => "allowed",
+        }
     }
 }
 
@@ -206,16 +265,17 @@ pub fn decide(
     zpdbs: &[Zpdb],
     override_max: Option<i64>,
     now: Timestamp,
-) -> Result<(), Denial> {
+) -> Result<Allowed, Denial> {
     if not_running(pod) {
-        return Ok(());
+        return Ok(Allowed::NotRunning);
     }
     let zpdb = match covering(pod, zpdbs).as_slice() {
-        [] => return Ok(()),
+        [] => return Ok(Allowed::NotInScope),
         [one] => *one,
         _ => {
             return Err(deny(
                 400,
+                "cfg-not-found",
                 "multiple zoned pod disruption budgets found for pod",
             ));
         }
@@ -225,11 +285,23 @@ pub fn decide(
         .owner_references
         .as_ref()
         .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
-        .ok_or_else(|| deny(500, "unable to find a StatefulSet pod owner"))?;
+        .ok_or_else(|| {
+            deny(
+                500,
+                "sts-no-found",
+                "unable to find a StatefulSet pod owner",
+            )
+        })?;
     if owner.kind != "StatefulSet" {
         return Err(deny(
             500,
-            format!("pod owner is not a StatefulSet, got {}", owner.kind),
+            "sts-no-found",
+            format!(
+                "pod owner is not a StatefulSet - {} has owner {} ({})",
+                pod.metadata.name.as_deref().unwrap_or_default(),
+                owner.name,
+                owner.kind
+            ),
         ));
     }
     let owner_sts = observed
@@ -239,7 +311,11 @@ pub fn decide(
         .ok_or_else(|| {
             deny(
                 500,
-                format!("unable to find StatefulSet {} by name", owner.name),
+                "sts-no-found",
+                format!(
+                    "unable to find StatefulSet {0} by name: statefulsets.apps \"{0}\" not found",
+                    owner.name
+                ),
             )
         })?;
 
@@ -262,7 +338,7 @@ pub fn decide(
         max_unavailable = v;
     }
     if max_unavailable <= 0 {
-        return Err(deny(403, "max unavailable = 0"));
+        return Err(deny(403, "max-unavailable-0", "max unavailable = 0"));
     }
     let zones: Vec<&StatefulSet> = observed
         .stateful_sets
@@ -270,7 +346,11 @@ pub fn decide(
         .filter(|s| matches(&zpdb.match_labels, &s.metadata.labels))
         .collect();
     if zones.len() <= 1 {
-        return Err(deny(400, "minimum number of StatefulSets not found"));
+        return Err(deny(
+            400,
+            "min-sts-not-found",
+            "minimum number of StatefulSets not found",
+        ));
     }
     let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
     let partition_of = |n: &str| -> Option<String> {
@@ -285,6 +365,7 @@ pub fn decide(
         Some(_) => Some(partition_of(pod_name).ok_or_else(|| {
             deny(
                 400,
+                "partition-not-identified",
                 "failed to extract partition from pod Name regular expression",
             )
         })?),
@@ -323,12 +404,16 @@ pub fn decide(
                 if name(zone) == owner.name {
                     own = Some((nr, unknown));
                 } else if nr + unknown > 0 {
-                    return Err(deny(429, budget_message(nr, unknown, name(zone))));
+                    return Err(deny(429, "denied", budget_message(nr, unknown, name(zone))));
                 }
             }
             let (nr, unknown) = own.unwrap_or((0, 0));
             if nr + unknown >= max_unavailable {
-                return Err(deny(429, budget_message(nr, unknown, &owner.name)));
+                return Err(deny(
+                    429,
+                    "denied",
+                    budget_message(nr, unknown, &owner.name),
+                ));
             }
         }
         Some(part) => {
@@ -356,12 +441,13 @@ pub fn decide(
             if nr + unknown >= max_unavailable {
                 return Err(deny(
                     429,
+                    "denied",
                     budget_message(nr, unknown, &format!("partition {part}")),
                 ));
             }
         }
     }
-    Ok(())
+    Ok(Allowed::WithinBudget)
 }
 
 #[cfg(test)]
@@ -431,5 +517,19 @@ mod tests {
         }
         let ok = parse(&z(json!({"selector": sel}))).unwrap();
         assert_eq!(ok.max_unavailable, Some(1), "default max unavailable is 1");
+    }
+
+    #[test]
+    fn observed_changes_are_labelled_as_the_anchor_labels_them() {
+        let mut seen = Observations::default();
+        assert_eq!(seen.applied("m/z", 1, true), "updated");
+        assert_eq!(seen.applied("m/z", 1, true), "ignored"); // a resync
+        assert_eq!(seen.applied("m/z", 2, false), "invalid");
+        assert_eq!(seen.applied("m/z", 2, true), "updated");
+        assert_eq!(seen.deleted("m/z", 1), "delete-ignored"); // older than what was seen
+        assert_eq!(seen.deleted("m/z", 2), "deleted");
+        assert_eq!(seen.deleted("m/z", 2), "delete-ignored"); // gone already
+        assert_eq!(seen.applied("m/bad", 1, false), "invalid");
+        assert_eq!(seen.deleted("m/bad", 1), "delete-ignored"); // never valid
     }
 }

@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
+use core_k8s::api_client::{ApiClientMetrics, GroupLabels, RequestLabels};
+use core_k8s::http_metrics::{ClusterValidationLabels, HttpMetrics, RouteLabels, ServerLabels};
 use core_k8s::metrics::{ControllerMetrics, metric_prefix};
 use prometheus_client::registry::Registry;
 use serde_json::Value;
@@ -17,6 +19,9 @@ const SERVICES: [&str; 4] = [
     "rollout-operator",
     "admission-webhook",
 ];
+
+/// The one metric without a service prefix: the anchor's name, which its alerts query.
+const FAILURE_POLICY: &str = "kube_validating_webhook_failure_policy";
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(
@@ -73,14 +78,65 @@ fn registered() -> BTreeSet<String> {
     drift.heal_requests.get_or_create(&layer).inc();
     drift.fights.get_or_create(&layer_kind).inc();
     drift.count_check("dry_run");
-    let webhook = admission_webhook::metrics::Metrics::register(&mut registry);
+    rollout.observe_zpdb_configuration("updated");
+    rollout.zpdb.observe_eviction("allowed", 200);
+    let zpdb = admission_webhook::metrics::ZpdbMetrics::register(
+        &metric_prefix("admission-webhook"),
+        &mut registry,
+    );
+    zpdb.observe_eviction("denied", 429);
+    // In compatibility mode the rollout-operator serves the webhooks with its own ZPDB set.
+    let webhook = admission_webhook::metrics::Metrics::register(&mut registry, zpdb);
     webhook.observe(
         admission_webhook::webhooks::Webhook::NoDownscale,
         admission_webhook::metrics::Outcome::allowed,
         0.001,
     );
+    admission_webhook::policy::record(
+        &webhook.failure_policy,
+        &admission_webhook::policy::entries("ValidatingWebhook", [("w", None)]),
+    );
     for service in SERVICES {
+        // What the runtime registers for every service.
         ControllerMetrics::register(service, &mut registry).observe_error("api");
+        let prefix = metric_prefix(service);
+        let api = ApiClientMetrics::register(&prefix, &mut registry);
+        api.request_duration
+            .get_or_create(&RequestLabels {
+                path: "core/v1/pods object".into(),
+                method: "GET".into(),
+                status_code: "200".into(),
+            })
+            .observe(0.01);
+        api.rate_limited
+            .get_or_create(&GroupLabels {
+                api_group: "core".into(),
+            })
+            .inc();
+        let http = HttpMetrics::register(&prefix, &mut registry);
+        let route = RouteLabels {
+            method: "GET".into(),
+            route: "metrics".into(),
+        };
+        http.request_duration
+            .get_or_create(&ServerLabels {
+                method: "GET".into(),
+                route: "metrics".into(),
+                status_code: "200".into(),
+                ws: "false".into(),
+            })
+            .observe(0.01);
+        http.request_bytes.get_or_create(&route).observe(0.0);
+        http.response_bytes.get_or_create(&route).observe(10.0);
+        http.inflight.get_or_create(&route).set(0);
+        http.observe_pod_call("/prepare-shutdown", "POST", Some(200), 0.01);
+        http.invalid_cluster_label
+            .get_or_create(&ClusterValidationLabels {
+                method: "POST".into(),
+                protocol: "http".into(),
+                request_cluster: "m".into(),
+            })
+            .inc();
     }
     families(&registry)
 }
@@ -212,7 +268,10 @@ fn metrics_in(expr: &str) -> BTreeSet<String> {
         .map(|s| format!("{}_", metric_prefix(s)))
         .collect();
     expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-        .filter(|word| prefixes.iter().any(|p| word.starts_with(p.as_str())))
+        .filter(|word| {
+            prefixes.iter().any(|p| word.starts_with(p.as_str()))
+                || word.starts_with(FAILURE_POLICY)
+        })
         .map(|word| {
             ["_bucket", "_sum", "_count"]
                 .iter()

@@ -7,6 +7,7 @@
 pub mod certs;
 pub mod inject;
 pub mod metrics;
+pub mod policy;
 pub mod review;
 pub mod server;
 pub mod webhooks;
@@ -189,14 +190,24 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         }
     };
     ready.ready();
+    // Admission decisions get their own client: with a client-side rate limit they never
+    // queue behind the controllers' requests.
+    let client = match ctx.dedicated_client() {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(error = %e, "building the webhooks' client");
+            return;
+        }
+    };
     let app = Arc::new(server::App {
-        client: ctx.client.clone(),
+        client,
         cluster_domain: args.cluster_domain.clone(),
         zone_tracker: args
             .use_zone_tracker
             .then(|| args.zone_tracker_config_map_name.clone()),
-        http: core_k8s::pod_http::PodHttp::new(args.pod_timeout, args.pod_address_override.clone()),
-        metrics,
+        http: ctx.pod_http(args.pod_timeout, args.pod_address_override.clone()),
+        http_metrics: ctx.http_metrics.clone(),
+        metrics: metrics.clone(),
         handler_timeout: server::handler_timeout(args.request_timeout),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
@@ -207,7 +218,8 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             inject::run(ctx.clone(), ca_rx).await;
         }
     };
-    let (served, ()) = futures::join!(serving, injecting);
+    let collecting = policy::run(ctx.clone(), metrics.failure_policy.clone());
+    let (served, (), ()) = futures::join!(serving, injecting, collecting);
     if let Err(e) = served {
         tracing::error!(error = %e, address = %args.tls_address, "admission server failed");
     }
@@ -215,7 +227,9 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
 
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
     let mut registry = Registry::default();
-    let metrics = metrics::Metrics::register(&mut registry);
+    let zpdb =
+        metrics::ZpdbMetrics::register(&core_k8s::metrics::metric_prefix(SERVICE), &mut registry);
+    let metrics = metrics::Metrics::register(&mut registry, zpdb);
     core_k8s::runtime::run_service(SERVICE, common, registry, |ctx| {
         serve_webhooks(ctx, args, metrics)
     })

@@ -39,6 +39,59 @@ pub struct Metrics {
     pub reviews: Family<ReviewLabels, Counter>,
     pub review_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     pub certificate_expiry: Gauge,
+    pub zpdb: ZpdbMetrics,
+    pub failure_policy: Family<PolicyLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub reason: &'static str,
+    pub status: String,
+}
+
+/// One series per webhook entry and policy: 1 for the entry's policy, 0 for the other.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    /// `ValidatingWebhook` or `MutatingWebhook`.
+    pub r#type: &'static str,
+    pub webhook: String,
+    pub policy: &'static str,
+}
+
+/// The anchor's zone-aware budget metrics, under the service's prefix
+/// (`rollout_operator_zpdb_*` in the rollout-operator): the Mimir mixin's ZPDB panels and
+/// its bad-configuration and in-flight alerts read them.
+#[derive(Clone, Debug, Default)]
+pub struct ZpdbMetrics {
+    /// Eviction decisions, webhook and rollout alike, by the anchor's reason and status.
+    pub eviction_requests: Family<EvictionLabels, Counter>,
+    pub inflight_evictions: Gauge,
+}
+
+impl ZpdbMetrics {
+    pub fn register(prefix: &str, registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            format!("{prefix}_zpdb_eviction_requests"),
+            "Pod eviction requests decided against a zone-aware pod disruption budget, by reason and status",
+            metrics.eviction_requests.clone(),
+        );
+        registry.register(
+            format!("{prefix}_zpdb_inflight_eviction_requests"),
+            "Pod eviction requests being decided",
+            metrics.inflight_evictions.clone(),
+        );
+        metrics
+    }
+
+    pub fn observe_eviction(&self, reason: &'static str, status: u16) {
+        self.eviction_requests
+            .get_or_create(&EvictionLabels {
+                reason,
+                status: status.to_string(),
+            })
+            .inc();
+    }
 }
 
 /// 0.1 ms to about 13 s: a decision from the request alone takes well under a millisecond,
@@ -54,13 +107,27 @@ impl Default for Metrics {
             reviews: Family::default(),
             review_duration: Family::new_with_constructor(duration_histogram),
             certificate_expiry: Gauge::default(),
+            zpdb: ZpdbMetrics::default(),
+            failure_policy: Family::default(),
         }
     }
 }
 
 impl Metrics {
-    pub fn register(registry: &mut Registry) -> Self {
-        let metrics = Self::default();
+    /// Registers the server's metrics; `zpdb` is registered by the caller (the
+    /// rollout-operator counts its own deletions in it too).
+    pub fn register(registry: &mut Registry, zpdb: ZpdbMetrics) -> Self {
+        let metrics = Self {
+            zpdb,
+            ..Self::default()
+        };
+        // No prefix: the name kube-state-metrics' custom-resource config gives it, which the
+        // anchor's mixin alert on an `Ignore` failure policy queries.
+        registry.register(
+            "kube_validating_webhook_failure_policy",
+            "FailurePolicy setting of Kubernetes ValidatingWebhooks and MutatingWebhooks",
+            metrics.failure_policy.clone(),
+        );
         registry.register(
             "admission_webhook_reviews",
             "AdmissionReviews the handler answered, by webhook and outcome",

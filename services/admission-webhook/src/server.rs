@@ -49,6 +49,8 @@ pub struct App {
     pub metrics: Metrics,
     /// Decision deadline ([`handler_timeout`]); past it the request is denied with code 500.
     pub handler_timeout: Duration,
+    /// Request counts, latencies and sizes by route (shared with the admin server).
+    pub http_metrics: core_k8s::http_metrics::HttpMetrics,
 }
 
 impl std::fmt::Debug for App {
@@ -98,10 +100,15 @@ async fn answer(
         match tokio::time::timeout(app.handler_timeout, review_live(app, webhook, &review)).await {
             Ok(decision) if decision.allowed => (decision, Outcome::allowed),
             Ok(decision) => (decision, Outcome::denied),
-            Err(_) => (
-                Decision::deny_with_code(500, "timed out deciding"),
-                Outcome::timeout,
-            ),
+            Err(_) => {
+                if webhook == Webhook::PodEviction {
+                    app.metrics.zpdb.observe_eviction("timeout", 500);
+                }
+                (
+                    Decision::deny_with_code(500, "timed out deciding"),
+                    Outcome::timeout,
+                )
+            }
         };
     (
         axum::Json(review.respond(&decision)).into_response(),
@@ -111,6 +118,19 @@ async fn answer(
 
 /// Reads what the webhook needs, decides, and performs its side effects.
 async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
+    // In flight from here until answered or abandoned at the deadline.
+    struct InFlight<'a>(Option<&'a prometheus_client::metrics::gauge::Gauge>);
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            if let Some(gauge) = self.0 {
+                gauge.dec();
+            }
+        }
+    }
+    let _in_flight = InFlight((webhook == Webhook::PodEviction).then(|| {
+        app.metrics.zpdb.inflight_evictions.inc();
+        &app.metrics.zpdb.inflight_evictions
+    }));
     let namespace = review.field("namespace").to_string();
     let mut state = Observed::default();
     // `Some` for a downscale: the start of every no-downscale/prepare-downscale message.
@@ -204,18 +224,33 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             }
         }
     }
-    let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
-    if webhook == Webhook::PodEviction && decision.allowed {
-        // Allowed on what was listed; now decided again against every eviction recorded by
-        // anyone, and recorded, so concurrent evictions cannot both use one budget.
-        let pod = review.field("name");
-        return match evictions::claim(&app.client, &namespace, pod, cluster.state, None, &[]).await
-        {
-            Ok(()) => decision,
-            Err(Refusal::Denied(denial)) => Decision::deny_with_code(denial.code, denial.message),
-            Err(Refusal::Unavailable(why)) => Decision::deny_with_code(500, why),
+    if webhook == Webhook::PodEviction {
+        let (decision, reason) =
+            crate::webhooks::pod_eviction_with_reason(review, &cluster, jiff::Timestamp::now());
+        let (decision, reason) = if decision.allowed {
+            // Allowed on what was listed; now decided again against every eviction recorded
+            // by anyone, and recorded, so concurrent evictions cannot both use one budget.
+            let pod = review.field("name");
+            match evictions::claim(&app.client, &namespace, pod, cluster.state, None, &[]).await {
+                Ok(_) => (decision, reason),
+                Err(Refusal::Denied(denial)) => (
+                    Decision::deny_with_code(denial.code, denial.message),
+                    denial.reason,
+                ),
+                Err(Refusal::Unavailable(why)) => (
+                    Decision::deny_with_code(500, why),
+                    "err: sts-pod-status-not-determined",
+                ),
+            }
+        } else {
+            (decision, reason)
         };
+        app.metrics
+            .zpdb
+            .observe_eviction(reason, decision.code.unwrap_or(200));
+        return decision;
     }
+    let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
     if webhook == Webhook::PrepareDownscale
         && decision.allowed
         && !decision.side_effects.is_empty()
@@ -329,12 +364,13 @@ pub fn router(app: Arc<App>) -> Router {
         let app = app.clone();
         post(move |headers: HeaderMap, body: Bytes| handle(app.clone(), webhook, headers, body))
     };
-    Webhook::ALL
+    let routes = Webhook::ALL
         .iter()
         .fold(Router::new(), |router, webhook| {
             router.route(webhook.path(), route(*webhook))
         })
-        .with_state(())
+        .with_state(());
+    core_k8s::http_metrics::instrument(routes, app.http_metrics.clone())
 }
 
 /// Serves until `stop`, draining in-flight requests for up to 2 s.

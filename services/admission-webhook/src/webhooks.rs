@@ -542,26 +542,28 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
 
 /// `/admission/pod-eviction`: the zone-aware disruption budget.
 pub fn pod_eviction(review: &Review, cluster: &Cluster, now: Timestamp) -> Decision {
+    pod_eviction_with_reason(review, cluster, now).0
+}
+
+/// [`pod_eviction`] with the anchor's `reason` label of the decision
+/// (`…_zpdb_eviction_requests_total`).
+pub fn pod_eviction_with_reason(
+    review: &Review,
+    cluster: &Cluster,
+    now: Timestamp,
+) -> (Decision, &'static str) {
+    let invalid = |message: String| (Decision::deny_with_code(400, message), "invalid-request");
     let operation = review.field("operation");
     if operation != "CREATE" {
-        return Decision::deny_with_code(
-            400,
-            format!("request operation is not create, got: {operation}"),
-        );
+        return invalid(format!("request operation is not create, got: {operation}"));
     }
     let sub = review.field("subResource");
     if sub != "eviction" {
-        return Decision::deny_with_code(
-            400,
-            format!("request SubResource is not eviction, got: {sub}"),
-        );
+        return invalid(format!("request SubResource is not eviction, got: {sub}"));
     }
     let (name, namespace) = (review.field("name"), review.field("namespace"));
     if name.is_empty() || namespace.is_empty() {
-        return Decision::deny_with_code(
-            400,
-            "request did not include both a namespace and a name",
-        );
+        return invalid("request did not include both a namespace and a name".into());
     }
     let Some(pod) = cluster
         .state
@@ -569,11 +571,11 @@ pub fn pod_eviction(review: &Review, cluster: &Cluster, now: Timestamp) -> Decis
         .iter()
         .find(|p| p.metadata.name.as_deref() == Some(name))
     else {
-        return Decision::deny_with_code(400, format!("pods \"{name}\" not found"));
+        return (
+            Decision::deny_with_code(400, format!("pods \"{name}\" not found")),
+            "pod-not-found",
+        );
     };
-    if zpdb::not_running(pod) {
-        return Decision::allow_with_warning("pod is not ready");
-    }
     let zpdbs: Vec<zpdb::Zpdb> = cluster
         .state
         .zpdbs
@@ -581,8 +583,15 @@ pub fn pod_eviction(review: &Review, cluster: &Cluster, now: Timestamp) -> Decis
         .filter_map(|z| zpdb::parse(z).ok())
         .collect();
     match zpdb::decide(pod, &cluster.state, &zpdbs, None, now) {
-        Ok(()) => Decision::allow(),
-        Err(denial) => Decision::deny_with_code(denial.code, denial.message),
+        Ok(allowed @ zpdb::Allowed::NotRunning) => (
+            Decision::allow_with_warning("pod is not ready"),
+            allowed.reason(),
+        ),
+        Ok(allowed) => (Decision::allow(), allowed.reason()),
+        Err(denial) => (
+            Decision::deny_with_code(denial.code, denial.message),
+            denial.reason,
+        ),
     }
 }
 

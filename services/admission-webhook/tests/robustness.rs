@@ -24,6 +24,10 @@ fn app() -> Arc<App> {
         zone_tracker: None,
         metrics: admission_webhook::metrics::Metrics::default(),
         handler_timeout: admission_webhook::server::HANDLER_TIMEOUT,
+        http_metrics: core_k8s::http_metrics::HttpMetrics::register(
+            "admission_webhook",
+            &mut prometheus_client::registry::Registry::default(),
+        ),
     })
 }
 

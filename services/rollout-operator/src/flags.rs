@@ -12,6 +12,8 @@ const MAPPED: &[(&str, &str, Kind)] = &[
     ("log.format", "--log-format", Kind::Value),
     ("log.level", "--log-filter", Kind::LogLevel),
     ("pods.client-timeout", "--pod-timeout", Kind::Value),
+    ("kubernetes.client-qps", "--client-qps", Kind::Float),
+    ("kubernetes.client-burst", "--client-burst", Kind::Count),
     ("kubernetes.cluster-domain", "--cluster-domain", Kind::Value),
     ("server-tls.enabled", "--serve-webhooks", Kind::Bool),
     ("server-tls.port", "--webhook-tls-address", Kind::Port),
@@ -72,6 +74,10 @@ enum Kind {
     PrometheusDuration,
     /// The anchor's level (debug, info, warn, error) → a filter for Strata's own crates.
     LogLevel,
+    /// A float64 flag (negative means no limit, like 0).
+    Float,
+    /// A non-negative int flag (a negative burst means no limit, like 0).
+    Count,
 }
 
 /// Anchor flags with no effect in Strata; accepted with a warning. `true` = takes a value.
@@ -80,16 +86,6 @@ const IGNORED: &[(&str, bool, &str)] = &[
         "kubernetes.api-url",
         true,
         "the API server comes from the kubeconfig or the in-cluster config",
-    ),
-    (
-        "kubernetes.client-qps",
-        true,
-        "no client-side rate limit is applied; the API server's priority and fairness limits apply",
-    ),
-    (
-        "kubernetes.client-burst",
-        true,
-        "no client-side rate limit is applied; the API server's priority and fairness limits apply",
     ),
     (
         "kubernetes.client-timeout",
@@ -140,6 +136,9 @@ const ANCHOR_DEFAULTS: &[(&str, &str)] = &[
     ("--log-format", "logfmt"),
     ("--log-filter", "debug"),
     ("--leader-elect", "false"),
+    // The anchor limits its API calls per API group by default.
+    ("--client-qps", "5"),
+    ("--client-burst", "10"),
     (
         "--webhook-tls-secret-name",
         "rollout-operator-self-signed-certificate",
@@ -237,6 +236,8 @@ pub fn translate(args: Vec<String>) -> Result<Translated, FlagError> {
         .iter()
         .map(|(f, v)| (*f, v.to_string()))
         .collect();
+    // The anchor sends its namespace as `X-Cluster` on every API and pod call.
+    defaults.push(("--cluster-validation-label", namespace.clone()));
     defaults.push(("--lease-namespace", namespace));
     for (flag, value) in defaults {
         let given = out
@@ -251,6 +252,20 @@ pub fn translate(args: Vec<String>) -> Result<Translated, FlagError> {
             };
             out.args.push(format!("{flag}={value}"));
         }
+    }
+    let last = |flag: &str, default: f64| {
+        out.args
+            .iter()
+            .rev()
+            .find_map(|a| a.strip_prefix(flag)?.strip_prefix('=')?.parse::<f64>().ok())
+            .unwrap_or(default)
+    };
+    if last("--client-qps", 5.0) > 0.0 && last("--client-burst", 10.0) < 1.0 {
+        return Err(FlagError::InvalidValue {
+            flag: "kubernetes.client-burst".into(),
+            value: last("--client-burst", 10.0).to_string(),
+            reason: "-kubernetes.client-burst must be at least 1 when -kubernetes.client-qps is greater than 0, since each request consumes one token".into(),
+        });
     }
     Ok(out)
 }
@@ -275,6 +290,17 @@ fn convert(name: &str, kind: Kind, value: &str) -> Result<String, FlagError> {
                 .filter(|d| *d > SignedDuration::ZERO)
                 .ok_or_else(|| invalid("not a positive duration such as 1y or 90d"))?;
             format!("{}s", d.as_secs())
+        }
+        Kind::Float => {
+            let v: f64 = value.parse().map_err(|_| invalid("not a number"))?;
+            if !v.is_finite() {
+                return Err(invalid("not a finite number"));
+            }
+            v.max(0.0).to_string()
+        }
+        Kind::Count => {
+            let v: i64 = value.parse().map_err(|_| invalid("not an integer"))?;
+            v.clamp(0, i64::from(u32::MAX)).to_string()
         }
         Kind::LogLevel => match value {
             "debug" | "info" | "warn" | "error" => log_filter(value),
@@ -351,10 +377,44 @@ mod tests {
                 "--log-format=logfmt".into(),
                 format!("--log-filter={debug}"),
                 "--leader-elect=false".into(),
+                "--client-qps=5".into(),
+                "--client-burst=10".into(),
                 "--webhook-tls-secret-name=rollout-operator-self-signed-certificate".into(),
+                "--cluster-validation-label=mimir".into(),
                 "--lease-namespace=mimir".into(),
             ]
         );
+    }
+
+    #[test]
+    fn client_rate_limit_flags_are_carried_over_and_checked() {
+        let a = args(&[
+            "-kubernetes.namespace=m",
+            "-kubernetes.client-qps=20.5",
+            "-kubernetes.client-burst",
+            "40",
+        ]);
+        assert!(a.contains(&"--client-qps=20.5".to_string()), "{a:?}");
+        assert!(a.contains(&"--client-burst=40".to_string()), "{a:?}");
+        assert_eq!(
+            a.iter().filter(|x| x.starts_with("--client-qps")).count(),
+            1,
+            "{a:?}"
+        );
+        // 0 turns the limit off, as in the anchor; then any burst is fine.
+        let off = args(&[
+            "-kubernetes.namespace=m",
+            "-kubernetes.client-qps=0",
+            "-kubernetes.client-burst=0",
+        ]);
+        assert!(off.contains(&"--client-qps=0".to_string()), "{off:?}");
+        let e = run(&["-kubernetes.namespace=m", "-kubernetes.client-burst=0"]).unwrap_err();
+        assert!(
+            e.to_string().contains("-kubernetes.client-burst must be at least 1 when -kubernetes.client-qps is greater than 0"),
+            "{e}"
+        );
+        let e = run(&["-kubernetes.namespace=m", "-kubernetes.client-qps=fast"]).unwrap_err();
+        assert!(e.to_string().contains("-kubernetes.client-qps"), "{e}");
     }
 
     #[test]

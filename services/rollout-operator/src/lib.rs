@@ -110,7 +110,7 @@ pub async fn run(
     let webhooks = compat.serve_webhooks.then(|| {
         (
             compat.webhook_args(&pods),
-            admission_webhook::metrics::Metrics::register(&mut registry),
+            admission_webhook::metrics::Metrics::register(&mut registry, metrics.zpdb.clone()),
         )
     });
     core_k8s::runtime::run_service(SERVICE, args, registry, |ctx| async move {

@@ -5,12 +5,17 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GroupLabels {
     pub rollout_group: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub result: &'static str,
 }
 
 #[derive(Clone, Debug)]
@@ -21,7 +26,18 @@ pub struct Metrics {
     pub last_successful_group_reconcile:
         Family<GroupLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     pub pods_deleted: Counter,
+    /// The anchor's zone-aware budget metrics (`rollout_operator_zpdb_*`), shared with the
+    /// webhooks this process serves in compatibility mode.
+    pub zpdb: admission_webhook::metrics::ZpdbMetrics,
+    /// ZPDB changes seen: `updated`, `ignored` (generation not newer), `invalid`, `deleted`,
+    /// `delete-ignored` (the anchor's labels).
+    pub zpdb_configurations_observed: Family<ResultLabels, Counter>,
 }
+
+/// Prometheus' default buckets, which the anchor's group histogram uses: 5 ms to 10 s.
+pub const DEFAULT_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
 
 impl Metrics {
     pub fn register(registry: &mut Registry) -> Self {
@@ -29,11 +45,21 @@ impl Metrics {
             group_reconciles: Family::default(),
             group_reconciles_failed: Family::default(),
             group_reconcile_duration: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.005, 2.0, 14))
+                Histogram::new(DEFAULT_BUCKETS)
             }),
             last_successful_group_reconcile: Family::default(),
             pods_deleted: Counter::default(),
+            zpdb: admission_webhook::metrics::ZpdbMetrics::register(
+                &core_k8s::metrics::metric_prefix(crate::SERVICE),
+                registry,
+            ),
+            zpdb_configurations_observed: Family::default(),
         };
+        registry.register(
+            "rollout_operator_zpdb_configurations_observed",
+            "Zone-aware pod disruption budget configurations observed, by result",
+            metrics.zpdb_configurations_observed.clone(),
+        );
         registry.register(
             "rollout_operator_group_reconciles",
             "Reconciles of a rollout group",
@@ -60,6 +86,12 @@ impl Metrics {
             metrics.pods_deleted.clone(),
         );
         metrics
+    }
+
+    pub fn observe_zpdb_configuration(&self, result: &'static str) {
+        self.zpdb_configurations_observed
+            .get_or_create(&ResultLabels { result })
+            .inc();
     }
 
     pub fn labels(group: &str) -> GroupLabels {

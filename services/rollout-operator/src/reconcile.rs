@@ -148,9 +148,8 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     };
     let zpdb_writer = reflector::store::Writer::new(zpdb_resource.clone());
     let zpdb_reader = zpdb_writer.as_reader();
-    let zpdb_stream = reflector(zpdb_writer, watcher(zpdb_api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
+    let zpdb_stream =
+        reflector(zpdb_writer, watcher(zpdb_api, watcher::Config::default())).default_backoff();
 
     report_when_synced(&ctx.readiness, "statefulsets", sts_reader.clone());
     report_when_synced(&ctx.readiness, "pods", pod_reader.clone());
@@ -227,20 +226,48 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     }
     {
         let stop = stop.clone();
+        let zpdb_metrics = metrics.clone();
+        let resource = zpdb_resource.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(zpdb_stream);
+            let mut seen = crate::zpdb::Observations::default();
             loop {
-                tokio::select! {
+                let event = tokio::select! {
                     _ = stop.cancelled() => return,
-                    next = stream.next() => if next.is_none() { return },
-                }
+                    next = stream.next() => match next {
+                        Some(Ok(event)) => event,
+                        Some(Err(e)) => {
+                            tracing::debug!(error = %e, "zoneawarepoddisruptionbudget watch error");
+                            continue;
+                        }
+                        None => return,
+                    },
+                };
+                let result = match &event {
+                    watcher::Event::Apply(z) | watcher::Event::InitApply(z) => {
+                        let key = format!("{}/{}", z.namespace().unwrap_or_default(), z.name_any());
+                        let parsed = typed_value(z, &resource)
+                            .ok_or_else(|| "not serialisable".to_string())
+                            .and_then(|v| crate::zpdb::parse(&v));
+                        if let Err(e) = &parsed {
+                            tracing::warn!(zpdb = %key, error = %e, "invalid zone-aware pod disruption budget");
+                        }
+                        seen.applied(&key, z.metadata.generation.unwrap_or(0), parsed.is_ok())
+                    }
+                    watcher::Event::Delete(z) => {
+                        let key = format!("{}/{}", z.namespace().unwrap_or_default(), z.name_any());
+                        seen.deleted(&key, z.metadata.generation.unwrap_or(0))
+                    }
+                    watcher::Event::Init | watcher::Event::InitDone => continue,
+                };
+                zpdb_metrics.observe_zpdb_configuration(result);
             }
         });
     }
 
     let mut state = State {
         recent: RecentlyDeleted::default(),
-        pods: PodHttp::new(pod_args.pod_timeout, pod_args.pod_address_override),
+        pods: ctx.pod_http(pod_args.pod_timeout, pod_args.pod_address_override),
         cluster_domain: pod_args.cluster_domain,
         settled: HashSet::new(),
     };
@@ -624,8 +651,16 @@ async fn execute(
             )
             .await
             {
-                Ok(()) => {}
+                Ok(allowed) => metrics.zpdb.observe_eviction(allowed.reason(), 200),
                 Err(refusal) => {
+                    match &refusal {
+                        evictions::Refusal::Denied(denial) => {
+                            metrics.zpdb.observe_eviction(denial.reason, denial.code)
+                        }
+                        evictions::Refusal::Unavailable(_) => metrics
+                            .zpdb
+                            .observe_eviction("err: sts-pod-status-not-determined", 500),
+                    }
                     tracing::info!(pod = %key, ?refusal, "deletion deferred: the zone-aware budget is in use");
                     continue;
                 }
