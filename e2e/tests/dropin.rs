@@ -172,6 +172,48 @@ spec:
     )
 }
 
+/// A StatefulSet prepare-downscale guards: its pods are called before it shrinks.
+const PREPARED: &str = r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: store
+  labels: {grafana.com/prepare-downscale: "true"}
+  annotations: {grafana.com/prepare-downscale-http-path: ingester/prepare-shutdown, grafana.com/prepare-downscale-http-port: "80"}
+spec:
+  replicas: 3
+  serviceName: store
+  updateStrategy: {type: OnDelete}
+  selector: {matchLabels: {name: store}}
+  template:
+    metadata: {labels: {name: store}}
+    spec: {containers: [{name: c, image: example.invalid/store:1}]}
+"#;
+
+/// Stands in for the pods' prepare-downscale endpoint (reached through the test-only
+/// `--pod-address-override`, as pod DNS names do not resolve here): records the `X-Cluster`
+/// header of every POST.
+async fn stand_in_pods() -> Result<(String, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/ingester/prepare-shutdown",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let cluster = headers
+                .get("x-cluster")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("<none>")
+                .to_string();
+            record.lock().unwrap().push(cluster);
+            async { "ok" }
+        })
+        .delete(|| async { "ok" }),
+    );
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+    let address = listener.local_addr()?.to_string();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Ok((address, seen))
+}
+
 /// This host's first non-loopback IPv4 address (endpoints may not be loopback).
 fn host_address() -> Result<String> {
     let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
@@ -224,7 +266,7 @@ async fn revisions_settled(sts: &Api<StatefulSet>) -> Result<bool> {
         }))
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anchor_install_runs_unchanged_with_strata_as_its_process() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "dropin").await?;
@@ -242,9 +284,11 @@ async fn the_anchor_install_runs_unchanged_with_strata_as_its_process() -> Resul
     })
     .await?;
 
-    // The jsonnet Deployment's arguments, as they are: no -server.port, no Strata flag.
+    // The jsonnet Deployment's arguments, as they are: no -server.port, no Strata flag but the
+    // test-only address of the stand-in pods.
     let kubeconfig = token_kubeconfig(n)?;
     let namespace_arg = format!("-kubernetes.namespace={n}");
+    let (pods_address, prepared) = stand_in_pods().await?;
     let operator = ServiceProcess::spawn_blocking(
         &bin_dir().join("rollout-operator"),
         &kubeconfig,
@@ -254,6 +298,8 @@ async fn the_anchor_install_runs_unchanged_with_strata_as_its_process() -> Resul
             "-zone-tracker.config-map-name=rollout-operator-zone-tracker",
             "-zpdb.pod-ready-annotation-patch-timeout=5s",
             "-server-tls.enabled=true",
+            "--pod-address-override",
+            &pods_address,
         ],
         &std::env::temp_dir().join("strata-e2e-logs"),
     )?;
@@ -451,19 +497,93 @@ async fn the_anchor_install_runs_unchanged_with_strata_as_its_process() -> Resul
         "{denied}"
     );
 
-    // The metrics Mimir's rollout-operator dashboard and RolloutOperatorNotReconciling read.
+    // prepare-downscale, through the Service: the pods going away are called (with the
+    // namespace as X-Cluster, as the anchor sends it) and, in zone-tracker mode, the time is
+    // recorded in the ConfigMap the anchor's Role lets it write.
+    apply_yaml(&client, n, PREPARED).await?;
+    let scaled = cluster()
+        .kubectl()
+        .args(["-n", n, "scale", "statefulset", "store", "--replicas=1"])
+        .output()?;
+    assert!(
+        scaled.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&scaled.stderr),
+        operator.logs()
+    );
+    let calls = prepared.lock().unwrap().clone();
+    assert!(
+        calls.len() >= 2 && calls.iter().all(|c| c == n),
+        "prepare-shutdown calls (X-Cluster of each): {calls:?}"
+    );
+    let tracker: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), n);
+    let data = tracker
+        .get("rollout-operator-zone-tracker")
+        .await?
+        .data
+        .unwrap_or_default();
+    assert!(data.contains_key("store"), "zone tracker: {data:?}");
+
+    // The metrics the Mimir mixin's rollout-operator dashboard and alerts query, with the
+    // anchor's labels.
     let (_, text) = http_get(admin, "/metrics").await?;
     let samples = parse_openmetrics(&text)?;
-    for metric in [
-        "rollout_operator_group_reconciles_total",
-        "rollout_operator_group_reconciles_failed_total",
-        "rollout_operator_last_successful_group_reconcile_timestamp_seconds",
-    ] {
+    let value = |series: &str| {
+        samples
+            .iter()
+            .find(|(s, _)| s == series)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{series} missing in\n{text}"))
+    };
+    let starts = |prefix: &str| {
         assert!(
-            samples.iter().any(|(name, _)| name.starts_with(metric)),
-            "{metric} missing"
+            samples.iter().any(|(s, _)| s.starts_with(prefix)),
+            "no {prefix}… in\n{text}"
         );
+    };
+    for metric in [
+        "rollout_operator_group_reconciles_total{rollout_group=\"ingester\"}",
+        "rollout_operator_last_successful_group_reconcile_timestamp_seconds{rollout_group=\"ingester\"}",
+        "rollout_operator_group_reconcile_duration_seconds_bucket{le=\"10.0\",rollout_group=\"ingester\"}",
+        "rollout_operator_request_duration_seconds_bucket{le=\"100.0\",method=\"POST\",route=\"admission_pod_eviction\",status_code=\"200\",ws=\"false\"}",
+        "rollout_operator_request_duration_seconds_count{method=\"POST\",route=\"admission_zpdb_validation\",status_code=\"200\",ws=\"false\"}",
+        "rollout_operator_request_duration_seconds_count{method=\"GET\",route=\"ready\",status_code=\"200\",ws=\"false\"}",
+        "rollout_operator_request_message_bytes_count{method=\"POST\",route=\"admission_prepare_downscale\"}",
+        "rollout_operator_response_message_bytes_count{method=\"POST\",route=\"admission_no_downscale\"}",
+        "rollout_operator_kubernetes_api_client_request_duration_seconds_count{path=\"core/v1/pods object\",method=\"PATCH\",status_code=\"200\"}",
+        "rollout_operator_kubernetes_api_client_request_duration_seconds_count{path=\"apps/v1/statefulsets object status subresource\",method=\"PUT\",status_code=\"200\"}",
+        "rollout_operator_pod_http_client_request_duration_seconds_count{path=\"/ingester/prepare-shutdown\",method=\"POST\",status_code=\"200\"}",
+        "rollout_operator_zpdb_configurations_observed_total{result=\"updated\"}",
+    ] {
+        assert!(value(metric) >= 1.0, "{metric}");
     }
+    // Present from the first reconcile, so rate alerts work; nothing failed here.
+    assert_eq!(
+        value("rollout_operator_group_reconciles_failed_total{rollout_group=\"ingester\"}"),
+        0.0
+    );
+    // One of the two concurrent evictions allowed, the other denied by the budget.
+    assert!(
+        value("rollout_operator_zpdb_eviction_requests_total{reason=\"allowed\",status=\"200\"}")
+            >= 1.0
+    );
+    assert!(
+        value("rollout_operator_zpdb_eviction_requests_total{reason=\"denied\",status=\"429\"}")
+            >= 1.0
+    );
+    assert_eq!(
+        value("rollout_operator_zpdb_inflight_eviction_requests"),
+        0.0
+    );
+    starts("rollout_operator_inflight_requests{");
+    let policy = |kind: &str, webhook: &str, policy: &str| {
+        value(&format!(
+            "kube_validating_webhook_failure_policy{{type=\"{kind}\",webhook=\"{webhook}-{n}.grafana.com\",policy=\"{policy}\"}}"
+        ))
+    };
+    assert_eq!(policy("ValidatingWebhook", "pod-eviction", "Fail"), 1.0);
+    assert_eq!(policy("ValidatingWebhook", "pod-eviction", "Ignore"), 0.0);
+    assert_eq!(policy("MutatingWebhook", "prepare-downscale", "Fail"), 1.0);
     assert!(
         !operator.logs().contains("forbidden"),
         "a write was forbidden under the anchor's Role:\n{}",

@@ -806,3 +806,81 @@ fn addonslayer_validation_agrees_with_the_controller() {
         );
     }
 }
+
+/// (code, message, reason) of an eviction decided with the anchor's reason label.
+fn evict_with_reason(pod: &str, state: Vec<Value>) -> (Option<u16>, Option<String>, &'static str) {
+    let body = serde_json::to_vec(&eviction(pod, "CREATE", "eviction")).unwrap();
+    let review = Review::parse(&body).unwrap();
+    let cluster = Cluster::new(
+        Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
+    );
+    let (decision, reason) = admission_webhook::webhooks::pod_eviction_with_reason(
+        &review,
+        &cluster,
+        NOW.parse().unwrap(),
+    );
+    (decision.code, decision.message, reason)
+}
+
+#[test]
+fn eviction_owner_errors_and_reasons_are_the_anchors() {
+    // A pod owned by something else than a StatefulSet.
+    let mut state = zones(&[]);
+    let pod = state
+        .iter_mut()
+        .find(|o| o["metadata"]["name"] == "ingester-zone-a-0")
+        .unwrap();
+    pod["metadata"]["ownerReferences"][0]["kind"] = json!("ReplicaSet");
+    pod["metadata"]["ownerReferences"][0]["name"] = json!("ingester-7d9");
+    assert_eq!(
+        evict_with_reason("ingester-zone-a-0", state),
+        (
+            Some(500),
+            Some(
+                "pod owner is not a StatefulSet - ingester-zone-a-0 has owner ingester-7d9 (ReplicaSet)"
+                    .into()
+            ),
+            "sts-no-found"
+        )
+    );
+    // Its StatefulSet is gone.
+    let state: Vec<Value> = zones(&[])
+        .into_iter()
+        .filter(|o| !(o["kind"] == "StatefulSet" && o["metadata"]["name"] == "ingester-zone-a"))
+        .collect();
+    assert_eq!(
+        evict_with_reason("ingester-zone-a-0", state),
+        (
+            Some(500),
+            Some(
+                "unable to find StatefulSet ingester-zone-a by name: statefulsets.apps \"ingester-zone-a\" not found"
+                    .into()
+            ),
+            "sts-no-found"
+        )
+    );
+    assert_eq!(
+        evict_with_reason("ingester-zone-a-0", zones(&[])),
+        (None, None, "allowed")
+    );
+    assert_eq!(
+        evict_with_reason("ingester-zone-a-0", zones(&[("b", 1)])).2,
+        "denied"
+    );
+    assert_eq!(
+        evict_with_reason("nobody", zones(&[])),
+        (
+            Some(400),
+            Some("pods \"nobody\" not found".into()),
+            "pod-not-found"
+        )
+    );
+    let out_of_scope = with_zpdb_spec(
+        zones(&[]),
+        json!({"maxUnavailable": 1, "selector": {"matchLabels": {"rollout-group": "store"}}}),
+    );
+    assert_eq!(
+        evict_with_reason("ingester-zone-a-0", out_of_scope).2,
+        "pod-not-in-scope"
+    );
+}
