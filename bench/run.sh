@@ -71,26 +71,13 @@ the controller and the driver, which is where the slow hops come from.
 print(f"bench: layers median run {m['revision_to_all_deployed_seconds']:.1f}s, hop median {m['hop_ms_median']:.0f} ms", file=sys.stderr)
 PY
 }
-# The anchor's module cannot be fetched here: the Go module proxy refuses every version of
-# github.com/grafana/rollout-operator (checked by each run below through `go mod download`,
-# which uses the configured GOPROXY, and written down with the results), so the
-# rollout-operator and admission-webhook parts measure Strata alone.
-anchor_status() {
-  local answer
-  answer="$(cd "$(mktemp -d)" && GOFLAGS=-mod=mod timeout 60 go mod download -json \
-    github.com/grafana/rollout-operator@latest 2>&1 | sed -n 's/.*"Error": "\([^"]*\)".*/\1/p' \
-    | sed -E 's#reading https?://[^ ]+: ##; s#\\n.*##' | head -c 200 || true)"
-  echo "the Go module proxy answered \"${answer:-a module}\" for github.com/grafana/rollout-operator@latest on $(date -u +%F)"
-}
-
 rollout_bench() {
   echo "bench: building the rollout-operator (release) and the rollout driver" >&2
   cargo build --release -p rollout-operator >&2
   cargo build -p strata-e2e --bins --example rollout_bench >&2
-  local anchor; anchor="$(anchor_status)"
   driver_runs rollout ROLLOUT_OPERATOR_BIN="$target/release/rollout-operator" \
     "$target/debug/examples/rollout_bench"
-  python3 - "$work/rollout.jsonl" "$RUNS" "$anchor" <<'PY'
+  python3 - "$work/rollout.jsonl" "$RUNS" <<'PY'
 import json, sys, datetime
 sys.path.insert(0, "bench"); import docs_section
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -121,11 +108,8 @@ the new revision, which the operator waits for.
 Median run: **first deletion {m['first_deletion_ms_median']:.0f} ms median, {m['first_deletion_ms_max']:.0f} ms worst** (goal < 1 s:
 {'met' if m['first_deletion_ms_max'] < 1000 else 'not met for every sample'}); **RSS {m['idle_rss_kib']/1024:.1f} MiB idle, {m['loaded_rss_kib']/1024:.1f} MiB with 1,000 pods**.
 
-Anchor: not measured — {sys.argv[3]}, so
-`github.com/grafana/rollout-operator` cannot be built through the Go module proxy on this
-machine and the RSS ratio (goal ≤ ⅓) is not established. For reference only, its documented
-behaviour bounds its latency: it reconciles every group on a fixed 5 s tick
-(`-reconcile.interval`), so a template change waits up to 5 s before any deletion.
+This run uses Strata's own flags; the comparison with the Grafana operator, both started with
+the anchor's command line, is the side-by-side section below.
 """)
 print(f"bench: rollout first deletion median {m['first_deletion_ms_median']:.0f} ms", file=sys.stderr)
 PY
@@ -135,12 +119,11 @@ webhook_bench() {
   echo "bench: building the admission-webhook (release) and the load generator" >&2
   cargo build --release -p admission-webhook >&2
   cargo build -p strata-e2e --bins >&2
-  cargo build --release -p strata-e2e --example webhook_bench --example tls_floor_server >&2
-  local anchor; anchor="$(anchor_status)"
-  FLOOR_BIN="$target/release/examples/tls_floor_server" \
+  cargo build --profile driver -p strata-e2e --example webhook_bench --example tls_floor_server >&2
+  FLOOR_BIN="$target/driver/examples/tls_floor_server" \
     driver_runs webhook WEBHOOK_BIN="$target/release/admission-webhook" \
-    "$target/release/examples/webhook_bench"
-  python3 - "$work/webhook.jsonl" "$RUNS" "$anchor" <<'PY'
+    "$target/driver/examples/webhook_bench"
+  python3 - "$work/webhook.jsonl" "$RUNS" <<'PY'
 import json, sys, datetime
 sys.path.insert(0, "bench"); import docs_section
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -159,7 +142,7 @@ docs_section.write("webhook", f"""
 Command: `make bench` (= `bench/run.sh`; this part alone: `BENCH_ONLY=webhook bench/run.sh`);
 {sys.argv[2]} runs, {datetime.date.today().isoformat()}, each against a release server started on a fresh
 local control plane (self-managed certificate from its Secret; the load generator verifies it
-against the Secret's CA). Load (`e2e/examples/webhook_bench.rs`, release): {m['rate']:.0f} reviews/s for
+against the Secret's CA). Load (`e2e/examples/webhook_bench.rs`, optimised): {m['rate']:.0f} reviews/s for
 {m['seconds']} s over {m['connections']} keep-alive HTTP/1.1 TLS connections on loopback after a 2 s warm-up,
 open loop: latency counts from a request's due time when its connection was still busy then
 (so a slow answer also charges the requests queued behind it), else from the actual send
@@ -191,9 +174,7 @@ back-to-back 15 s runs server CPU 38–40 % → 22 %, p50 0.42 → 0.25 ms. Most
 of the two runtime workers); compare the floor. mimalloc was tried earlier: 8 % less CPU,
 RSS × 1.8 — not kept.
 
-Anchor: not measured — {sys.argv[3]}, so its
-webhook server cannot be built through the Go module proxy on this machine and the RSS ratio
-(goal ≤ ⅓) is not established.
+The comparison with the Grafana operator's webhook server is the side-by-side section below.
 """)
 print(f"bench: webhook p99 {m['p99_ms']:.3f} ms, {m['errors']} errors", file=sys.stderr)
 PY
@@ -392,7 +373,121 @@ print(f"bench: render {ratio:.2f}x of sequential helm, own share {overhead:.1f}%
 PY
 }
 
+# The rollout-operator side by side with the Grafana operator, when its binary is given
+# (`ANCHOR_ROLLOUT_OPERATOR_BIN`, built by hand from its source outside this repository).
+# Both binaries get the anchor's own command line (Strata's in compatibility mode), each run
+# on a fresh local control plane, alternating: the rollout driver (idle and loaded RSS, template
+# change → first deletion), then the webhook load (same constant rate over TLS).
+anchor_bench() {
+  local anchor="${ANCHOR_ROLLOUT_OPERATOR_BIN:-}"
+  if [[ -z "$anchor" ]]; then
+    python3 - <<'PY'
+import sys
+sys.path.insert(0, "bench"); import docs_section
+docs_section.write("anchor", """
+## rollout-operator side by side with the Grafana operator
+
+Anchor not measured.
+""")
+PY
+    return
+  fi
+  echo "bench: side by side with $anchor" >&2
+  cargo build --release -p rollout-operator >&2
+  cargo build -p strata-e2e --bins --example rollout_bench >&2
+  cargo build --profile driver -p strata-e2e --example webhook_bench >&2
+  local runs="${BENCH_ANCHOR_RUNS:-$RUNS}" who bin
+  for who in strata anchor; do
+    : > "$work/side-rollout-$who.jsonl"
+    : > "$work/side-webhook-$who.jsonl"
+  done
+  for _ in $(seq 1 "$runs"); do
+    for who in strata anchor; do
+      if [[ "$who" == strata ]]; then bin="$target/release/rollout-operator"; else bin="$anchor"; fi
+      env BENCH_STYLE=anchor ROLLOUT_OPERATOR_BIN="$bin" STRATA_BIN_DIR="$target/debug" \
+        scripts/with-plane.sh "$target/debug/examples/rollout_bench" \
+        | tail -n 1 >> "$work/side-rollout-$who.jsonl"
+      env BENCH_STYLE=anchor WEBHOOK_BIN="$bin" STRATA_BIN_DIR="$target/debug" \
+        scripts/with-plane.sh "$target/driver/examples/webhook_bench" \
+        | tail -n 1 >> "$work/side-webhook-$who.jsonl"
+    done
+  done
+  python3 - "$work" "$runs" "$(sha256sum "$anchor" | cut -c1-12)" <<'PY'
+import json, sys, datetime
+sys.path.insert(0, "bench"); import docs_section
+work, runs_n, anchor_sum = sys.argv[1], sys.argv[2], sys.argv[3]
+def load(name):
+    return [json.loads(l) for l in open(f"{work}/{name}.jsonl") if l.strip()]
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+side = {who: {"rollout": load(f"side-rollout-{who}"), "webhook": load(f"side-webhook-{who}")}
+        for who in ("strata", "anchor")}
+def figures(who):
+    r, w = side[who]["rollout"], side[who]["webhook"]
+    return {
+        "idle": median([x["idle_rss_kib"] for x in r]) / 1024,
+        "loaded": median([x["loaded_rss_kib"] for x in r]) / 1024,
+        "first": median([x["first_deletion_ms_median"] for x in r]),
+        "rolled": median([sum(x["group_rolled_seconds"]) / len(x["group_rolled_seconds"]) for x in r]),
+        "p50": median([x["p50_ms"] for x in w]),
+        "p99": median([x["p99_ms"] for x in w]),
+        "cpu": median([x["server_cpu_seconds"] / x["seconds"] * 100 for x in w]),
+        "wrss": median([x["peak_rss_kib"] for x in w]) / 1024,
+        "errors": sum(x["errors"] for x in w),
+    }
+s, a = figures("strata"), figures("anchor")
+def rows(who, label):
+    out = []
+    for i, (r, w) in enumerate(zip(side[who]["rollout"], side[who]["webhook"])):
+        out.append(f"| {label}, run {i + 1} | {r['idle_rss_kib']/1024:.1f} MiB | {r['loaded_rss_kib']/1024:.1f} MiB | "
+                   f"{', '.join(f'{x:.0f}' for x in r['first_deletion_ms'])} ms | {r['first_deletion_ms_median']:.0f} ms | "
+                   f"{sum(r['group_rolled_seconds'])/len(r['group_rolled_seconds']):.1f} s | "
+                   f"{w['p50_ms']:.3f} ms | {w['p99_ms']:.3f} ms | {w['errors']} | {w['server_cpu_seconds']/w['seconds']*100:.0f}% | {w['peak_rss_kib']/1024:.1f} MiB |")
+    return "\n".join(out)
+rss_idle, rss_loaded = s["idle"] / a["idle"], s["loaded"] / a["loaded"]
+sooner = a["first"] / s["first"]
+p99_ratio = s["p99"] / a["p99"]
+verdict = lambda ok: "met" if ok else "not met"
+w = side["strata"]["webhook"][0]
+docs_section.write("anchor", f"""
+## rollout-operator side by side with the Grafana operator
+
+Command: `ANCHOR_ROLLOUT_OPERATOR_BIN=<path> make bench` (this part alone:
+`ANCHOR_ROLLOUT_OPERATOR_BIN=<path> BENCH_ONLY=anchor bench/run.sh`); {runs_n} runs,
+{datetime.date.today().isoformat()}, the anchor binary sha256 {anchor_sum}… built by hand outside this repository
+from its source (github.com/grafana/rollout-operator). Both binaries run with **the anchor's command
+line** (`-kubernetes.namespace`, `-kubernetes.config-file`, `-kubernetes.api-url`, `-server.port`,
+`-log.level=warn`, and for the webhooks `-server-tls.enabled=true -server-tls.port`): Strata's
+release `rollout-operator` in compatibility mode. Both therefore use the anchor's defaults,
+including its client-side limit of 5 requests/s per API group (burst 10). Each run starts each
+binary on a fresh local control plane, alternating.
+Rollout: the driver of the rollout section above (100 StatefulSets × 10 pods, 34 groups; RSS idle
+before any StatefulSet, loaded with 1,000 pods Ready; template change → first pod deletion for five
+groups in turn, each left to roll completely). Webhooks: the load of the admission-webhook section
+({w['rate']:.0f} no-downscale reviews/s for {w['seconds']} s over {w['connections']} keep-alive TLS connections,
+each answer checked), against `/admission/no-downscale` on `-server-tls.port`, the certificate
+verified against the CA in the Secret the binary wrote.
+
+| binary | idle RSS | loaded RSS | template change → first deletion | median | group rolled (mean) | webhook p50 | webhook p99 | errors | webhook CPU | webhook peak RSS |
+|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|
+{rows("strata", "Strata")}
+{rows("anchor", "anchor")}
+
+Medians over the runs, Strata / anchor:
+- **RSS idle {s['idle']:.1f} / {a['idle']:.1f} MiB = {rss_idle:.2f}, loaded {s['loaded']:.1f} / {a['loaded']:.1f} MiB = {rss_loaded:.2f}**
+  (goal ≤ 0.33: {verdict(rss_idle <= 1/3 and rss_loaded <= 1/3)});
+- **first deletion {s['first']:.0f} ms / {a['first']:.0f} ms: {sooner:.1f}× sooner** (goal ≥ 10×: {verdict(sooner >= 10)});
+  a group rolled in {s['rolled']:.1f} s / {a['rolled']:.1f} s;
+- **webhook p99 {s['p99']:.3f} / {a['p99']:.3f} ms = {p99_ratio:.2f}** (goal ≤ 0.5: {verdict(p99_ratio <= 0.5)}), p50
+  {s['p50']:.3f} / {a['p50']:.3f} ms, CPU {s['cpu']:.0f}% / {a['cpu']:.0f}% of a core, errors {s['errors']} / {a['errors']}.
+""")
+print(f"bench: side by side: RSS {rss_idle:.2f}/{rss_loaded:.2f}, first deletion {sooner:.1f}x sooner, webhook p99 ratio {p99_ratio:.2f}", file=sys.stderr)
+PY
+}
+
 case "${BENCH_ONLY:-}" in
+  anchor) anchor_bench; exit 0 ;;
   layers) layers_bench; exit 0 ;;
   rollout) rollout_bench; exit 0 ;;
   webhook) webhook_bench; exit 0 ;;
@@ -515,4 +610,5 @@ if [[ "${BENCH_ONLY:-}" != core-status ]]; then
   render_bench
   rollout_bench
   webhook_bench
+  anchor_bench
 fi

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
-use strata_e2e::bench::{percentile, rss_kib, spawn_measured};
+use strata_e2e::bench::{anchor_style, percentile, rss_kib, spawn_anchor_style, spawn_measured};
 use strata_e2e::support::{
     TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, pod_ready,
 };
@@ -137,17 +137,23 @@ async fn main() -> Result<()> {
     apply_shipped_crd(&client, &ns, "zone-aware-pod-disruption-budget.yaml").await?;
     apply_shipped_crd(&client, &ns, "replica-templates.yaml").await?;
 
-    let operator = spawn_measured(
-        "ROLLOUT_OPERATOR_BIN",
-        &[
-            "--watch-namespace",
-            &ns,
-            "--lease-namespace",
-            &ns,
-            "--log-filter",
-            "warn",
-        ],
-    )?;
+    // Strata's flags, or the Grafana operator's command line (its binary, or Strata's in
+    // compatibility mode).
+    let operator = if anchor_style() {
+        spawn_anchor_style("ROLLOUT_OPERATOR_BIN", &ns, &[])?.0
+    } else {
+        spawn_measured(
+            "ROLLOUT_OPERATOR_BIN",
+            &[
+                "--watch-namespace",
+                &ns,
+                "--lease-namespace",
+                &ns,
+                "--log-filter",
+                "warn",
+            ],
+        )?
+    };
     let pid = operator.pid();
     tokio::time::sleep(Duration::from_secs(idle_seconds)).await;
     let idle_rss = rss_kib(pid, "VmRSS:");

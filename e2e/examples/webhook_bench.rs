@@ -23,9 +23,11 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use strata_e2e::bench::{cpu_ticks, percentile, rss_kib, spawn_measured};
+use strata_e2e::bench::{
+    anchor_style, cpu_ticks, percentile, rss_kib, spawn_anchor_style, spawn_measured,
+};
 use strata_e2e::plane::free_port;
-use strata_e2e::support::{TestNamespace, cluster, eventually, http_get};
+use strata_e2e::support::{TestNamespace, apply_shipped_crd, cluster, eventually, http_get};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::pki_types::pem::PemObject as _;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
@@ -109,6 +111,7 @@ fn review(ns: &str, uid: &str, to: u32) -> Bytes {
 
 struct Load {
     address: std::net::SocketAddr,
+    server_name: ServerName<'static>,
     tls: TlsConnector,
     bodies: [(Bytes, bool); 2],
     rate: f64,
@@ -120,8 +123,7 @@ type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 async fn connect(load: &Load) -> Result<Sender> {
     let tcp = tokio::net::TcpStream::connect(load.address).await?;
     tcp.set_nodelay(true)?;
-    let name = ServerName::IpAddress(load.address.ip().into());
-    let stream = load.tls.connect(name, tcp).await?;
+    let stream = load.tls.connect(load.server_name.clone(), tcp).await?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(connection);
     Ok(sender)
@@ -218,6 +220,8 @@ async fn run(load: &Arc<Load>, seconds: u64) -> Outcome {
 /// Where the load goes: a TLS address whose certificate `roots` verify, served by `pid`.
 struct Target {
     address: std::net::SocketAddr,
+    /// The name the certificate is checked against.
+    server_name: ServerName<'static>,
     roots: tokio_rustls::rustls::RootCertStore,
     pid: u32,
 }
@@ -234,6 +238,7 @@ async fn measure(target: Target, bodies: [(Bytes, bool); 2]) -> Result<serde_jso
     let request_bytes = bodies[0].0.len();
     let load = Arc::new(Load {
         address: target.address,
+        server_name: target.server_name,
         tls: TlsConnector::from(Arc::new(config)),
         bodies,
         rate,
@@ -314,6 +319,7 @@ async fn measure_floor(binary: &str, bodies: [(Bytes, bool); 2]) -> Result<serde
             measure(
                 Target {
                     address,
+                    server_name: ServerName::IpAddress(address.ip().into()),
                     roots,
                     pid: child.id(),
                 },
@@ -338,27 +344,53 @@ async fn main() -> Result<()> {
 
     let port = free_port()?;
     let tls_address = format!("127.0.0.1:{port}");
-    let server = spawn_measured(
-        "WEBHOOK_BIN",
-        &[
-            "--leader-elect=false",
-            "--lease-namespace",
-            &ns,
-            "--tls-address",
-            &tls_address,
-            "--tls-extra-names",
-            "127.0.0.1",
-            "--log-filter",
-            "warn",
-        ],
-    )?;
-    let admin_address = server.admin.context("admin address")?;
-    eventually("webhook ready", Duration::from_secs(60), || async {
-        Ok(matches!(http_get(admin_address, "/readyz").await, Ok((200, _))).then_some(()))
+    // Strata's flags, or the Grafana operator's command line (its binary, or Strata's in
+    // compatibility mode): the webhooks on -server-tls.port, the certificate in its Secret
+    // for the Service's name.
+    let (server, secret_name, server_name) = if anchor_style() {
+        apply_shipped_crd(&client, &ns, "zone-aware-pod-disruption-budget.yaml").await?;
+        apply_shipped_crd(&client, &ns, "replica-templates.yaml").await?;
+        let tls_port = format!("-server-tls.port={port}");
+        let (server, admin) =
+            spawn_anchor_style("WEBHOOK_BIN", &ns, &["-server-tls.enabled=true", &tls_port])?;
+        eventually("webhook ready", Duration::from_secs(60), || async {
+            Ok(matches!(http_get(admin, "/ready").await, Ok((200, _))).then_some(()))
+        })
+        .await
+        .with_context(|| server.logs())?;
+        (
+            server,
+            "rollout-operator-self-signed-certificate",
+            ServerName::try_from(format!("rollout-operator.{ns}.svc"))?,
+        )
+    } else {
+        let server = spawn_measured(
+            "WEBHOOK_BIN",
+            &[
+                "--leader-elect=false",
+                "--lease-namespace",
+                &ns,
+                "--tls-address",
+                &tls_address,
+                "--tls-extra-names",
+                "127.0.0.1",
+                "--log-filter",
+                "warn",
+            ],
+        )?;
+        let admin_address = server.admin.context("admin address")?;
+        eventually("webhook ready", Duration::from_secs(60), || async {
+            Ok(matches!(http_get(admin_address, "/readyz").await, Ok((200, _))).then_some(()))
+        })
+        .await?;
+        let name = ServerName::IpAddress(tls_address.parse::<std::net::SocketAddr>()?.ip().into());
+        (server, "strata-admission-webhook-certificate", name)
+    };
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let secret = eventually("certificate Secret", Duration::from_secs(60), || async {
+        Ok(secrets.get_opt(secret_name).await?)
     })
     .await?;
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let secret = secrets.get("strata-admission-webhook-certificate").await?;
     let ca = secret
         .data
         .and_then(|d| d.get("ca").cloned())
@@ -370,6 +402,7 @@ async fn main() -> Result<()> {
     ];
     let target = Target {
         address: tls_address.parse()?,
+        server_name,
         roots,
         pid: server.pid(),
     };

@@ -25,6 +25,48 @@ pub fn spawn_measured(variable: &str, args: &[&str]) -> Result<ServiceProcess> {
     )
 }
 
+/// How a measured rollout-operator is started: with Strata's flags, or with the Grafana
+/// operator's command line (`BENCH_STYLE=anchor`), which the anchor's binary and Strata's in
+/// compatibility mode both take — the side-by-side runs use it for both.
+pub fn anchor_style() -> bool {
+    std::env::var("BENCH_STYLE").is_ok_and(|s| s == "anchor")
+}
+
+/// Starts the binary named by `$variable` with the Grafana operator's flags for namespace
+/// `ns` (kubeconfig and API URL of the test cluster, a free admin port, log level warn) and
+/// `extra`; returns it with its admin address.
+pub fn spawn_anchor_style(
+    variable: &str,
+    ns: &str,
+    extra: &[&str],
+) -> Result<(ServiceProcess, std::net::SocketAddr)> {
+    let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
+    let kubeconfig = cluster().kubeconfig();
+    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
+    let server = config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .context("the kubeconfig names no server")?;
+    let port = free_port()?;
+    let args = [
+        format!("-kubernetes.namespace={ns}"),
+        format!("-kubernetes.config-file={}", kubeconfig.display()),
+        format!("-kubernetes.api-url={server}"),
+        format!("-server.port={port}"),
+        "-log.level=warn".to_string(),
+    ];
+    let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
+    all.extend_from_slice(extra);
+    let process = ServiceProcess::spawn_plain_blocking(
+        Path::new(&binary),
+        &all,
+        &std::env::temp_dir().join("strata-bench-logs"),
+    )?;
+    Ok((process, ([127, 0, 0, 1], port).into()))
+}
+
 /// A `/proc/<pid>/status` memory figure in KiB: `VmRSS:` (now) or `VmHWM:` (peak); 0 when
 /// the process is gone.
 pub fn rss_kib(pid: u32, field: &str) -> u64 {

@@ -48,6 +48,15 @@ impl ServiceProcess {
         args: &[&str],
         log_dir: &Path,
     ) -> Result<Self> {
+        let kubeconfig = kubeconfig.to_string_lossy();
+        let mut all = vec!["--kubeconfig", kubeconfig.as_ref()];
+        all.extend_from_slice(args);
+        Self::spawn_plain_blocking(binary, &all, log_dir)
+    }
+
+    /// Starts `binary ARGS...` as they are (a Go binary, say, that names its kubeconfig with
+    /// its own flag), logging to `log_dir/<name>-<pid>.log`.
+    pub fn spawn_plain_blocking(binary: &Path, args: &[&str], log_dir: &Path) -> Result<Self> {
         let name = binary
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -61,8 +70,6 @@ impl ServiceProcess {
             .and_then(|i| args.get(i + 1))
             .and_then(|a| a.parse().ok());
         let child = Command::new(binary)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
             .args(args)
             .env(
                 "RUST_LOG",
