@@ -98,8 +98,9 @@ pods (34 rollout groups of up to 3 zones, `rollout-max-unavailable: 2`) on kwok 
 = before any StatefulSet exists; loaded = all 1,000 pods Ready and the operator settled.
 Latency: the template of every zone of one group is changed (watch on the group's pods already
 established) → the first pod of the group deleted; five groups in turn, each left to finish
-rolling (30 pods) before the next. The latency includes kube-controller-manager publishing
-the new revision, which the operator waits for.
+rolling (30 pods) before the next, sample *k* then waiting *k* s more (spreading the changes
+over a 5 s tick, for the side-by-side run). The latency includes kube-controller-manager
+publishing the new revision, which the operator waits for.
 
 | idle RSS | loaded RSS | peak RSS | template change → first deletion | median | max | group rolled (mean) | setup |
 |---:|---:|---:|---|---:|---:|---:|---:|
@@ -464,7 +465,9 @@ including its client-side limit of 5 requests/s per API group (burst 10). Each r
 binary on a fresh local control plane, alternating.
 Rollout: the driver of the rollout section above (100 StatefulSets × 10 pods, 34 groups; RSS idle
 before any StatefulSet, loaded with 1,000 pods Ready; template change → first pod deletion for five
-groups in turn, each left to roll completely). Webhooks: the load of the admission-webhook section
+groups in turn, each left to roll completely, the changes spread evenly over the anchor's 5 s
+reconcile interval: sample *k* of 5 waits *k* s after the previous group finished, so the tick's
+phase is not always the same). Webhooks: the load of the admission-webhook section
 ({w['rate']:.0f} no-downscale reviews/s for {w['seconds']} s over {w['connections']} keep-alive TLS connections,
 each answer checked), against `/admission/no-downscale` on `-server-tls.port`, the certificate
 verified against the CA in the Secret the binary wrote.

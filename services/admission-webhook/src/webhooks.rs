@@ -483,7 +483,8 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
                 return not_allowed(format!(
                     "statefulset {} was downscaled at {} and is labelled to wait {} between zone downscales",
                     other.metadata.name.as_deref().unwrap_or_default(),
-                    last.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    // Go's default rendering of a UTC time, as the anchor's message has it.
+                    last.strftime("%Y-%m-%d %H:%M:%S +0000 UTC"),
                     go_duration(min_time)
                 ));
             }

@@ -218,7 +218,7 @@ fn prepare_downscale_checks_then_lists_its_calls() {
             vec![sibling]
         )),
         format!(
-            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01T11:50:00Z and is labelled to wait 30m0s between zone downscales"
+            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
         )
     );
     // A sibling zone is not fully updated and ready (no ready pods in the state).
@@ -672,7 +672,7 @@ fn prepare_downscale_with_the_zone_tracker() {
     assert_eq!(
         denied.message.unwrap(),
         format!(
-            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01T11:50:00Z and is labelled to wait 30m0s between zone downscales"
+            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
         )
     );
     let malformed = decide_with(Some(vec![("ingester-zone-b", "yesterday")]));
