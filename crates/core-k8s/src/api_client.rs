@@ -41,7 +41,8 @@ pub struct GroupLabels {
     pub api_group: String,
 }
 
-fn dskit_histogram() -> Histogram {
+/// A histogram on [`DSKIT_BUCKETS`].
+pub fn dskit_histogram() -> Histogram {
     Histogram::new(DSKIT_BUCKETS)
 }
 

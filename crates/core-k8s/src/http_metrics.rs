@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::api_client::{DSKIT_BUCKETS, RequestLabels};
+use crate::api_client::{RequestLabels, dskit_histogram};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServerLabels {
@@ -38,10 +38,6 @@ pub struct ClusterValidationLabels {
     pub method: String,
     pub protocol: String,
     pub request_cluster: String,
-}
-
-fn dskit_histogram() -> Histogram {
-    Histogram::new(DSKIT_BUCKETS)
 }
 
 /// 4 B to 4 GiB in powers of 4, the anchor's message-size buckets.

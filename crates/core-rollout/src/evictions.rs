@@ -121,6 +121,21 @@ pub enum Refusal {
     Unavailable(String),
 }
 
+impl Refusal {
+    /// The answer to give: a budget denial as it is; an unavailable record as the anchor
+    /// answers a pod status it could not determine (500).
+    pub fn into_denial(self) -> Denial {
+        match self {
+            Refusal::Denied(denial) => denial,
+            Refusal::Unavailable(message) => Denial {
+                code: 500,
+                message,
+                reason: "err: sts-pod-status-not-determined",
+            },
+        }
+    }
+}
+
 /// Decides `pod`'s eviction against the budget *and* every eviction recorded by anyone, and
 /// records it when allowed. `observed` is the namespace as just listed (reused for the first
 /// attempt); `own_recent` are pods this caller deleted itself and may not see recorded yet.

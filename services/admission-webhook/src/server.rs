@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::metrics::{Metrics, Outcome};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
-use core_rollout::evictions::{self, Refusal};
+use core_rollout::evictions;
 use core_rollout::keys;
 use core_rollout::observed::Observed;
 
@@ -233,14 +233,13 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             let pod = review.field("name");
             match evictions::claim(&app.client, &namespace, pod, cluster.state, None, &[]).await {
                 Ok(_) => (decision, reason),
-                Err(Refusal::Denied(denial)) => (
-                    Decision::deny_with_code(denial.code, denial.message),
-                    denial.reason,
-                ),
-                Err(Refusal::Unavailable(why)) => (
-                    Decision::deny_with_code(500, why),
-                    "err: sts-pod-status-not-determined",
-                ),
+                Err(refusal) => {
+                    let denial = refusal.into_denial();
+                    (
+                        Decision::deny_with_code(denial.code, denial.message),
+                        denial.reason,
+                    )
+                }
             }
         } else {
             (decision, reason)

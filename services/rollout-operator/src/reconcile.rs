@@ -226,7 +226,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     }
     {
         let stop = stop.clone();
-        let zpdb_metrics = metrics.clone();
+        let metrics = metrics.clone();
         let resource = zpdb_resource.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(zpdb_stream);
@@ -243,9 +243,12 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
                         None => return,
                     },
                 };
+                let key = |z: &DynamicObject| {
+                    format!("{}/{}", z.namespace().unwrap_or_default(), z.name_any())
+                };
                 let result = match &event {
                     watcher::Event::Apply(z) | watcher::Event::InitApply(z) => {
-                        let key = format!("{}/{}", z.namespace().unwrap_or_default(), z.name_any());
+                        let key = key(z);
                         let parsed = typed_value(z, &resource)
                             .ok_or_else(|| "not serialisable".to_string())
                             .and_then(|v| crate::zpdb::parse(&v));
@@ -255,12 +258,11 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
                         seen.applied(&key, z.metadata.generation.unwrap_or(0), parsed.is_ok())
                     }
                     watcher::Event::Delete(z) => {
-                        let key = format!("{}/{}", z.namespace().unwrap_or_default(), z.name_any());
-                        seen.deleted(&key, z.metadata.generation.unwrap_or(0))
+                        seen.deleted(&key(z), z.metadata.generation.unwrap_or(0))
                     }
                     watcher::Event::Init | watcher::Event::InitDone => continue,
                 };
-                zpdb_metrics.observe_zpdb_configuration(result);
+                metrics.observe_zpdb_configuration(result);
             }
         });
     }
@@ -653,15 +655,9 @@ async fn execute(
             {
                 Ok(allowed) => metrics.zpdb.observe_eviction(allowed.reason(), 200),
                 Err(refusal) => {
-                    match &refusal {
-                        evictions::Refusal::Denied(denial) => {
-                            metrics.zpdb.observe_eviction(denial.reason, denial.code)
-                        }
-                        evictions::Refusal::Unavailable(_) => metrics
-                            .zpdb
-                            .observe_eviction("err: sts-pod-status-not-determined", 500),
-                    }
-                    tracing::info!(pod = %key, ?refusal, "deletion deferred: the zone-aware budget is in use");
+                    let denial = refusal.into_denial();
+                    metrics.zpdb.observe_eviction(denial.reason, denial.code);
+                    tracing::info!(pod = %key, reason = denial.reason, message = %denial.message, "deletion deferred: the zone-aware budget is in use");
                     continue;
                 }
             }
