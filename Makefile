@@ -13,14 +13,14 @@ export HELM ?= $(STRATA_CACHE)/bin/helm-$(HELM_VERSION)/helm
 # Two cores: one cargo job graph at a time, never parallel cargo invocations.
 CARGO ?= cargo
 
-.PHONY: all build demo test lint unit e2e plane-build bench crds dashboards fmt fuzz clean-plane help
+.PHONY: all build demo test lint unit e2e plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
 
 all: build
 
 help:
 	@echo "make demo   start the local control plane, run every service, apply a sample"
 	@echo "make test   lint + unit tests + end-to-end tests on the local control plane"
-	@echo "make lint | unit | e2e | bench | crds | dashboards | fmt"
+	@echo "make lint | unit | e2e | bench | crds | dashboards | manifests | images | fmt"
 
 build:
 	$(CARGO) build --workspace --bins
@@ -80,3 +80,14 @@ fuzz:
 	  PATH="$(STRATA_CACHE)/cargo-fuzz/bin:$$PATH" CARGO_TARGET_DIR=$(STRATA_CACHE)/fuzz-target \
 	    cargo +nightly fuzz run --fuzz-dir . $$t corpus/$$t $$seeds -- -max_total_time=$(FUZZ_SECONDS) -len_control=0 || exit 1; \
 	done
+
+# Regenerates what comes from the chart: helm/strata's values table and values.schema.json,
+# its copies of the CRDs and dashboards, and the plain manifests under manifests/<service>/.
+# `make test` fails when any of them is stale.
+manifests: plane-build
+	STRATA_UPDATE_MANIFESTS=1 $(CARGO) test -p strata-e2e --test chart generated_files_are_current
+
+# Container images of the four services (podman; see scripts/images.sh), checked and started
+# against the local control plane. Not part of `make test` (a release build of four binaries).
+images: build plane-build
+	scripts/with-plane.sh scripts/images.sh

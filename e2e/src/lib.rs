@@ -7,9 +7,11 @@
 //! - [`services`]: running Strata's service binaries as child processes whose logs are printed
 //!   when a test fails;
 //! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests;
+//! - [`chart`]: the Helm chart and the files generated from it (values table, schema, manifests);
 //! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles).
 
 pub mod bench;
+pub mod chart;
 pub mod flux;
 pub mod git;
 pub mod plane;
