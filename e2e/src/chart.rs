@@ -220,8 +220,11 @@ fn schema_of(value: &Value, path: &[String], docs: &[ValueDoc]) -> Value {
         Value::Number(_) if path.iter().any(|k| k == "ports") => {
             json!({"type": "integer", "minimum": 1, "maximum": 65535})
         }
-        // Rates are fractional even when their default is a whole number.
-        Value::Number(_) if key.ends_with("QPS") => json!({"type": "number", "minimum": 0}),
+        // Rates are fractional even when their default is a whole number; `--set` passes a
+        // fraction as a string.
+        Value::Number(_) if key.ends_with("QPS") => json!({
+            "anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}]
+        }),
         Value::Number(n) if n.is_i64() || n.is_u64() => json!({"type": "integer", "minimum": 0}),
         Value::Number(_) => json!({"type": "number", "minimum": 0}),
         Value::Null => json!({}),
@@ -238,7 +241,9 @@ pub fn values_schema(values_yaml: &str) -> Result<String> {
     let values: Value = serde_saphyr::from_str(values_yaml).context("parsing values.yaml")?;
     let docs = value_docs(values_yaml)?;
     let mut schema = schema_of(&values, &[], &docs);
-    let object = schema.as_object_mut().expect("values.yaml is a map");
+    let Some(object) = schema.as_object_mut() else {
+        bail!("values.yaml is not a map");
+    };
     object.insert(
         "$schema".into(),
         json!("https://json-schema.org/draft-07/schema#"),

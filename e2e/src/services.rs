@@ -57,6 +57,16 @@ impl ServiceProcess {
     /// Starts `binary ARGS...` as they are (a Go binary, say, that names its kubeconfig with
     /// its own flag), logging to `log_dir/<name>-<pid>.log`.
     pub fn spawn_plain_blocking(binary: &Path, args: &[&str], log_dir: &Path) -> Result<Self> {
+        Self::spawn_with_env_blocking(binary, args, &[], log_dir)
+    }
+
+    /// Starts `binary ARGS...` with these extra environment variables (a container's `env`).
+    pub fn spawn_with_env_blocking(
+        binary: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
         let name = binary
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -75,6 +85,7 @@ impl ServiceProcess {
                 "RUST_LOG",
                 std::env::var("E2E_SERVICE_LOG").unwrap_or_else(|_| "info".into()),
             )
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)

@@ -20,7 +20,7 @@ fn kinds_named<'a>(objects: &'a [Value], kind: &str) -> Vec<&'a str> {
     objects
         .iter()
         .filter(|o| o["kind"] == kind)
-        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .map(|o| o["metadata"]["name"].as_str().unwrap_or("<unnamed>"))
         .collect()
 }
 
@@ -33,7 +33,10 @@ fn only(key: &str) -> Vec<String> {
 
 fn template(args: &[String]) -> Vec<Value> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    objects(&chart::template(&args).unwrap())
+    match chart::template(&args) {
+        Ok(rendered) => objects(&rendered),
+        Err(e) => panic!("{e:#}"),
+    }
 }
 
 fn all_toggles() -> String {
@@ -290,6 +293,7 @@ fn the_schema_refuses_misspelt_keys_and_bad_values() {
         ),
         ("rolloutOperator.ports.admin=70000", "admin"),
         ("crds.enabled=yes", "enabled"),
+        ("layerController.clientQPS=abc", "clientQPS"),
     ] {
         let err = chart::template(&["--set", set]).expect_err(set).to_string();
         assert!(
