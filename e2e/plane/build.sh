@@ -18,6 +18,7 @@ k8s_dir="$cache/bin/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 helm_dir="$cache/bin/helm-$HELM_VERSION"
+promtool_dir="$cache/bin/promtool-$PROMETHEUS_VERSION"
 
 build_kubernetes() {
   local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -120,9 +121,11 @@ build_installable "$kwok_dir" kwok "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
 build_kubernetes
 build_installable "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_upstream_crds
+build_installable "$promtool_dir" promtool "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
 
 echo "KUBE_BIN=$k8s_dir"
 echo "ETCD_BIN=$etcd_dir"
 echo "KWOK_BIN=$kwok_dir"
 echo "HELM_BIN=$helm_dir"
 echo "UPSTREAM_CRDS=$crds_dir"
+echo "PROMTOOL_BIN=$promtool_dir"
