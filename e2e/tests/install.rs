@@ -407,7 +407,7 @@ async fn smoke_rollout_operator(client: &Client, ns: &str) -> Result<()> {
 
 /// admission-webhook's job: its CA is injected, kube-apiserver calls it and a labelled
 /// StatefulSet's downscale is refused in an opted-in namespace — and only there.
-async fn smoke_admission_webhook(client: &Client, release_ns: &str) -> Result<()> {
+async fn smoke_admission_webhook(client: &Client, release_ns: &str) -> Result<TestNamespace> {
     let configs: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());
     let config = format!("no-downscale-{release_ns}");
@@ -468,6 +468,60 @@ async fn smoke_admission_webhook(client: &Client, release_ns: &str) -> Result<()
     downscale(release_ns.to_string())
         .await
         .context("downscale outside the opted-in namespaces")?;
+    Ok(guarded)
+}
+
+/// With the webhook server stopped (its configurations still installed, failurePolicy Fail),
+/// nothing outside the opted-in namespaces notices: a Deployment elsewhere scales and rolls
+/// out, and a pod there is evicted (what a node drain does); the guard itself still holds.
+async fn server_stopped_blocks_only_opted_in(
+    client: &Client,
+    guarded: &TestNamespace,
+) -> Result<()> {
+    let other = TestNamespace::create(client, "unguarded").await?;
+    let deployment = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec: {containers: [{name: c, image: x}]}
+";
+    apply_yaml(client, &other.name, deployment).await?;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &other.name);
+    deployments
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1, "template": {"metadata": {"annotations": {"rollout": "2"}}}}})),
+        )
+        .await
+        .context("a Deployment outside the opted-in namespaces rolls out")?;
+    apply_yaml(
+        client,
+        &other.name,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: drained}\nspec: {containers: [{name: c, image: x}]}\n",
+    )
+    .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &other.name);
+    pods.evict("drained", &kube::api::EvictParams::default())
+        .await
+        .context("evicting a pod outside the opted-in namespaces")?;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &guarded.name);
+    let refused = sts
+        .patch(
+            "guarded",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await;
+    ensure!(
+        refused.is_err(),
+        "the guard must hold while its server is down (Fail)"
+    );
     Ok(())
 }
 
@@ -496,7 +550,10 @@ async fn teardown(client: &Client, release: &Release, started: &mut [Started]) -
     }
     helm(&["uninstall", &release.name, "-n", ns, "--wait"])?;
     for s in started {
-        s.process.terminate_blocking();
+        // A process already stopped by the test has been reaped: never signal its pid again.
+        if s.process.try_exit().is_none() {
+            s.process.terminate_blocking();
+        }
     }
     Ok(())
 }
@@ -526,7 +583,11 @@ async fn alone(key: &'static str) -> Result<()> {
     match key {
         "layerController" => smoke_layer_controller(&client, &ns).await?,
         "rolloutOperator" => smoke_rollout_operator(&client, &ns).await?,
-        "admissionWebhook" => smoke_admission_webhook(&client, &ns).await?,
+        "admissionWebhook" => {
+            let guarded = smoke_admission_webhook(&client, &ns).await?;
+            started[0].process.terminate_blocking();
+            server_stopped_blocks_only_opted_in(&client, &guarded).await?;
+        }
         // Alone, the observer has no deployed layer to check: it is ready, leads, and reads
         // layers (its watch is what /readyz waits for); the all-four case checks a layer.
         _ => {}
@@ -582,7 +643,7 @@ async fn all_four_install_upgrade_and_uninstall_keeping_the_crds() -> Result<()>
     smoke_layer_controller(&client, &ns).await?;
     smoke_drift_observer(&client, &ns).await?;
     smoke_rollout_operator(&client, &ns).await?;
-    smoke_admission_webhook(&client, &ns).await?;
+    drop(smoke_admission_webhook(&client, &ns).await?);
 
     // Upgrade with a changed value: the Deployment's arguments change, and the CA the server
     // injected survives helm's three-way merge.
@@ -631,9 +692,11 @@ async fn all_four_install_upgrade_and_uninstall_keeping_the_crds() -> Result<()>
         live_args.contains(&"--sync-period=2m".to_string()),
         "{live_args:?}"
     );
-    smoke_admission_webhook(&client, &ns)
-        .await
-        .context("after the upgrade")?;
+    drop(
+        smoke_admission_webhook(&client, &ns)
+            .await
+            .context("after the upgrade")?,
+    );
 
     teardown(&client, &release, &mut started).await?;
     ensure!(
