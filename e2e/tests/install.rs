@@ -717,3 +717,47 @@ async fn all_four_install_upgrade_and_uninstall_keeping_the_crds() -> Result<()>
     }
     Ok(())
 }
+
+/// RBAC narrowed by the chart's own value: the layer may apply Secrets only, so its ConfigMap
+/// is refused by the API server, and the layer says so (Failed, the forbidden call named)
+/// instead of hanging; nothing else is touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_beyond_the_apply_role_fails_naming_the_forbidden_call() -> Result<()> {
+    let client = cluster().client().await?;
+    let crd_ns = TestNamespace::create(&client, "install-crds").await?;
+    prepare_crds(&client, &crd_ns.name).await?;
+    let secrets_only = r#"layerController.applyRules=[{"apiGroups":[""],"resources":["secrets"],"verbs":["get","list","watch","create","patch","update","delete"]}]"#;
+    let release = Release::install(
+        &client,
+        &["layerController"],
+        &["--set", "crds.enabled=false", "--set-json", secrets_only],
+    )
+    .await?;
+    let ns = release.ns.name.clone();
+    let mut started = release.start_services().await?;
+    ready_and_leader(&client, &ns, &started[0]).await?;
+    apply_yaml(&client, &ns, &layer_source(&ns)).await?;
+    let layer = format!("{ns}-smoke");
+    let ready = eventually("the layer refused", Duration::from_secs(60), || async {
+        Ok(layer_condition(&client, &layer, "Ready")
+            .await?
+            .filter(|c| {
+                c["status"] == "False"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("forbidden"))
+            }))
+    })
+    .await?;
+    let message = ready["message"].as_str().unwrap_or_default();
+    ensure!(
+        message.contains("configmaps") && message.contains("smoke-settings"),
+        "the refused object is named: {message}"
+    );
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    ensure!(
+        maps.get_opt("smoke-settings").await?.is_none(),
+        "nothing applied"
+    );
+    teardown(&client, &release, &mut started).await
+}
