@@ -76,8 +76,9 @@ for s in "${services[@]}"; do
   ctr="$("$engine" create "$image")"
   "$engine" export "$ctr" | tar -x -C "$rootfs"
   "$engine" rm "$ctr" >/dev/null
-  files="$(cd "$rootfs" && find . -type f | sort | tr '\n' ' ')"
-  [[ $files == "./$s ./etc/ssl/certs/ca-certificates.crt " ]] || { log "$image: unexpected files: $files"; fail=1; }
+  files="$(cd "$rootfs" && find . -type f | LC_ALL=C sort | tr '\n' ' ')"
+  want="$(printf '%s\n' "./$s" ./etc/ssl/certs/ca-certificates.crt | LC_ALL=C sort | tr '\n' ' ')"
+  [[ $files == "$want" ]] || { log "$image: unexpected files: $files"; fail=1; }
   [[ ! -e $rootfs/bin/sh ]] || { log "$image: has a shell"; fail=1; }
 
   # The binary inside starts against the local control plane and becomes ready.
@@ -94,7 +95,8 @@ for s in "${services[@]}"; do
       sleep 0.1
     done
     kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
-    [[ $ready == 1 ]] || { log "$image: the binary from the image did not become ready:"; cat "$work/$s.log" >&2; fail=1; }
+    if [[ $ready == 1 ]]; then log "$image: its binary started against the control plane and became ready"
+    else log "$image: the binary from the image did not become ready:"; cat "$work/$s.log" >&2; fail=1; fi
   else
     "$rootfs/$s" --version >/dev/null || { log "$image: the binary from the image does not start"; fail=1; }
   fi
