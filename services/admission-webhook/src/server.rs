@@ -357,6 +357,11 @@ async fn record_in_zone_tracker(
     }
 }
 
+/// Largest AdmissionReview body read: the object and its old version, each at most etcd's
+/// 1.5 MiB, plus the envelope, with room to spare. A larger body is answered 413 before it is
+/// buffered, so a client cannot make the server hold more than this per request.
+pub const MAX_REVIEW_BYTES: usize = 6 * 1024 * 1024;
+
 /// The routes.
 pub fn router(app: Arc<App>) -> Router {
     let route = |webhook: Webhook| {
@@ -368,6 +373,7 @@ pub fn router(app: Arc<App>) -> Router {
         .fold(Router::new(), |router, webhook| {
             router.route(webhook.path(), route(*webhook))
         })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
         .with_state(());
     core_k8s::http_metrics::instrument(routes, app.http_metrics.clone())
 }

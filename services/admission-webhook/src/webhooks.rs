@@ -368,6 +368,12 @@ pub fn go_duration(d: SignedDuration) -> String {
 
 /// `/admission/prepare-downscale` (annotation mode): before a StatefulSet shrinks, check the
 /// zone rules, then ask the pods going away to prepare, and record the downscale time.
+/// Most pods one prepare-downscale request prepares. The request itself names the replica
+/// counts, so without a bound an absurd or forged review (`replicas` near 2^31) would make the
+/// server build and call billions of pod addresses. A larger downscale is refused with this
+/// number in the message, so it can be done in steps.
+pub const MAX_PREPARED_PODS: i64 = 1000;
+
 pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> Decision {
     if review.request.get("dryRun").and_then(Value::as_bool) == Some(true) {
         return Decision::allow();
@@ -422,6 +428,12 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             prefix(review, old, new)
         ))
     };
+    if old - new > MAX_PREPARED_PODS {
+        return not_allowed(format!(
+            "it would prepare {} pods, more than the {MAX_PREPARED_PODS} one request may; scale down in steps of at most {MAX_PREPARED_PODS} replicas.",
+            old - new
+        ));
+    }
     let port = annotation(&sts, PREPARE_PORT).unwrap_or_default();
     if port.is_empty() {
         return not_allowed(format!(

@@ -108,3 +108,38 @@ async fn random_bytes_get_400_and_never_a_crash() {
         StatusCode::OK
     );
 }
+
+/// A body over the explicit limit is refused with 413 before it is buffered or parsed; one at
+/// the limit's scale that is a real review is still read (and answered 200).
+#[tokio::test]
+async fn oversized_bodies_get_413() {
+    core_k8s::install_crypto_provider();
+    let app = app();
+    let limit = admission_webhook::server::MAX_REVIEW_BYTES;
+    for webhook in Webhook::ALL {
+        let oversized = vec![b' '; limit + 1];
+        assert_eq!(
+            status(&app, webhook.path(), "application/json", oversized).await,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "{webhook:?}"
+        );
+    }
+    // A large but legal review: a 2 MiB annotation on a ZPDB under validation.
+    let big = "x".repeat(2 * 1024 * 1024);
+    let review = serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "operation": "CREATE", "name": "z", "namespace": "n",
+            "object": {"kind": "ZoneAwarePodDisruptionBudget", "metadata": {"annotations": {"big": big}},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"a": "b"}}}}}});
+    let body = serde_json::to_vec(&review).unwrap();
+    assert!(body.len() < limit);
+    assert_eq!(
+        status(
+            &app,
+            Webhook::ZpdbValidation.path(),
+            "application/json",
+            body
+        )
+        .await,
+        StatusCode::OK
+    );
+}

@@ -144,6 +144,45 @@ fn prepared(labels: Value, annotations: Value) -> Value {
     )
 }
 
+/// A review naming an absurd replica count (forged, or a StatefulSet at 2^31-1) is refused
+/// before a single pod address is built; the largest allowed span still prepares every pod.
+#[test]
+fn prepare_downscale_bounds_the_pods_one_request_prepares() {
+    let labels = json!({"grafana.com/prepare-downscale": "true", "rollout-group": "ingester"});
+    let annotations = json!({"grafana.com/prepare-downscale-http-path": "prepare", "grafana.com/prepare-downscale-http-port": "80"});
+    let downscale = |old: i64, new: i64| {
+        let mut before = prepared(labels.clone(), annotations.clone());
+        before["spec"]["replicas"] = json!(old);
+        before["status"] = json!({"replicas": old, "readyReplicas": old, "updatedReplicas": old});
+        let mut after = before.clone();
+        after["spec"]["replicas"] = json!(new);
+        run(
+            Webhook::PrepareDownscale,
+            update("statefulsets", before, after),
+            vec![],
+        )
+    };
+    let (response, effects) = downscale(i64::from(i32::MAX), 0);
+    assert_eq!(response["allowed"], false, "{response}");
+    assert!(effects.is_empty(), "{} side effects", effects.len());
+    assert_eq!(
+        response["status"]["message"],
+        format!(
+            "downscale of statefulsets/ingester-zone-a in mimir from {} to 0 replicas is not allowed because it would prepare {} pods, more than the 1000 one request may; scale down in steps of at most 1000 replicas.",
+            i32::MAX,
+            i32::MAX
+        )
+    );
+    let (response, effects) = downscale(1001, 1);
+    assert_eq!(response["allowed"], true, "{response}");
+    assert_eq!(
+        effects.iter().filter(|e| e.starts_with("POST ")).count(),
+        1000
+    );
+    let (response, _) = downscale(1002, 1);
+    assert_eq!(response["allowed"], false, "{response}");
+}
+
 #[test]
 fn prepare_downscale_checks_then_lists_its_calls() {
     let labels = json!({"grafana.com/prepare-downscale": "true", "rollout-group": "ingester"});
