@@ -168,7 +168,8 @@ fn enum_of(key: &str, path: &[String]) -> Option<Vec<&'static str>> {
     match key {
         "logFormat" if global => Some(vec!["json", "text", "logfmt"]),
         "logFormat" => Some(vec!["", "json", "text", "logfmt"]),
-        "pullPolicy" => Some(vec!["Always", "IfNotPresent", "Never"]),
+        "pullPolicy" if global => Some(vec!["Always", "IfNotPresent", "Never"]),
+        "pullPolicy" => Some(vec!["", "Always", "IfNotPresent", "Never"]),
         "failurePolicy" => Some(vec!["Fail", "Ignore"]),
         _ => None,
     }

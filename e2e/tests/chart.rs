@@ -144,6 +144,17 @@ fn every_pod_is_locked_down_and_every_deployment_runs_its_binary() {
             "{name}: {env:?}"
         );
         assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred", "{name}");
+        let (policy, secrets) = if name == "rollout-operator" {
+            ("Never", 2)
+        } else {
+            ("Always", 1)
+        };
+        assert_eq!(c["imagePullPolicy"], policy, "{name}");
+        assert_eq!(
+            pod["imagePullSecrets"].as_array().map(Vec::len),
+            Some(secrets),
+            "{name}"
+        );
         assert_eq!(
             pod["priorityClassName"], "system-cluster-critical",
             "{name}"

@@ -54,7 +54,8 @@ chart's own labels win over extra labels of the same key, so selectors keep work
 
 {{/* Pull secrets: names or {name: ...} objects. */}}
 {{- define "strata.imagePullSecrets" -}}
-{{- with .root.Values.global.imagePullSecrets -}}
+{{- $secrets := concat (.root.Values.global.imagePullSecrets | default list) ((index .root.Values .key).imagePullSecrets | default list) -}}
+{{- with $secrets -}}
 imagePullSecrets:
 {{- range . }}
 {{- if kindIs "string" . }}
@@ -157,7 +158,7 @@ spec:
       containers:
         - name: {{ .name }}
           image: {{ include "strata.image" . }}
-          imagePullPolicy: {{ $root.Values.global.image.pullPolicy }}
+          imagePullPolicy: {{ default $root.Values.global.image.pullPolicy $v.image.pullPolicy }}
           command: [/{{ .name }}]
           args:
             {{- include "strata.commonArgs" . | nindent 12 }}
