@@ -14,7 +14,9 @@ use kube::Api;
 use strata_e2e::flux::install_layer_crds;
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{SERVICES, ServiceProcess, bin_dir};
-use strata_e2e::support::{TestNamespace, cluster, eventually, http_get, parse_openmetrics};
+use strata_e2e::support::{
+    TestNamespace, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
+};
 
 fn start(service: &str, lease_namespace: &str, identity: &str) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);
@@ -27,9 +29,18 @@ fn start(service: &str, lease_namespace: &str, identity: &str) -> Result<Service
         "--identity",
         identity,
     ];
-    if service == "admission-webhook" {
+    let selector = format!("strata-e2e/suite={lease_namespace}");
+    match service {
         // Two replicas on one host need their own TLS ports.
-        args.extend(["--tls-address", &tls]);
+        "admission-webhook" => args.extend(["--tls-address", &tls]),
+        // Only this test's objects: other tests run their own controllers on the same plane.
+        "rollout-operator" => args.extend(["--watch-namespace", lease_namespace]),
+        _ => args.extend([
+            "--layer-selector",
+            &selector,
+            "--default-source-namespace",
+            lease_namespace,
+        ]),
     }
     ServiceProcess::spawn_blocking(
         &bin_dir().join(service),
@@ -196,6 +207,10 @@ async fn failover(service: &str) -> Result<()> {
         "{service}: takeover after kill -9 in {:.1}s",
         takeover.as_secs_f64()
     );
+    // The new leader really acts: a change made after the kill is carried out by it alone.
+    acts_after_takeover(service, &client, &ns.name, standby)
+        .await
+        .with_context(|| format!("{service}: the new leader does not act"))?;
 
     // SIGTERM the new leader: exit 0 within 10 s and the Lease is released.
     standby.signal("TERM");
@@ -210,6 +225,123 @@ async fn failover(service: &str) -> Result<()> {
         "lease released on shutdown"
     );
     Ok(())
+}
+
+/// What "acting" means per service, checked after the leader was killed: the follower zone
+/// follows a downscale (rollout-operator), a new layer is applied (layer-controller), a new
+/// layer is reconciled (drift-observer: its reconcile counter moves, the only effect it has on a
+/// layer nobody deployed), and the CA is injected into a webhook configuration created after
+/// the kill (admission-webhook).
+async fn acts_after_takeover(
+    service: &str,
+    client: &kube::Client,
+    ns: &str,
+    leader: &ServiceProcess,
+) -> Result<()> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kube::api::{Patch, PatchParams};
+    let within = Duration::from_secs(30);
+    match service {
+        "rollout-operator" => {
+            let zone = |name: &str, annotations: &str| {
+                format!(
+                    "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {name}, labels: {{rollout-group: store}}, annotations: {{{annotations}}}}}\nspec:\n  replicas: 2\n  serviceName: store\n  updateStrategy: {{type: OnDelete}}\n  selector: {{matchLabels: {{name: {name}}}}}\n  template:\n    metadata: {{labels: {{name: {name}}}}}\n    spec: {{containers: [{{name: c, image: x}}]}}\n"
+                )
+            };
+            apply_yaml(client, ns, &zone("store-zone-a", "")).await?;
+            apply_yaml(
+                client,
+                ns,
+                &zone(
+                    "store-zone-b",
+                    r#""grafana.com/rollout-downscale-leader": store-zone-a"#,
+                ),
+            )
+            .await?;
+            let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+            sts.patch(
+                "store-zone-a",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"replicas": 1}})),
+            )
+            .await?;
+            eventually("the follower zone follows", within, || async {
+                let replicas = sts.get("store-zone-b").await?.spec.and_then(|s| s.replicas);
+                Ok((replicas == Some(1)).then_some(()))
+            })
+            .await
+        }
+        "layer-controller" | "drift-observer" => {
+            let layer = format!("{ns}-after");
+            let before = reconciles(leader).await?;
+            apply_yaml(
+                client,
+                ns,
+                &format!(
+                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src-after, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n  c.yaml: |\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: {{name: after, namespace: {ns}}}\n---\napiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}\nspec: {{version: 1.0.0, interval: 1h, timeout: 60s, source: {{kind: ConfigMap, name: src-after, path: ./}}}}\n"
+                ),
+            )
+            .await?;
+            let result = if service == "layer-controller" {
+                let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                    Api::namespaced(client.clone(), ns);
+                eventually("the new layer applied", within, || async {
+                    Ok(maps.get_opt("after").await?.map(drop))
+                })
+                .await
+            } else {
+                eventually("the new layer reconciled", within, || async {
+                    Ok((reconciles(leader).await? > before).then_some(()))
+                })
+                .await
+            };
+            // The layer-controller's finalizer goes with it: delete while it still runs.
+            let _ = cluster()
+                .kubectl()
+                .args([
+                    "delete",
+                    "addonslayer",
+                    &layer,
+                    "--wait=true",
+                    "--timeout=30s",
+                ])
+                .output();
+            result
+        }
+        _ => {
+            let name = format!("{ns}-after");
+            let config = format!(
+                "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {name}\n  labels: {{grafana.com/inject-rollout-operator-ca: \"true\", grafana.com/namespace: {ns}}}\nwebhooks:\n- name: after.strata.dev\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Ignore\n  clientConfig: {{url: \"https://127.0.0.1:9/none\"}}\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  rules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}]\n"
+            );
+            apply_yaml(client, ns, &config).await?;
+            let configs: Api<
+                k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+            > = Api::all(client.clone());
+            let injected = eventually("the CA injected by the new leader", within, || async {
+                let bundle = configs
+                    .get(&name)
+                    .await?
+                    .webhooks
+                    .and_then(|w| w.into_iter().next())
+                    .and_then(|w| w.client_config.ca_bundle);
+                Ok(bundle.filter(|b| !b.0.is_empty()).map(drop))
+            })
+            .await;
+            let _ = configs.delete(&name, &Default::default()).await;
+            injected
+        }
+    }
+}
+
+/// `<service>_reconcile_total` of a process, summed over its label sets.
+async fn reconciles(process: &ServiceProcess) -> Result<f64> {
+    let (_, body) = http_get(admin(process)?, "/metrics").await?;
+    let name = format!("{}_reconcile_total", process.name.replace('-', "_"));
+    Ok(parse_openmetrics(&body)?
+        .iter()
+        .filter(|(series, _)| series == &name || series.starts_with(&format!("{name}{{")))
+        .map(|(_, v)| *v)
+        .sum())
 }
 
 #[tokio::test]
