@@ -1,0 +1,413 @@
+//! Promises the documentation makes, each shown on the local control plane:
+//! - a failed apply prunes nothing (docs/layer-controller.md, apply);
+//! - a Failed layer becomes Deployed by itself once its objects recover, with no new revision
+//!   (health);
+//! - a teardown that cannot finish releases the finalizer after `timeout` with a Warning event
+//!   `TeardownTimedOut` naming what was still terminating (deleting a layer);
+//! - an artifact over `--max-artifact-bytes` fails the layer with nothing applied (source);
+//! - a `caBundle` removed by hand is injected again (docs/admission-webhook.md, CA injection).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use layer_controller::crd::AddonsLayer;
+use serde_json::{Value, json};
+use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
+use strata_e2e::plane::free_port;
+use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+
+fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
+    let mut args = vec!["--orphan-grace", "1s", "--health-poll", "500ms"];
+    args.extend_from_slice(extra);
+    start_layer_service("layer-controller", ns, &args)
+}
+
+/// A ConfigMap source holding `files`, and its layer (timeout `timeout`).
+fn layer_from(ns: &str, name: &str, timeout: &str, files: &[(&str, String)]) -> String {
+    let data: String = files
+        .iter()
+        .map(|(file, text)| {
+            let body: String = text.lines().map(|l| format!("    {l}\n")).collect();
+            format!("  {file}: |\n{body}")
+        })
+        .collect();
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: src-{name}, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}
+data:
+{data}---
+apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-{name}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  timeout: {timeout}
+  source: {{kind: ConfigMap, name: src-{name}, namespace: {ns}, path: ./}}
+"
+    )
+}
+
+fn cm(ns: &str, name: &str, extra_meta: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}{extra_meta}}}\ndata: {{k: v}}\n"
+    )
+}
+
+async fn status(client: &Client, layer: &str) -> Result<Value> {
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    Ok(serde_json::to_value(
+        api.get(layer).await?.status.unwrap_or_default(),
+    )?)
+}
+
+fn ready_reason(status: &Value) -> String {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| format!("{} {}", c["reason"], c["message"]))
+        .unwrap_or_default()
+}
+
+async fn wait_state(client: &Client, layer: &str, want: &str, within: Duration) -> Result<Value> {
+    eventually(&format!("layer {layer} {want}"), within, || async {
+        let s = status(client, layer).await?;
+        Ok((s["state"] == want).then_some(s))
+    })
+    .await
+}
+
+async fn delete_layer(client: &Client, layer: &str) {
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "addonslayer", layer, "--wait=false"])
+        .output();
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    let _ = eventually("layer gone", Duration::from_secs(60), || async {
+        Ok(api.get_opt(layer).await?.is_none().then_some(()))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failed_apply_prunes_nothing() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "noprune").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &[])?;
+    let layer = format!("{ns}-base");
+    let v1 = [("a.yaml", cm(&ns, "a", "")), ("b.yaml", cm(&ns, "b", ""))];
+    apply_yaml(&client, &ns, &layer_from(&ns, "base", "30s", &v1)).await?;
+    wait_state(&client, &layer, "Deployed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+
+    // v2: b leaves the source, and an object the API server refuses (an invalid name) joins.
+    let v2 = [
+        ("a.yaml", cm(&ns, "a", "")),
+        ("bad.yaml", cm(&ns, "Not_A_Valid_Name", "")),
+    ];
+    apply_yaml(&client, &ns, &layer_from(&ns, "base", "30s", &v2)).await?;
+    let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(30)).await?;
+    let reason = ready_reason(&failed);
+    assert!(
+        reason.contains("ApplyFailed") && reason.contains("Not_A_Valid_Name"),
+        "{reason}"
+    );
+    // The controller had every chance to prune: it wrote the Failed status after the attempt.
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let b = maps
+        .get("b")
+        .await
+        .context("b must survive a failed apply")?;
+    assert!(
+        !b.labels().contains_key("strata.dev/orphaned"),
+        "b was marked for pruning: {:?}",
+        b.labels()
+    );
+    let inventory: Vec<&str> = failed["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        inventory.contains(&"b"),
+        "the inventory keeps b: {inventory:?}"
+    );
+
+    delete_layer(&client, &layer).await;
+    drop(controller);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_failed_layer_recovers_by_itself_when_its_objects_do() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "recover").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &[])?;
+    let layer = format!("{ns}-web");
+    // Its pod runs but is not Ready (kwok's stage for this label): the layer times out.
+    let web = format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web, strata.dev/fake-ready: \"false\"}}}}
+    spec: {{containers: [{{name: c, image: example/app:1}}]}}
+"
+    );
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_from(&ns, "web", "4s", &[("web.yaml", web)]),
+    )
+    .await?;
+    let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(40))
+        .await
+        .with_context(|| controller.logs())?;
+    // Never deployed yet: the revision it tried is the last attempted one.
+    let revision = failed["lastAttemptedRevision"].clone();
+    assert!(revision.is_string(), "{failed}");
+    assert!(
+        ready_reason(&failed).contains("HealthCheckFailed"),
+        "{failed}"
+    );
+
+    // The pod becomes Ready (nothing in the layer or its source changes).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    for pod in pods.list(&ListParams::default().labels("app=web")).await? {
+        pods.patch(
+            &pod.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"strata.dev/fake-ready": null}}})),
+        )
+        .await?;
+    }
+    let deployed = wait_state(&client, &layer, "Deployed", Duration::from_secs(40)).await?;
+    assert_eq!(
+        deployed["revision"], revision,
+        "same revision, no new attempt"
+    );
+
+    delete_layer(&client, &layer).await;
+    drop(controller);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_stuck_teardown_is_released_after_the_timeout() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "teardown").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &[])?;
+    let layer = format!("{ns}-held");
+    // A finalizer nobody removes: the object stays Terminating after the layer deletes it.
+    let held = cm(&ns, "held", ", finalizers: [example.com/hold]");
+    apply_yaml(
+        &client,
+        &ns,
+        &layer_from(&ns, "held", "3s", &[("held.yaml", held)]),
+    )
+    .await?;
+    wait_state(&client, &layer, "Deployed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+
+    let _ = cluster()
+        .kubectl()
+        .args(["delete", "addonslayer", &layer, "--wait=false"])
+        .output();
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    eventually("the layer released", Duration::from_secs(40), || async {
+        Ok(api.get_opt(&layer).await?.is_none().then_some(()))
+    })
+    .await
+    .with_context(|| controller.logs())?;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let terminating = maps.get("held").await?;
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+
+    // The Warning event names the layer's leftover.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let note = eventually(
+        "a TeardownTimedOut event",
+        Duration::from_secs(20),
+        || async {
+            let list = events
+                .list(&ListParams::default().fields("reason=TeardownTimedOut"))
+                .await?;
+            Ok(list
+                .items
+                .into_iter()
+                .find(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(&layer))
+                .map(|e| (e.type_.unwrap_or_default(), e.note.unwrap_or_default())))
+        },
+    )
+    .await?;
+    assert_eq!(note.0, "Warning");
+    assert!(note.1.contains("held"), "{}", note.1);
+
+    maps.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    drop(controller);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_artifact_over_the_size_limit_fails_with_nothing_applied() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "bigart").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let server = ArtifactServer::start().await?;
+    // Incompressible content, so the archive itself is over the 4 KiB limit.
+    let mut seed: u64 = 7;
+    let noise: String = (0..8192)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            char::from(b'a' + ((seed >> 33) % 26) as u8)
+        })
+        .collect();
+    let big = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: {ns}}}\ndata: {{k: {noise}}}\n"
+    );
+    let (url, digest) = server.publish("big.tar.gz", &[("app/big.yaml", big.as_str())]);
+    create_gitrepository(&client, &ns).await?;
+    set_artifact(&client, &ns, "main@sha1:big", &url, &digest).await?;
+    let controller = start_controller(&ns, &["--max-artifact-bytes", "4096"])?;
+    let layer = format!("{ns}-app");
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  timeout: 30s
+  source: {{kind: GitRepository, name: repo, namespace: {ns}, path: ./app}}
+"
+        ),
+    )
+    .await?;
+    let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let reason = ready_reason(&failed);
+    assert!(
+        reason.contains("ArtifactFailed") && reason.contains("4096"),
+        "{reason}"
+    );
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert!(maps.get_opt("big").await?.is_none(), "nothing applied");
+    delete_layer(&client, &layer).await;
+    drop(controller);
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_ca_bundle_removed_by_hand_is_injected_again() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "reinject").await?;
+    let ns = ns.name.clone();
+    let admin = format!("127.0.0.1:{}", free_port()?);
+    let tls = format!("127.0.0.1:{}", free_port()?);
+    let _server = ServiceProcess::spawn_blocking(
+        &bin_dir().join("admission-webhook"),
+        cluster().kubeconfig(),
+        &[
+            "--admin-address",
+            &admin,
+            "--lease-namespace",
+            &ns,
+            "--leader-elect=false",
+            "--tls-address",
+            &tls,
+        ],
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )?;
+    let name = format!("{ns}-reinject");
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: {name}
+  labels: {{grafana.com/inject-rollout-operator-ca: \"true\", grafana.com/namespace: {ns}}}
+webhooks:
+- name: reinject.strata.dev
+  admissionReviewVersions: [v1]
+  sideEffects: None
+  failurePolicy: Ignore
+  clientConfig: {{url: \"https://{tls}/admission/no-downscale\"}}
+  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}
+  rules: [{{apiGroups: [apps], apiVersions: [v1], operations: [UPDATE], resources: [statefulsets]}}]
+"
+        ),
+    )
+    .await?;
+    let configs: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
+    let bundle = || async {
+        Ok(configs
+            .get(&name)
+            .await?
+            .webhooks
+            .and_then(|w| w.into_iter().next())
+            .and_then(|w| w.client_config.ca_bundle)
+            .filter(|b| !b.0.is_empty()))
+    };
+    let injected = eventually("the CA injected", Duration::from_secs(30), bundle).await?;
+    // Removed by hand, as an operator would.
+    let out = cluster()
+        .kubectl()
+        .args([
+            "patch",
+            "validatingwebhookconfiguration",
+            &name,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/webhooks/0/clientConfig/caBundle"}]"#,
+        ])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let removed = configs.get(&name).await?;
+    assert!(
+        removed.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .is_none(),
+        "the bundle was removed"
+    );
+    let again = eventually("the CA injected again", Duration::from_secs(90), bundle).await?;
+    assert_eq!(again, injected, "the same CA");
+    let _ = configs.delete(&name, &Default::default()).await;
+    Ok(())
+}
