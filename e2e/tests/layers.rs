@@ -109,6 +109,92 @@ spec:
     )
 }
 
+/// `layer_controller_reconcile_total` of the test's controller.
+async fn reconciles(controller: &ServiceProcess) -> Result<f64> {
+    let address = controller.admin.context("controller admin address")?;
+    let (_, body) = strata_e2e::support::http_get(address, "/metrics").await?;
+    Ok(strata_e2e::support::parse_openmetrics(&body)?
+        .iter()
+        .filter(|(series, _)| series.starts_with("layer_controller_reconcile_total"))
+        .map(|(_, v)| *v)
+        .sum())
+}
+
+type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>;
+
+/// Records, from watches, the resourceVersion at which each layer of a test was first seen
+/// Deployed and each ConfigMap of its namespace was first seen.
+struct Order {
+    deployed: Seen,
+    created: Seen,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Order {
+    fn watch(client: &Client, ns: &str) -> Self {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let deployed = Seen::default();
+        let created = Seen::default();
+        let rv_of = |meta: &kube::api::ObjectMeta| {
+            meta.resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(u64::MAX)
+        };
+        let layers: Api<AddonsLayer> = Api::all(client.clone());
+        let config = watcher::Config::default().labels(&format!("strata-e2e/suite={ns}"));
+        let seen = deployed.clone();
+        let layer_task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(watcher(layers, config).applied_objects());
+            while let Some(Ok(layer)) = stream.next().await {
+                let state = layer.status.as_ref().and_then(|s| s.state.clone());
+                if state.as_deref() == Some("Deployed") {
+                    seen.lock()
+                        .unwrap()
+                        .entry(layer.name_any())
+                        .or_insert(rv_of(&layer.metadata));
+                }
+            }
+        });
+        let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), ns);
+        let seen = created.clone();
+        let map_task = tokio::spawn(async move {
+            let mut stream =
+                std::pin::pin!(watcher(maps, watcher::Config::default()).applied_objects());
+            while let Some(Ok(map)) = stream.next().await {
+                seen.lock()
+                    .unwrap()
+                    .entry(map.name_any())
+                    .or_insert(rv_of(&map.metadata));
+            }
+        });
+        Self {
+            deployed,
+            created,
+            tasks: vec![layer_task, map_task],
+        }
+    }
+
+    fn snapshot(
+        &self,
+    ) -> (
+        std::collections::BTreeMap<String, u64>,
+        std::collections::BTreeMap<String, u64>,
+    ) {
+        (
+            self.deployed.lock().unwrap().clone(),
+            self.created.lock().unwrap().clone(),
+        )
+    }
+
+    fn stop(&self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
 async fn cleanup(client: &Client, ns: &str, layers: &[&str], mut controller: ServiceProcess) {
     // Dependents first: the controller's own teardown order is exercised here too.
     for name in layers.iter().rev() {
@@ -156,6 +242,10 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     let (url, digest) = server.publish("r1.tar.gz", &as_refs(&r1));
     create_gitrepository(&client, &ns).await?;
     set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
+    // Order is proven from the API server's own sequence: the resourceVersion at which each
+    // layer was first seen Deployed and each ConfigMap first seen at all (one etcd orders both
+    // watches; timestamps have only second resolution).
+    let order = Order::watch(&client, &ns);
     let controller = start_controller(&ns, &[])?;
     apply_yaml(
         &client,
@@ -183,32 +273,34 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     let deployed = wait_state(&client, &apps, "Deployed", Duration::from_secs(60))
         .await
         .with_context(|| controller.logs())?;
-    let since = |status: &Value| {
-        status["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "Deployed"))
-            .and_then(|c| c["lastTransitionTime"].as_str())
-            .unwrap_or_default()
-            .to_string()
+    // Dependency order on the cluster itself: each layer Deployed after the one it depends
+    // on, and each layer's objects created only after that dependency was Deployed.
+    let (deployed_at, created_at) = order.snapshot();
+    order.stop();
+    let rv = |map: &std::collections::BTreeMap<String, u64>, key: &str| {
+        *map.get(key)
+            .unwrap_or_else(|| panic!("{key} never seen: {map:?}"))
     };
-    let base_status = layer_status(&client, &base).await?;
-    let boot_status = layer_status(&client, &boot).await?;
-    assert!(since(&boot_status) <= since(&base_status) && since(&base_status) <= since(&deployed));
-    let created = |name: &str| {
-        let client = client.clone();
-        let ns = ns.clone();
-        let name = name.to_string();
-        async move {
-            configmap(&client, &ns, &name)
-                .await
-                .and_then(|c| c.metadata.creation_timestamp)
-                .map(|t| t.0)
-        }
-    };
-    // Dependency order on the cluster itself: each layer's objects exist only after the
-    // layer it depends on was Deployed.
-    assert!(created("boot").await.unwrap() <= created("base").await.unwrap());
-    assert!(created("base").await.unwrap() <= created("app").await.unwrap());
+    assert!(
+        rv(&deployed_at, &boot) < rv(&deployed_at, &base),
+        "{deployed_at:?}"
+    );
+    assert!(
+        rv(&deployed_at, &base) < rv(&deployed_at, &apps),
+        "{deployed_at:?}"
+    );
+    assert!(
+        rv(&deployed_at, &boot) < rv(&created_at, "base"),
+        "{deployed_at:?} {created_at:?}"
+    );
+    assert!(
+        rv(&deployed_at, &base) < rv(&created_at, "app"),
+        "{deployed_at:?} {created_at:?}"
+    );
+    assert!(
+        rv(&created_at, "boot") < rv(&deployed_at, &boot),
+        "{created_at:?}"
+    );
     assert_eq!(
         deployed["inventory"].as_array().unwrap().len(),
         2,
@@ -395,7 +487,13 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     .await?;
     let failed = wait_state(&client, &boot, "Failed", Duration::from_secs(30)).await?;
     assert!(failed.to_string().contains("digest mismatch"), "{failed}");
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Nothing applied, not even after the controller looked again (its retry of the Failed
+    // layer is a reconcile counted after this point).
+    let before = reconciles(&controller).await?;
+    eventually("another reconcile", Duration::from_secs(40), || async {
+        Ok((reconciles(&controller).await? > before).then_some(()))
+    })
+    .await?;
     assert!(configmap(&client, &ns, "tampered").await.is_none());
 
     cleanup(&client, &ns, &["bootstrap", "base", "apps"], controller).await;
@@ -528,8 +626,15 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
         .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(true)))
         .await?;
     wait_state(&client, &solo, "Hold", Duration::from_secs(20)).await?;
+    let before = reconciles(&controller).await?;
     apply_yaml(&client, &ns, &source("solo", &["x", "later"])).await?;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The source change reaches the controller (a reconcile after it), which holds.
+    eventually(
+        "the held layer reconciled",
+        Duration::from_secs(40),
+        || async { Ok((reconciles(&controller).await? > before).then_some(())) },
+    )
+    .await?;
     assert!(
         configmap(&client, &ns, "later").await.is_none(),
         "a held layer applied a change"

@@ -264,6 +264,19 @@ fn json_label(value: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {FAKE_READY_LABEL: value}}})
 }
 
+/// `rollout_operator_reconcile_total` of an operator process.
+async fn reconciles(operator: &ServiceProcess) -> Result<f64> {
+    let address = operator
+        .admin
+        .ok_or_else(|| anyhow::anyhow!("operator admin address"))?;
+    let (_, body) = strata_e2e::support::http_get(address, "/metrics").await?;
+    Ok(strata_e2e::support::parse_openmetrics(&body)?
+        .iter()
+        .filter(|(series, _)| series.starts_with("rollout_operator_reconcile_total"))
+        .map(|(_, v)| *v)
+        .sum())
+}
+
 fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);
     let mut args = vec![
@@ -545,7 +558,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     )
     .await?;
     let address = address.to_string();
-    let _operator = start_operator(&ns.name, &["--pod-address-override", &address])?;
+    let operator = start_operator(&ns.name, &["--pod-address-override", &address])?;
     // Stable at start-up: the surviving pods' stale preparations are cancelled once.
     eventually("start-up cancel sweep", Duration::from_secs(30), || async {
         Ok((0..3)
@@ -567,7 +580,21 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
         !endpoints.called("POST", "ingester-zone-a-0"),
         "the surviving pod is never asked to prepare"
     );
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The operator looks at the group again (an unrelated change to the StatefulSet wakes it;
+    // its reconcile counter shows it ran) and still keeps pod 1.
+    let before = reconciles(&operator).await?;
+    sts.patch(
+        "ingester-zone-a",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"e2e/poke": "1"}}})),
+    )
+    .await?;
+    eventually(
+        "the operator reconciled again",
+        Duration::from_secs(30),
+        || async { Ok((reconciles(&operator).await? > before).then_some(())) },
+    )
+    .await?;
     assert_eq!(
         replicas(&sts, "ingester-zone-a").await?,
         2,
