@@ -34,6 +34,71 @@ async fn run(cmd: Command) -> Output {
     cmd.output().await.unwrap()
 }
 
+/// A `strata wait` running in the background whose progress lines (stderr) are read as they
+/// come, so a test can see what the waiter has observed instead of sleeping.
+struct Waiter {
+    task: tokio::task::JoinHandle<(std::process::ExitStatus, String)>,
+    progress: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Waiter {
+    fn spawn(cmd: Command) -> Self {
+        use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+        let mut cmd = tokio::process::Command::from(cmd);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let progress = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let lines = progress.clone();
+        let stderr = child.stderr.take().unwrap();
+        let mut stdout = child.stdout.take().unwrap();
+        let task = tokio::spawn(async move {
+            let reader = tokio::spawn(async move {
+                let mut lines_in = tokio::io::BufReader::new(stderr).lines();
+                while let Ok(Some(line)) = lines_in.next_line().await {
+                    let mut all = lines.lock().unwrap();
+                    all.push_str(&line);
+                    all.push('\n');
+                }
+            });
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out).await;
+            let status = child.wait().await.unwrap();
+            let _ = reader.await;
+            (status, out)
+        });
+        Self { task, progress }
+    }
+
+    /// Waits until the waiter has reported a line containing every one of `needles`.
+    async fn reported(&self, needles: &[&str]) -> Result<()> {
+        strata_e2e::support::eventually(
+            &format!("the waiter reporting {needles:?}"),
+            Duration::from_secs(30),
+            || async {
+                let progress = self.progress.lock().unwrap().clone();
+                Ok(progress
+                    .lines()
+                    .any(|l| needles.iter().all(|n| l.contains(n)))
+                    .then_some(()))
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}; progress so far:\n{}", self.progress.lock().unwrap()))
+    }
+
+    fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// Exit status, stdout, and every progress line.
+    async fn finish(self) -> (std::process::ExitStatus, String, String) {
+        let (status, stdout) = self.task.await.unwrap();
+        let progress = self.progress.lock().unwrap().clone();
+        (status, stdout, progress)
+    }
+}
+
 fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -186,14 +251,16 @@ spec:
         ns.name
     );
     let file = write_manifest(&ns.name, "all.yaml", &format!("{crd}---\n{cr}"));
-    // Start waiting before the CRD exists.
-    let waiter = tokio::spawn(run(strata_wait(&[
+    // Start waiting before the CRD exists: the waiter has looked and reported it missing.
+    let waiter = Waiter::spawn(strata_wait(&[
         "-f",
         file.to_str().unwrap(),
         "--timeout",
         "90s",
-    ])));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    ]));
+    waiter
+        .reported(&["CustomResourceDefinition/gadgets.", "NotFound"])
+        .await?;
     apply_yaml(&client, &ns.name, &crd).await?;
     // `kubectl create`, not the server-side apply helper: apply bodies drop `status`, and the
     // CR must exist with its Ready=False status from the first moment.
@@ -229,16 +296,15 @@ spec:
             .output()
     };
     assert!(patch("False")?.status.success());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // The waiter has seen the patched not-Ready status, and keeps waiting.
+    waiter.reported(&["Gadget/", "set by the test"]).await?;
     if waiter.is_finished() {
-        let out = waiter.await?;
-        let (stdout, stderr) = text(&out);
-        panic!("the wait ended while the CR was not Ready:\n{stdout}\n{stderr}");
+        let (_, stdout, progress) = waiter.finish().await;
+        panic!("the wait ended while the CR was not Ready:\n{stdout}\n{progress}");
     }
     assert!(patch("True")?.status.success());
-    let out = waiter.await?;
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (status, stdout, progress) = waiter.finish().await;
+    assert!(status.success(), "{stdout}\n{progress}");
     assert!(stdout.contains("all 2 objects Current"), "{stdout}");
     let _ = cluster()
         .kubectl()
@@ -273,16 +339,19 @@ async fn waits_for_deletion() -> Result<()> {
             .status
             .success()
     );
-    let waiter = tokio::spawn(run(strata_wait(&[
+    let waiter = Waiter::spawn(strata_wait(&[
         "-f",
         file.to_str().unwrap(),
         "--for",
         "deleted",
         "--timeout",
         "60s",
-    ])));
-    // `a` is held by its finalizer: Terminating is not deleted.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    ]));
+    // `a` is held by its finalizer: Terminating is not deleted. The waiter has reported it
+    // (and b gone) and is still waiting.
+    waiter
+        .reported(&["1/2 deleted", &format!("ConfigMap/{}/a", ns.name)])
+        .await?;
     assert!(
         !waiter.is_finished(),
         "the wait ended while a ConfigMap was Terminating"
@@ -301,9 +370,8 @@ async fn waits_for_deletion() -> Result<()> {
         ])
         .output()?;
     assert!(unblock.status.success());
-    let out = waiter.await?;
-    let (stdout, stderr) = text(&out);
-    assert!(out.status.success(), "{stderr}");
+    let (status, stdout, progress) = waiter.finish().await;
+    assert!(status.success(), "{progress}");
     assert!(stdout.contains("all 2 objects deleted"), "{stdout}");
     Ok(())
 }
