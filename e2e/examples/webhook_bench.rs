@@ -11,6 +11,8 @@
 //! server's.
 //! Prints one JSON line. The server binary is `$WEBHOOK_BIN` (the bench builds it in release
 //! mode); `BENCH_WEBHOOK_RATE`, `BENCH_WEBHOOK_SECONDS`, `BENCH_WEBHOOK_CONNECTIONS` tune it.
+//! With `$FLOOR_BIN` (the `tls_floor_server` example) the floor runs beside it and the two are
+//! loaded in alternating slices (`BENCH_WEBHOOK_SLICES`, default 6) of the same run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
 
@@ -226,61 +228,145 @@ struct Target {
     pid: u32,
 }
 
-/// Warms up, then loads `target` for `seconds` and summarises the answers and the server's
-/// CPU and memory.
-async fn measure(target: Target, bodies: [(Bytes, bool); 2]) -> Result<serde_json::Value> {
-    let rate = env_or("BENCH_WEBHOOK_RATE", 2000) as f64;
-    let seconds = env_or("BENCH_WEBHOOK_SECONDS", 30);
-    let connections = env_or("BENCH_WEBHOOK_CONNECTIONS", 8) as usize;
+fn load_for(target: &Target, bodies: [(Bytes, bool); 2]) -> Arc<Load> {
     let config = tokio_rustls::rustls::ClientConfig::builder()
-        .with_root_certificates(target.roots)
+        .with_root_certificates(target.roots.clone())
         .with_no_client_auth();
-    let request_bytes = bodies[0].0.len();
-    let load = Arc::new(Load {
+    Arc::new(Load {
         address: target.address,
-        server_name: target.server_name,
+        server_name: target.server_name.clone(),
         tls: TlsConnector::from(Arc::new(config)),
         bodies,
-        rate,
-        connections,
-    });
-    let pid = target.pid;
-    let idle_rss = rss_kib(pid, "VmRSS:");
-    // Warm-up (connections, allocator), not recorded.
-    let warm = run(&load, 2).await;
-    if let Some(e) = warm.errors.first() {
-        bail!("warm-up failed: {e}");
+        rate: env_or("BENCH_WEBHOOK_RATE", 2000) as f64,
+        connections: env_or("BENCH_WEBHOOK_CONNECTIONS", 8) as usize,
+    })
+}
+
+/// The answers of one measured stretch and the server's CPU over it.
+#[derive(Default)]
+struct Measured {
+    out: Outcome,
+    cpu_seconds: f64,
+    seconds: u64,
+}
+
+impl Measured {
+    /// Adds a slice run `offset_ms` after the first (slow answers keep distinct windows).
+    fn add(&mut self, slice: Outcome, cpu_seconds: f64, seconds: u64, offset_ms: u64) {
+        self.out.latencies_us.extend(slice.latencies_us);
+        self.out
+            .slow_at_ms
+            .extend(slice.slow_at_ms.iter().map(|ms| ms + offset_ms));
+        self.out.errors.extend(slice.errors);
+        self.cpu_seconds += cpu_seconds;
+        self.seconds += seconds;
     }
-    let cpu_before = cpu_ticks(pid);
-    let out = run(&load, seconds).await;
-    let cpu_seconds = (cpu_ticks(pid) - cpu_before) as f64 / 100.0;
-    let l: Vec<f64> = out
+}
+
+/// One load run of `seconds` against `load`, with the CPU `pid` used meanwhile.
+async fn slice(load: &Arc<Load>, pid: u32, seconds: u64) -> (Outcome, f64) {
+    let before = cpu_ticks(pid);
+    let out = run(load, seconds).await;
+    (out, (cpu_ticks(pid) - before) as f64 / 100.0)
+}
+
+fn summary(load: &Load, m: &mut Measured, pid: u32, idle_rss: u64) -> serde_json::Value {
+    m.out.latencies_us.sort_unstable();
+    let l: Vec<f64> = m
+        .out
         .latencies_us
         .iter()
         .map(|us| *us as f64 / 1000.0)
         .collect();
     let l = &l;
-    Ok(serde_json::json!({
-        "rate": rate,
-        "seconds": seconds,
-        "connections": connections,
-        "requests": l.len() + out.errors.len(),
+    serde_json::json!({
+        "rate": load.rate,
+        "seconds": m.seconds,
+        "connections": load.connections,
+        "requests": l.len() + m.out.errors.len(),
         "ok": l.len(),
-        "errors": out.errors.len(),
-        "first_error": out.errors.first(),
+        "errors": m.out.errors.len(),
+        "first_error": m.out.errors.first(),
         "p50_ms": percentile(l, 0.5),
         "p99_ms": percentile(l, 0.99),
         "p999_ms": percentile(l, 0.999),
         "max_ms": percentile(l, 1.0),
-        "server_cpu_seconds": cpu_seconds,
+        "server_cpu_seconds": m.cpu_seconds,
         // Slow answers come in bursts: how many 100 ms windows held any.
-        "slow_windows_100ms": out.slow_at_ms.iter().map(|ms| ms / 100).collect::<std::collections::BTreeSet<_>>().len(),
-        "slow": out.slow_at_ms.len(),
+        "slow_windows_100ms": m.out.slow_at_ms.iter().map(|ms| ms / 100).collect::<std::collections::BTreeSet<_>>().len(),
+        "slow": m.out.slow_at_ms.len(),
         "idle_rss_kib": idle_rss,
         "rss_kib": rss_kib(pid, "VmRSS:"),
         "peak_rss_kib": rss_kib(pid, "VmHWM:"),
-        "request_bytes": request_bytes,
-    }))
+        "request_bytes": load.bodies[0].0.len(),
+    })
+}
+
+fn p99_ms(out: &Outcome) -> f64 {
+    let mut l: Vec<f64> = out
+        .latencies_us
+        .iter()
+        .map(|us| *us as f64 / 1000.0)
+        .collect();
+    l.sort_by(f64::total_cmp);
+    percentile(&l, 0.99)
+}
+
+/// Warms up, then loads `target` for `BENCH_WEBHOOK_SECONDS` and summarises the answers and
+/// the server's CPU and memory.
+async fn measure(target: Target, bodies: [(Bytes, bool); 2]) -> Result<serde_json::Value> {
+    let seconds = env_or("BENCH_WEBHOOK_SECONDS", 30);
+    let load = load_for(&target, bodies);
+    let idle_rss = rss_kib(target.pid, "VmRSS:");
+    // Warm-up (connections, allocator), not recorded.
+    let warm = run(&load, 2).await;
+    if let Some(e) = warm.errors.first() {
+        bail!("warm-up failed: {e}");
+    }
+    let mut m = Measured::default();
+    let (out, cpu) = slice(&load, target.pid, seconds).await;
+    m.add(out, cpu, seconds, 0);
+    Ok(summary(&load, &mut m, target.pid, idle_rss))
+}
+
+/// The server and the floor measured in alternating slices of the same run
+/// (`BENCH_WEBHOOK_SLICES` each, `BENCH_WEBHOOK_SECONDS` in all per target), so both see the
+/// same machine: whatever else slows the machine down lands on both. Each summary covers all
+/// its slices; `slices` has every slice's p99 for both, in order.
+async fn measure_interleaved(
+    server: Target,
+    floor: Target,
+    bodies: [(Bytes, bool); 2],
+) -> Result<(serde_json::Value, serde_json::Value, Vec<serde_json::Value>)> {
+    let seconds = env_or("BENCH_WEBHOOK_SECONDS", 30);
+    let slices = env_or("BENCH_WEBHOOK_SLICES", 6).max(1);
+    let each = (seconds / slices).max(1);
+    let (server_load, floor_load) = (load_for(&server, bodies.clone()), load_for(&floor, bodies));
+    let idle = (rss_kib(server.pid, "VmRSS:"), rss_kib(floor.pid, "VmRSS:"));
+    for (load, what) in [(&server_load, "server"), (&floor_load, "floor")] {
+        let warm = run(load, 2).await;
+        if let Some(e) = warm.errors.first() {
+            bail!("{what} warm-up failed: {e}");
+        }
+    }
+    let (mut s, mut f) = (Measured::default(), Measured::default());
+    let mut per_slice = Vec::new();
+    for i in 0..slices {
+        let offset = i * each * 1000;
+        let (out_s, cpu_s) = slice(&server_load, server.pid, each).await;
+        let (out_f, cpu_f) = slice(&floor_load, floor.pid, each).await;
+        per_slice.push(serde_json::json!({
+            "server_p99_ms": p99_ms(&out_s), "floor_p99_ms": p99_ms(&out_f),
+            "server_errors": out_s.errors.len(), "floor_errors": out_f.errors.len(),
+        }));
+        s.add(out_s, cpu_s, each, offset);
+        f.add(out_f, cpu_f, each, offset);
+    }
+    Ok((
+        summary(&server_load, &mut s, server.pid, idle.0),
+        summary(&floor_load, &mut f, floor.pid, idle.1),
+        per_slice,
+    ))
 }
 
 /// A root store trusting one PEM certificate.
@@ -290,9 +376,10 @@ fn trusting(pem: &[u8]) -> Result<tokio_rustls::rustls::RootCertStore> {
     Ok(roots)
 }
 
-/// The floor (`$FLOOR_BIN`, the `tls_floor_server` example) under the same load: a fixed
-/// answer from the same server stack, with its own self-signed certificate.
-async fn measure_floor(binary: &str, bodies: [(Bytes, bool); 2]) -> Result<serde_json::Value> {
+/// The floor (`$FLOOR_BIN`, the `tls_floor_server` example): the same server stack with a
+/// fixed answer and its own self-signed certificate. Returns the process (killed on drop)
+/// and where to send the load.
+async fn start_floor(binary: &str) -> Result<(FloorProcess, Target)> {
     let key = rcgen::KeyPair::generate()?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.self_signed(&key)?;
     let dir = std::env::temp_dir().join(format!("strata-floor-{}", std::process::id()));
@@ -301,38 +388,39 @@ async fn measure_floor(binary: &str, bodies: [(Bytes, bool); 2]) -> Result<serde
     std::fs::write(&cert_file, cert.pem())?;
     std::fs::write(&key_file, key.serialize_pem())?;
     let address: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let mut child = std::process::Command::new(binary)
+    let child = std::process::Command::new(binary)
         .arg(address.to_string())
         .arg(&cert_file)
         .arg(&key_file)
         .spawn()
         .with_context(|| format!("starting {binary}"))?;
-    let listening = eventually(
+    let process = FloorProcess { child, dir };
+    eventually(
         "floor server listening",
         Duration::from_secs(20),
         || async { Ok(tokio::net::TcpStream::connect(address).await.ok().map(drop)) },
     )
-    .await;
-    let roots = trusting(cert.pem().as_bytes())?;
-    let result = match listening {
-        Ok(()) => {
-            measure(
-                Target {
-                    address,
-                    server_name: ServerName::IpAddress(address.ip().into()),
-                    roots,
-                    pid: child.id(),
-                },
-                bodies,
-            )
-            .await
-        }
-        Err(e) => Err(e),
+    .await?;
+    let target = Target {
+        address,
+        server_name: ServerName::IpAddress(address.ip().into()),
+        roots: trusting(cert.pem().as_bytes())?,
+        pid: process.child.id(),
     };
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    Ok((process, target))
+}
+
+struct FloorProcess {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for FloorProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[tokio::main]
@@ -406,11 +494,17 @@ async fn main() -> Result<()> {
         roots,
         pid: server.pid(),
     };
-    let mut result = measure(target, bodies.clone()).await?;
+    let result = match std::env::var("FLOOR_BIN") {
+        Ok(floor_bin) => {
+            let (_floor, floor) = start_floor(&floor_bin).await?;
+            let (mut result, floor, slices) = measure_interleaved(target, floor, bodies).await?;
+            result["floor"] = floor;
+            result["slices"] = serde_json::Value::Array(slices);
+            result
+        }
+        Err(_) => measure(target, bodies).await?,
+    };
     drop(server);
-    if let Ok(floor) = std::env::var("FLOOR_BIN") {
-        result["floor"] = measure_floor(&floor, bodies).await?;
-    }
     println!("{result}");
     Ok(())
 }
