@@ -180,14 +180,8 @@ fn enum_of(key: &str, path: &[String]) -> Option<Vec<&'static str>> {
 fn schema_of(value: &Value, path: &[String], docs: &[ValueDoc]) -> Value {
     let key = path.last().map(String::as_str).unwrap_or("");
     let mut schema = match value {
-        Value::Object(_) if FREE_FORM.contains(&key) => {
-            if is_string_map(key) {
-                json!({"type": "object", "additionalProperties": {"type": "string"}})
-            } else {
-                json!({"type": "object"})
-            }
-        }
-        Value::Object(map) if map.is_empty() => {
+        // Kubernetes types and empty maps (labels, annotations, selectors) take any keys.
+        Value::Object(map) if FREE_FORM.contains(&key) || map.is_empty() => {
             if is_string_map(key) {
                 json!({"type": "object", "additionalProperties": {"type": "string"}})
             } else {

@@ -165,3 +165,37 @@ pub async fn create_gitrepository(client: &Client, ns: &str) -> Result<()> {
     apply_yaml(client, ns, &yaml).await?;
     Ok(())
 }
+
+/// A ConfigMap source `src-<layer>` in `ns` holding `files` (each a key at the source's root),
+/// labelled as a layer source.
+pub fn source_configmap(ns: &str, layer: &str, files: &[(&str, String)]) -> String {
+    let data: String = files
+        .iter()
+        .map(|(file, text)| {
+            let body: String = text.lines().map(|l| format!("    {l}\n")).collect();
+            format!("  {file}: |\n{body}")
+        })
+        .collect();
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src-{layer}, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n{data}"
+    )
+}
+
+/// [`source_configmap`] and the layer `<ns>-<layer>` reading it (version 1.0.0, interval 1h so
+/// only changes re-apply, `timeout`), labelled `strata-e2e/suite=<ns>`. The layer names no
+/// source namespace: the controller's `--default-source-namespace` must point at `ns`.
+pub fn configmap_layer(ns: &str, layer: &str, timeout: &str, files: &[(&str, String)]) -> String {
+    format!(
+        "{}---
+apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-{layer}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  timeout: {timeout}
+  source: {{kind: ConfigMap, name: src-{layer}, path: ./}}
+",
+        source_configmap(ns, layer, files)
+    )
+}

@@ -108,6 +108,27 @@ impl ServiceProcess {
         self.child.id()
     }
 
+    /// A metric from the process's `/metrics`, summed over the series of that name whose text
+    /// contains every `filter` (label values, say).
+    pub async fn metric(&self, name: &str, filters: &[&str]) -> Result<f64> {
+        let address = self.admin.context("no admin address")?;
+        let (_, body) = crate::support::http_get(address, "/metrics").await?;
+        Ok(crate::support::parse_openmetrics(&body)?
+            .into_iter()
+            .filter(|(series, _)| {
+                series.split('{').next() == Some(name) && filters.iter().all(|f| series.contains(f))
+            })
+            .map(|(_, v)| v)
+            .sum())
+    }
+
+    /// `<service>_reconcile_total`: how often the process reconciled, over every label set. A
+    /// test waits for it to move to know the service had its chance to act.
+    pub async fn reconciles(&self) -> Result<f64> {
+        let name = format!("{}_reconcile_total", self.name.replace('-', "_"));
+        self.metric(&name, &[]).await
+    }
+
     pub fn logs(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -328,3 +328,33 @@ pub async fn apply_upstream_crd(client: &Client, file: &str) -> Result<()> {
     apply_yaml(client, "default", &yaml).await?;
     Ok(())
 }
+
+/// An OnDelete StatefulSet `name` of rollout group `group` (its Service name too), pods
+/// labelled `name: <name>`. `labels` and `annotations` are extra flow-map entries (`labels`
+/// starting with `, `), the way the rollout tests spell the anchor's keys.
+pub fn group_stateful_set(
+    name: &str,
+    group: &str,
+    replicas: i32,
+    labels: &str,
+    annotations: &str,
+) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {name}
+  labels: {{rollout-group: {group}{labels}}}
+  annotations: {{{annotations}}}
+spec:
+  replicas: {replicas}
+  serviceName: {group}
+  podManagementPolicy: Parallel
+  updateStrategy: {{type: OnDelete}}
+  selector: {{matchLabels: {{name: {name}}}}}
+  template:
+    metadata: {{labels: {{name: {name}}}}}
+    spec: {{containers: [{{name: c, image: x}}]}}
+"#
+    )
+}

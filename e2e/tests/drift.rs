@@ -17,11 +17,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
-use strata_e2e::flux::install_layer_crds;
+use strata_e2e::flux::{install_layer_crds, source_configmap};
 use strata_e2e::services::{ServiceProcess, bin_dir, delete_layers_then_stop, start_layer_service};
-use strata_e2e::support::{
-    TestNamespace, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
-};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 const SECRET_VALUE: &str = "hunter2-very-secret";
 const FORGED_VALUE: &str = "forged-by-hand-value";
@@ -37,35 +35,6 @@ fn start_layer_controller(ns: &str) -> Result<ServiceProcess> {
 
 fn start_observer(ns: &str) -> Result<ServiceProcess> {
     start_layer_service("drift-observer", ns, &[])
-}
-
-/// A metric's value summed over series whose text contains every `filter`.
-async fn metric(process: &ServiceProcess, name: &str, filters: &[&str]) -> Result<f64> {
-    let address = process.admin.context("no admin address")?;
-    let (_, body) = http_get(address, "/metrics").await?;
-    Ok(parse_openmetrics(&body)?
-        .into_iter()
-        .filter(|(series, _)| {
-            series.split('{').next() == Some(name) && filters.iter().all(|f| series.contains(f))
-        })
-        .map(|(_, v)| v)
-        .sum())
-}
-
-fn source_configmap(ns: &str, layer: &str, files: &[(&str, String)]) -> String {
-    let data: String = files
-        .iter()
-        .map(|(file, text)| format!("  {file}: |\n{}", indent(text, 4)))
-        .collect();
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src-{layer}, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n{data}"
-    )
-}
-
-fn indent(text: &str, by: usize) -> String {
-    text.lines()
-        .map(|l| format!("{}{l}\n", " ".repeat(by)))
-        .collect()
 }
 
 fn deployment(ns: &str, name: &str) -> String {
@@ -241,7 +210,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     })
     .await?;
     ensure!(
-        metric(&observer, "drift_observer_checks_total", &[]).await? >= 4.0,
+        observer.metric("drift_observer_checks_total", &[]).await? >= 4.0,
         "the observer saw the objects"
     );
     let s = status(&client, &heal).await?;
@@ -474,7 +443,8 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         "restarted observer checked objects",
         Duration::from_secs(30),
         || async {
-            Ok((metric(&observer, "drift_observer_checks_total", &[])
+            Ok((observer
+                .metric("drift_observer_checks_total", &[])
                 .await
                 .unwrap_or(0.0)
                 >= 4.0)
@@ -493,7 +463,9 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     );
 
     // --- Heal: `kubectl set image` is reported (event: path, both values, manager) and undone.
-    let heal_requests = metric(&observer, "drift_observer_heal_requests_total", &[&heal]).await?;
+    let heal_requests = observer
+        .metric("drift_observer_heal_requests_total", &[&heal])
+        .await?;
     kubectl(&[
         "-n",
         &ns,
@@ -512,7 +484,10 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         "drift event: {events:?}"
     );
     ensure!(
-        metric(&observer, "drift_observer_heal_requests_total", &[&heal]).await? > heal_requests
+        observer
+            .metric("drift_observer_heal_requests_total", &[&heal])
+            .await?
+            > heal_requests
     );
     wait_drifted(&client, &heal, "False", Duration::from_secs(20)).await?;
 
@@ -537,7 +512,9 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         field_manager: Some("fighter".into()),
         ..Default::default()
     };
-    let requests_before = metric(&observer, "drift_observer_heal_requests_total", &[&heal]).await?;
+    let requests_before = observer
+        .metric("drift_observer_heal_requests_total", &[&heal])
+        .await?;
     let mut fight_condition = None;
     while fight_started.elapsed() < Duration::from_secs(40) {
         deployments
@@ -565,13 +542,20 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
             .contains("\"fighter\""),
         "{fight_condition}"
     );
-    let requests =
-        metric(&observer, "drift_observer_heal_requests_total", &[&heal]).await? - requests_before;
+    let requests = observer
+        .metric("drift_observer_heal_requests_total", &[&heal])
+        .await?
+        - requests_before;
     ensure!(
         requests >= 2.0 && requests * 3.0 < f64::from(writes),
         "heal requests must back off: {requests} requests for {writes} writes"
     );
-    ensure!(metric(&observer, "drift_observer_fights_total", &[&heal]).await? >= 1.0);
+    ensure!(
+        observer
+            .metric("drift_observer_fights_total", &[&heal])
+            .await?
+            >= 1.0
+    );
 
     observer.terminate_blocking();
     delete_layers_then_stop(&[&heal, &warn], controller);

@@ -14,9 +14,10 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::{Api, Client};
+use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
 use strata_e2e::chart::{self, SERVICES};
-use strata_e2e::flux::install_layer_crds;
+use strata_e2e::flux::{configmap_layer, install_layer_crds};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{
@@ -271,44 +272,22 @@ async fn ready_and_leader(client: &Client, ns: &str, started: &Started) -> Resul
     .await
 }
 
+/// The smoke layer: one ConfigMap, from a ConfigMap source in the release namespace (found
+/// through the chart's `--default-source-namespace`).
 fn layer_source(ns: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: ConfigMap
-metadata: {{name: src-smoke, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}
-data:
-  settings.yaml: |
-    apiVersion: v1
-    kind: ConfigMap
-    metadata: {{name: smoke-settings, namespace: {ns}}}
-    data: {{a: \"1\"}}
----
-apiVersion: strata.dev/v1alpha1
-kind: AddonsLayer
-metadata: {{name: {ns}-smoke, labels: {{strata-e2e/suite: {ns}}}}}
-spec:
-  version: 1.0.0
-  interval: 1h
-  timeout: 60s
-  source: {{kind: ConfigMap, name: src-smoke, path: ./}}
-"
-    )
-}
-
-fn layer_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "strata.dev",
-        "v1alpha1",
-        "AddonsLayer",
-    ))
+    let settings = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: smoke-settings, namespace: {ns}}}\ndata: {{a: \"1\"}}\n"
+    );
+    configmap_layer(ns, "smoke", "60s", &[("settings.yaml", settings)])
 }
 
 async fn layer_condition(client: &Client, layer: &str, type_: &str) -> Result<Option<Value>> {
-    let api: Api<DynamicObject> = Api::all_with(client.clone(), &layer_resource());
+    let api: Api<AddonsLayer> = Api::all(client.clone());
     let Some(layer) = api.get_opt(layer).await? else {
         return Ok(None);
     };
-    Ok(layer.data["status"]["conditions"]
+    let status = serde_json::to_value(layer.status.unwrap_or_default())?;
+    Ok(status["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == type_).cloned()))
 }
@@ -349,24 +328,7 @@ async fn smoke_drift_observer(client: &Client, ns: &str) -> Result<()> {
 }
 
 fn zone(name: &str, replicas: i32, labels: &str, annotations: &str) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: {name}
-  labels: {{rollout-group: store{labels}}}
-  annotations: {{{annotations}}}
-spec:
-  replicas: {replicas}
-  serviceName: store
-  podManagementPolicy: Parallel
-  updateStrategy: {{type: OnDelete}}
-  selector: {{matchLabels: {{name: {name}}}}}
-  template:
-    metadata: {{labels: {{name: {name}}}}}
-    spec: {{containers: [{{name: c, image: x}}]}}
-"#
-    )
+    strata_e2e::support::group_stateful_set(name, "store", replicas, labels, annotations)
 }
 
 async fn replicas(api: &Api<StatefulSet>, name: &str) -> Result<i32> {
@@ -542,7 +504,7 @@ async fn teardown(client: &Client, release: &Release, started: &mut [Started]) -
                 "--wait=false",
             ])
             .output();
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &layer_resource());
+        let api: Api<AddonsLayer> = Api::all(client.clone());
         eventually("the smoke layer gone", Duration::from_secs(60), || async {
             Ok(api.get_opt(&layer).await?.is_none().then_some(()))
         })

@@ -17,7 +17,9 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
-use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
+use strata_e2e::flux::{
+    ArtifactServer, configmap_layer, create_gitrepository, install_layer_crds, set_artifact,
+};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
@@ -26,33 +28,6 @@ fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
     let mut args = vec!["--orphan-grace", "1s", "--health-poll", "500ms"];
     args.extend_from_slice(extra);
     start_layer_service("layer-controller", ns, &args)
-}
-
-/// A ConfigMap source holding `files`, and its layer (timeout `timeout`).
-fn layer_from(ns: &str, name: &str, timeout: &str, files: &[(&str, String)]) -> String {
-    let data: String = files
-        .iter()
-        .map(|(file, text)| {
-            let body: String = text.lines().map(|l| format!("    {l}\n")).collect();
-            format!("  {file}: |\n{body}")
-        })
-        .collect();
-    format!(
-        "apiVersion: v1
-kind: ConfigMap
-metadata: {{name: src-{name}, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}
-data:
-{data}---
-apiVersion: strata.dev/v1alpha1
-kind: AddonsLayer
-metadata: {{name: {ns}-{name}, labels: {{strata-e2e/suite: {ns}}}}}
-spec:
-  version: 1.0.0
-  interval: 1h
-  timeout: {timeout}
-  source: {{kind: ConfigMap, name: src-{name}, namespace: {ns}, path: ./}}
-"
-    )
 }
 
 fn cm(ns: &str, name: &str, extra_meta: &str) -> String {
@@ -105,7 +80,7 @@ async fn a_failed_apply_prunes_nothing() -> Result<()> {
     let controller = start_controller(&ns, &[])?;
     let layer = format!("{ns}-base");
     let v1 = [("a.yaml", cm(&ns, "a", "")), ("b.yaml", cm(&ns, "b", ""))];
-    apply_yaml(&client, &ns, &layer_from(&ns, "base", "30s", &v1)).await?;
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "base", "30s", &v1)).await?;
     wait_state(&client, &layer, "Deployed", Duration::from_secs(30))
         .await
         .with_context(|| controller.logs())?;
@@ -115,7 +90,7 @@ async fn a_failed_apply_prunes_nothing() -> Result<()> {
         ("a.yaml", cm(&ns, "a", "")),
         ("bad.yaml", cm(&ns, "Not_A_Valid_Name", "")),
     ];
-    apply_yaml(&client, &ns, &layer_from(&ns, "base", "30s", &v2)).await?;
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "base", "30s", &v2)).await?;
     let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(30)).await?;
     let reason = ready_reason(&failed);
     assert!(
@@ -173,7 +148,7 @@ spec:
     apply_yaml(
         &client,
         &ns,
-        &layer_from(&ns, "web", "4s", &[("web.yaml", web)]),
+        &configmap_layer(&ns, "web", "4s", &[("web.yaml", web)]),
     )
     .await?;
     let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(40))
@@ -221,7 +196,7 @@ async fn a_stuck_teardown_is_released_after_the_timeout() -> Result<()> {
     apply_yaml(
         &client,
         &ns,
-        &layer_from(&ns, "held", "3s", &[("held.yaml", held)]),
+        &configmap_layer(&ns, "held", "3s", &[("held.yaml", held)]),
     )
     .await?;
     wait_state(&client, &layer, "Deployed", Duration::from_secs(30))

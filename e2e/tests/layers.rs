@@ -109,17 +109,6 @@ spec:
     )
 }
 
-/// `layer_controller_reconcile_total` of the test's controller.
-async fn reconciles(controller: &ServiceProcess) -> Result<f64> {
-    let address = controller.admin.context("controller admin address")?;
-    let (_, body) = strata_e2e::support::http_get(address, "/metrics").await?;
-    Ok(strata_e2e::support::parse_openmetrics(&body)?
-        .iter()
-        .filter(|(series, _)| series.starts_with("layer_controller_reconcile_total"))
-        .map(|(_, v)| *v)
-        .sum())
-}
-
 type Seen = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>;
 
 /// Records, from watches, the resourceVersion at which each layer of a test was first seen
@@ -489,9 +478,9 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     assert!(failed.to_string().contains("digest mismatch"), "{failed}");
     // Nothing applied, not even after the controller looked again (its retry of the Failed
     // layer is a reconcile counted after this point).
-    let before = reconciles(&controller).await?;
+    let before = controller.reconciles().await?;
     eventually("another reconcile", Duration::from_secs(40), || async {
-        Ok((reconciles(&controller).await? > before).then_some(()))
+        Ok((controller.reconciles().await? > before).then_some(()))
     })
     .await?;
     assert!(configmap(&client, &ns, "tampered").await.is_none());
@@ -626,13 +615,13 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
         .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(true)))
         .await?;
     wait_state(&client, &solo, "Hold", Duration::from_secs(20)).await?;
-    let before = reconciles(&controller).await?;
+    let before = controller.reconciles().await?;
     apply_yaml(&client, &ns, &source("solo", &["x", "later"])).await?;
     // The source change reaches the controller (a reconcile after it), which holds.
     eventually(
         "the held layer reconciled",
         Duration::from_secs(40),
-        || async { Ok((reconciles(&controller).await? > before).then_some(())) },
+        || async { Ok((controller.reconciles().await? > before).then_some(())) },
     )
     .await?;
     assert!(

@@ -264,19 +264,6 @@ fn json_label(value: Option<&str>) -> serde_json::Value {
     serde_json::json!({"metadata": {"labels": {FAKE_READY_LABEL: value}}})
 }
 
-/// `rollout_operator_reconcile_total` of an operator process.
-async fn reconciles(operator: &ServiceProcess) -> Result<f64> {
-    let address = operator
-        .admin
-        .ok_or_else(|| anyhow::anyhow!("operator admin address"))?;
-    let (_, body) = strata_e2e::support::http_get(address, "/metrics").await?;
-    Ok(strata_e2e::support::parse_openmetrics(&body)?
-        .iter()
-        .filter(|(series, _)| series.starts_with("rollout_operator_reconcile_total"))
-        .map(|(_, v)| *v)
-        .sum())
-}
-
 fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", free_port()?);
     let mut args = vec![
@@ -298,23 +285,12 @@ fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
 }
 
 fn plain_zone(zone: &str, group: &str, replicas: i32, labels: &str, annotations: &str) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: {group}-zone-{zone}
-  labels: {{rollout-group: {group}{labels}}}
-  annotations: {{{annotations}}}
-spec:
-  replicas: {replicas}
-  serviceName: {group}
-  podManagementPolicy: Parallel
-  updateStrategy: {{type: OnDelete}}
-  selector: {{matchLabels: {{name: {group}-zone-{zone}}}}}
-  template:
-    metadata: {{labels: {{name: {group}-zone-{zone}}}}}
-    spec: {{containers: [{{name: c, image: x}}]}}
-"#
+    strata_e2e::support::group_stateful_set(
+        &format!("{group}-zone-{zone}"),
+        group,
+        replicas,
+        labels,
+        annotations,
     )
 }
 
@@ -582,7 +558,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     );
     // The operator looks at the group again (an unrelated change to the StatefulSet wakes it;
     // its reconcile counter shows it ran) and still keeps pod 1.
-    let before = reconciles(&operator).await?;
+    let before = operator.reconciles().await?;
     sts.patch(
         "ingester-zone-a",
         &PatchParams::default(),
@@ -592,7 +568,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     eventually(
         "the operator reconciled again",
         Duration::from_secs(30),
-        || async { Ok((reconciles(&operator).await? > before).then_some(())) },
+        || async { Ok((operator.reconciles().await? > before).then_some(())) },
     )
     .await?;
     assert_eq!(

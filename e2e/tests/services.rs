@@ -244,9 +244,7 @@ async fn acts_after_takeover(
     match service {
         "rollout-operator" => {
             let zone = |name: &str, annotations: &str| {
-                format!(
-                    "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {{name: {name}, labels: {{rollout-group: store}}, annotations: {{{annotations}}}}}\nspec:\n  replicas: 2\n  serviceName: store\n  updateStrategy: {{type: OnDelete}}\n  selector: {{matchLabels: {{name: {name}}}}}\n  template:\n    metadata: {{labels: {{name: {name}}}}}\n    spec: {{containers: [{{name: c, image: x}}]}}\n"
-                )
+                strata_e2e::support::group_stateful_set(name, "store", 2, "", annotations)
             };
             apply_yaml(client, ns, &zone("store-zone-a", "")).await?;
             apply_yaml(
@@ -273,13 +271,14 @@ async fn acts_after_takeover(
         }
         "layer-controller" | "drift-observer" => {
             let layer = format!("{ns}-after");
-            let before = reconciles(leader).await?;
+            let before = leader.reconciles().await?;
+            let after = format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: after, namespace: {ns}}}\n"
+            );
             apply_yaml(
                 client,
                 ns,
-                &format!(
-                    "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: src-after, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n  c.yaml: |\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: {{name: after, namespace: {ns}}}\n---\napiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}\nspec: {{version: 1.0.0, interval: 1h, timeout: 60s, source: {{kind: ConfigMap, name: src-after, path: ./}}}}\n"
-                ),
+                &strata_e2e::flux::configmap_layer(ns, "after", "60s", &[("c.yaml", after)]),
             )
             .await?;
             let result = if service == "layer-controller" {
@@ -291,7 +290,7 @@ async fn acts_after_takeover(
                 .await
             } else {
                 eventually("the new layer reconciled", within, || async {
-                    Ok((reconciles(leader).await? > before).then_some(()))
+                    Ok((leader.reconciles().await? > before).then_some(()))
                 })
                 .await
             };
@@ -331,17 +330,6 @@ async fn acts_after_takeover(
             injected
         }
     }
-}
-
-/// `<service>_reconcile_total` of a process, summed over its label sets.
-async fn reconciles(process: &ServiceProcess) -> Result<f64> {
-    let (_, body) = http_get(admin(process)?, "/metrics").await?;
-    let name = format!("{}_reconcile_total", process.name.replace('-', "_"));
-    Ok(parse_openmetrics(&body)?
-        .iter()
-        .filter(|(series, _)| series == &name || series.starts_with(&format!("{name}{{")))
-        .map(|(_, v)| *v)
-        .sum())
 }
 
 #[tokio::test]
