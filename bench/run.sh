@@ -619,6 +619,82 @@ same-input figure, which includes no projection step). Cache-resident corpus (40
 print(f"bench: Strata/Go end to end {ratio_dec:.1f}x, same input {ratio_full:.1f}x; {agreed} objects agree; written to docs/benchmarks.md", file=sys.stderr)
 PY
 
+# YAML input, end to end as a user runs it: `strata status -f dump.yaml -o json` on a YAML
+# List in `kubectl get -o yaml`'s style (written by sigs.k8s.io/yaml) of at least 10 MB, against
+# the Go harness converting the same file with sigs.k8s.io/yaml (as kubectl does) and computing
+# every status; whole processes, wall time and peak RSS from wait4, median of RUNS.
+YAML_OBJECTS="${BENCH_YAML_OBJECTS:-13000}"
+echo "bench: building the strata CLI (release) for the YAML input figures" >&2
+cargo build --release -p strata-cli >&2
+"$rust_bin" gen "$work/corpus-$YAML_OBJECTS.json" "$YAML_OBJECTS"
+"$go_bin" to-yaml "$work/corpus-$YAML_OBJECTS.json" "$work/dump-$YAML_OBJECTS.yaml"
+STATUS_OUT="$work/go-yaml-objects.tsv" "$go_bin" "$work/dump-$YAML_OBJECTS.yaml" 1 yaml > /dev/null
+python3 - "$target/release/strata" "$go_bin" "$work/dump-$YAML_OBJECTS.yaml" "$work/corpus-$YAML_OBJECTS.json" "$work/go-yaml-objects.tsv" "$RUNS" <<'PY'
+import datetime, json, os, statistics, subprocess, sys
+sys.path.insert(0, "bench"); import docs_section
+strata, go, dump, corpus_json, go_objects, runs = sys.argv[1:7]
+runs = int(runs)
+now = "--now=" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+def measure(argv):
+    """Wall seconds and peak RSS (KiB) of one whole process, its stdout discarded."""
+    import time
+    start = time.perf_counter()
+    with open(os.devnull, "wb") as devnull:
+        proc = subprocess.Popen(argv, stdout=devnull)
+        _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    if status != 0:
+        sys.exit(f"bench: {argv} failed ({status})")
+    return seconds, usage.ru_maxrss
+
+def median_run(argv):
+    results = sorted((measure(argv) for _ in range(runs)), key=lambda r: r[0])
+    return results[len(results) // 2]
+
+# Agreement: every object's status and message from Strata's YAML path and from Go on the YAML.
+out = subprocess.run([strata, "status", "-f", dump, "-o", "json", now], check=True, capture_output=True).stdout
+mine = ["%s\t%s" % (l["status"], l["message"].replace("\n", " ").replace("\t", " ")) for l in json.loads(out)]
+theirs = open(go_objects).read().splitlines()
+if mine != theirs:
+    bad = next(i for i, (a, b) in enumerate(zip(mine + [""], theirs + [""])) if a != b)
+    sys.exit(f"bench: Strata (YAML) and Go kstatus disagree at object {bad}: {mine[bad:bad+1]} vs {theirs[bad:bad+1]}")
+size = os.path.getsize(dump)
+objects = len(mine)
+strata_yaml = median_run([strata, "status", "-f", dump, "-o", "json", now])
+strata_json = median_run([strata, "status", "-f", corpus_json, "-o", "json", now])
+go_yaml = median_run([go, dump, "1", "yaml"])
+ratio = go_yaml[0] / strata_yaml[0]
+mb = size / 1e6
+per_10mb = strata_yaml[0] * 10e6 / size
+mem_ratio = strata_yaml[1] * 1024 / size
+def row(name, r):
+    return f"| {name} | {r[0]:.3f} s | {r[1]/1024:.1f} MiB | {r[1]*1024/size:.2f}× |"
+docs_section.write("core-status-yaml", f"""
+## core-status: YAML input end to end (`strata status` on a cluster dump)
+
+Command: `make bench` (this part runs with `BENCH_ONLY=core-status bench/run.sh`; BENCH_YAML_OBJECTS={objects},
+BENCH_RUNS={runs}); {datetime.date.today().isoformat()}, same machine, same run. Input: {objects} objects of the
+core-status corpus as one YAML `List` of {mb:.1f} MB written by `sigs.k8s.io/yaml` (the style of
+`kubectl get -o yaml`). Whole processes: wall time from start to exit and peak RSS (wait4), median
+of {runs} runs. Strata: `strata status -f dump.yaml -o json` (release build; reads, converts, computes
+and prints every status). Go: the `bench/kstatus-go` harness in `yaml` mode (`sigs.k8s.io/yaml`
+`YAMLToJSON`, as kubectl reads YAML, then `UnmarshalJSON` and `status.Compute` per object; prints only
+counts). **Agreement:** all {objects} objects get the same status and message from both.
+
+| run | wall time | peak RSS | peak RSS / input |
+|---|---:|---:|---:|
+{row("Strata `strata status` on the YAML", strata_yaml)}
+{row("Strata `strata status` on the same objects as JSON (reference)", strata_json)}
+{row("Go kstatus + sigs.k8s.io/yaml on the YAML", go_yaml)}
+
+**Ratio (Go time / Strata time): {ratio:.1f}×.** Goals: ≤ 0.5 s per 10 MB of YAML — {per_10mb:.3f} s
+({'met' if per_10mb <= 0.5 else 'not met'}); peak memory ≤ 3× the input — {mem_ratio:.2f}×
+({'met' if mem_ratio <= 3 else 'not met'}).
+""")
+print(f"bench: YAML {mb:.1f} MB: Strata {strata_yaml[0]:.3f} s / {strata_yaml[1]/1024:.1f} MiB, Go {go_yaml[0]:.3f} s / {go_yaml[1]/1024:.1f} MiB ({ratio:.1f}x)", file=sys.stderr)
+PY
+
 if [[ "${BENCH_ONLY:-}" != core-status ]]; then
   layers_bench
   drift_bench

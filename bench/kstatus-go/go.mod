@@ -5,6 +5,7 @@ go 1.24
 require (
 	k8s.io/apimachinery v0.30.1
 	sigs.k8s.io/cli-utils v0.37.2
+	sigs.k8s.io/yaml v1.4.0
 )
 
 require (

@@ -3,6 +3,9 @@
 // Strata's core-status benchmark: either the corpus is decoded before the clock starts (only
 // status computation is timed) or, with "decode", every pass decodes the file too. The peak
 // RSS counter is reset once loading is done, so it reports what the engine holds and uses.
+// With "yaml", the corpus is a YAML List (as `kubectl get -o yaml` prints) and every pass
+// converts it with sigs.k8s.io/yaml, as kubectl does, before decoding and computing;
+// "to-yaml CORPUS.json OUT.yaml" writes such a List from a JSON corpus.
 // With STATUS_OUT set, every object's status and message of the first pass is written there,
 // one "status<TAB>message" line each, for the bench to compare with Strata's.
 package main
@@ -20,6 +23,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/cli-utils/pkg/kstatus/status"
+	"sigs.k8s.io/yaml"
 )
 
 func peakRSSKiB() int64 {
@@ -40,11 +44,16 @@ func peakRSSKiB() int64 {
 }
 
 func main() {
+	if len(os.Args) == 4 && os.Args[1] == "to-yaml" {
+		toYAML(os.Args[2], os.Args[3])
+		return
+	}
 	if len(os.Args) != 3 && len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: kstatus-bench CORPUS.json ITERATIONS [decode]")
+		fmt.Fprintln(os.Stderr, "usage: kstatus-bench CORPUS ITERATIONS [decode|yaml] | to-yaml CORPUS.json OUT.yaml")
 		os.Exit(2)
 	}
-	decode := len(os.Args) == 4 && os.Args[3] == "decode"
+	fromYAML := len(os.Args) == 4 && os.Args[3] == "yaml"
+	decode := len(os.Args) == 4 && (os.Args[3] == "decode" || fromYAML)
 	raw, err := os.ReadFile(os.Args[1])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -110,9 +119,26 @@ func main() {
 	if decode {
 		// End to end, as a status command does: decode the file, then compute every status.
 		engine = "go-kstatus-decode"
+		if fromYAML {
+			engine = "go-kstatus-yaml"
+		}
 		for it := 0; it < iterations; it++ {
 			var items []json.RawMessage
-			if err := json.Unmarshal(raw, &items); err != nil {
+			if fromYAML {
+				converted, err := yaml.YAMLToJSON(raw)
+				if err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				var list struct {
+					Items []json.RawMessage `json:"items"`
+				}
+				if err := json.Unmarshal(converted, &list); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(1)
+				}
+				items = list.Items
+			} else if err := json.Unmarshal(raw, &items); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(1)
 			}
@@ -158,6 +184,31 @@ func main() {
 	n := total / iterations
 	fmt.Printf("{\"engine\":\"%s\",\"objects\":%d,\"iterations\":%d,\"seconds\":%.6f,\"objects_per_second\":%.0f,\"peak_rss_kib\":%d,\"statuses\":%s}\n",
 		engine, n, iterations, elapsed.Seconds(), float64(total)/elapsed.Seconds(), peakRSSKiB(), mustJSON(counts))
+}
+
+// toYAML writes the JSON corpus (an array of objects) as one YAML List, in the style
+// `kubectl get -o yaml` prints (sigs.k8s.io/yaml).
+func toYAML(in, out string) {
+	raw, err := os.ReadFile(in)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var items []interface{}
+	if err := json.Unmarshal(raw, &items); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	list := map[string]interface{}{"apiVersion": "v1", "kind": "List", "metadata": map[string]interface{}{"resourceVersion": ""}, "items": items}
+	text, err := yaml.Marshal(list)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	if err := os.WriteFile(out, text, 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 }
 
 func mustJSON(v interface{}) string {

@@ -64,37 +64,109 @@ fn split_documents(text: &str) -> Vec<String> {
     documents
 }
 
-/// Parses the objects in one YAML/JSON text.
+/// Parser limits for one YAML document of `len` bytes. The general parser's defaults (250,000
+/// nodes, 1,000,000 events) refuse a `kubectl get -o yaml` dump of a mid-size cluster; limits
+/// that grow with the input accept any document that fits in memory, while alias expansion —
+/// the one way a small text becomes a huge value (a "billion laughs" document) — stays bounded
+/// by a limit that grows only with the input too, so memory stays proportional to it.
+fn yaml_options(len: usize) -> serde_saphyr::Options {
+    let mut budget = serde_saphyr::Budget::default();
+    // Every node and event takes at least a byte or two of input.
+    budget.max_nodes = budget.max_nodes.max(len);
+    budget.max_events = budget.max_events.max(len.saturating_mul(2));
+    budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(len);
+    budget.max_documents = budget.max_documents.max(len / 4);
+    let mut options = serde_saphyr::options! { budget: Some(budget) };
+    options.alias_limits.max_total_replayed_events = MAX_ALIAS_REPLAYS.max(len / 8);
+    options
+}
+
+/// Values copied out of aliases in one document, at least: enough for any real manifest's
+/// anchors, a few tens of MB at most when abused.
+const MAX_ALIAS_REPLAYS: usize = 100_000;
+
+/// Parses the objects in one YAML/JSON text: multi-document YAML, list objects and bare
+/// arrays of objects are flattened.
 pub fn parse(source: &str, text: &str) -> Result<Vec<Document>, StatusError> {
     let mut out = Vec::new();
+    // JSON (one value) and the common block-style YAML have fast readers; anything they do
+    // not take goes to the general YAML parser, which also words the errors.
+    let trimmed = text.trim_start();
+    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+        && let Ok(value) = serde_json::from_str::<Value>(text)
+    {
+        push_objects(source, 0, value, &mut out)?;
+        return Ok(out);
+    }
+    if let Some((json, indices)) = crate::block_yaml::to_json_documents(text)
+        && let Some(documents) = parse_json_documents(source, &json, &indices)
+    {
+        return documents;
+    }
     for (index, document) in split_documents(text).into_iter().enumerate() {
-        let error = |reason: String| StatusError::Input {
-            source_name: source.to_string(),
-            index,
-            reason,
-        };
         let only_comments = document
             .lines()
             .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'));
         if only_comments {
             continue;
         }
-        let value: Value = serde_saphyr::from_str(&document)
-            .map_err(|e| error(format!("invalid YAML: {}", first_line(&e.to_string()))))?;
-        if value.is_null() {
-            continue;
-        }
-        flatten(value, &mut |object| {
-            validate(&object).map_err(&error)?;
-            out.push(Document {
-                source: source.to_string(),
-                index,
-                object,
-            });
-            Ok(())
-        })?;
+        let value: Value =
+            serde_saphyr::from_str_with_options(&document, yaml_options(document.len())).map_err(
+                |e| StatusError::Input {
+                    source_name: source.to_string(),
+                    index,
+                    reason: format!("invalid YAML: {}", first_line(&e.to_string())),
+                },
+            )?;
+        push_objects(source, index, value, &mut out)?;
     }
     Ok(out)
+}
+
+/// The objects of a YAML stream already turned into JSON by
+/// [`crate::block_yaml::to_json_documents`] (`None` if `json` is not that).
+pub fn parse_json_documents(
+    source: &str,
+    json: &str,
+    indices: &[usize],
+) -> Option<Result<Vec<Document>, StatusError>> {
+    let values: Vec<Value> = serde_json::from_str(json).ok()?;
+    if values.len() != indices.len() {
+        return None;
+    }
+    let mut out = Vec::new();
+    for (value, &index) in values.into_iter().zip(indices) {
+        if let Err(e) = push_objects(source, index, value, &mut out) {
+            return Some(Err(e));
+        }
+    }
+    Some(Ok(out))
+}
+
+/// Appends the objects of one document (null: none).
+fn push_objects(
+    source: &str,
+    index: usize,
+    value: Value,
+    out: &mut Vec<Document>,
+) -> Result<(), StatusError> {
+    if value.is_null() {
+        return Ok(());
+    }
+    let error = |reason: String| StatusError::Input {
+        source_name: source.to_string(),
+        index,
+        reason,
+    };
+    flatten(value, &mut |object| {
+        validate(&object).map_err(&error)?;
+        out.push(Document {
+            source: source.to_string(),
+            index,
+            object,
+        });
+        Ok(())
+    })
 }
 
 fn first_line(text: &str) -> &str {
@@ -132,6 +204,13 @@ fn flatten(
         .to_string();
     let is_list = kind == "List"
         || (kind.ends_with("List") && value.get("items").is_some_and(Value::is_array));
+    if let Value::Array(items) = value {
+        // A bare array of objects (what `jq` pipelines produce).
+        for item in items {
+            flatten(item, emit)?;
+        }
+        return Ok(());
+    }
     if !is_list {
         return emit(value);
     }
@@ -204,7 +283,13 @@ pub fn read_texts(sources: &[String]) -> Result<Vec<(String, String)>, StatusErr
 /// anything [`parse`] would report or treat specially (a missing `kind`, a non-string field,
 /// nested lists): the caller then uses [`parse`], which gives the exact error.
 pub fn parse_compact(text: &str) -> Option<Vec<Observed<'_>>> {
-    if !text.trim_start().starts_with('{') {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('[') {
+        // A bare array of objects (or the documents of a YAML stream, see block_yaml).
+        let objects = Observed::many_from_json(text).ok()?;
+        return all_regular(&objects).then_some(objects);
+    }
+    if !trimmed.starts_with('{') {
         return None;
     }
     let envelope: Envelope = serde_json::from_str(text).ok()?;
@@ -225,8 +310,13 @@ pub fn parse_compact(text: &str) -> Option<Vec<Observed<'_>>> {
     } else {
         vec![Observed::from_json(text).ok()?]
     };
-    // Irregular items (and anything `parse` must report) go the full way with the whole text.
-    let regular = objects.iter().all(|o| match o {
+    all_regular(&objects).then_some(objects)
+}
+
+/// Whether every object decoded compactly with nothing `parse` must report or treat specially;
+/// otherwise the whole text goes the full way.
+fn all_regular(objects: &[Observed<'_>]) -> bool {
+    objects.iter().all(|o| match o {
         Observed::Compact(c) => {
             !c.is_irregular()
                 && !o.api_version().is_empty()
@@ -234,8 +324,7 @@ pub fn parse_compact(text: &str) -> Option<Vec<Observed<'_>>> {
                 && !o.kind().ends_with("List")
         }
         Observed::Full(_) => false,
-    });
-    regular.then_some(objects)
+    })
 }
 
 /// The top of a JSON text: its type and, if it is a list, its items (decoded compactly).
@@ -345,6 +434,18 @@ mod tests {
                 "f.yaml: document index 0: not a mapping (expected a Kubernetes object)",
             ),
             (
+                "apiVersion: v1\nkind: List\nitems:\n- 7\n",
+                "f.yaml: document index 0: not a mapping (expected a Kubernetes object)",
+            ),
+            (
+                "---\n# c\n---\napiVersion: v1\nkind: A\nmetadata: {name: a}\n---\nkind: B\n",
+                "f.yaml: document index 2: missing field apiVersion",
+            ),
+            (
+                "# c\n---\napiVersion: v1\nkind: A\nmetadata:\n  name: a\n---\nkind: B\n",
+                "f.yaml: document index 2: missing field apiVersion",
+            ),
+            (
                 "kind: ConfigMap\n",
                 "f.yaml: document index 0: missing field apiVersion",
             ),
@@ -397,5 +498,69 @@ mod tests {
         ] {
             assert!(parse_compact(fallback).is_none(), "{fallback}");
         }
+    }
+
+    #[test]
+    fn bare_arrays_of_objects_are_read_like_lists() {
+        let json = r#"[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}},
+            {"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "b"}}]}]"#;
+        let yaml = "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: a\n- apiVersion: v1\n  kind: List\n  items:\n  - apiVersion: v1\n    kind: Secret\n    metadata:\n      name: b\n";
+        for text in [json, yaml] {
+            let docs = parse("f", text).unwrap();
+            let names: Vec<(&str, &str)> = docs.iter().map(|d| (d.kind(), d.name())).collect();
+            assert_eq!(names, vec![("ConfigMap", "a"), ("Secret", "b")], "{text}");
+        }
+        let flat = r#"[{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}]"#;
+        let objects = parse_compact(flat).unwrap();
+        assert_eq!((objects[0].kind(), objects[0].name()), ("Pod", "p"));
+        assert!(
+            parse_compact(json).is_none(),
+            "nested lists go the full way"
+        );
+    }
+
+    /// A document far beyond the general parser's default budget (250,000 nodes).
+    fn big_list(objects: usize) -> String {
+        let mut text = String::from("apiVersion: v1\nkind: List\nitems:\n");
+        for i in 0..objects {
+            text.push_str(&format!(
+                "- apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: c{i}\n    namespace: n\n  data:\n    a: x\n    b: y\n    c: z\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn documents_of_any_size_are_read_by_both_paths() {
+        let text = big_list(20_000);
+        let fast = parse("big.yaml", &text).unwrap();
+        assert_eq!(fast.len(), 20_000);
+        assert_eq!(fast[19_999].name(), "c19999");
+        // The general parser (what a construct outside the fast subset falls back to) takes it
+        // too, with the same result: an anchor on the first item sends it there.
+        let general_text = text.replacen("    a: x\n", "    a: &first x\n", 1);
+        assert!(crate::block_yaml::to_json(&general_text).is_none());
+        let general = parse("big.yaml", &general_text).unwrap();
+        assert_eq!(general, fast);
+    }
+
+    #[test]
+    fn alias_bombs_are_refused() {
+        // Each level doubles ten times: 10^9 strings from a few hundred bytes.
+        let mut bomb = String::from(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\na: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+        );
+        let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i"];
+        for pair in names.windows(2) {
+            let [prev, next] = pair else { unreachable!() };
+            let refs = vec![format!("*{prev}"); 10].join(",");
+            bomb.push_str(&format!("{next}: &{next} [{refs}]\n"));
+        }
+        let err = parse("bomb.yaml", &bomb).unwrap_err().to_string();
+        assert!(
+            err.starts_with("bomb.yaml: document index 0: invalid YAML"),
+            "{err}"
+        );
+        assert!(err.to_lowercase().contains("alias"), "{err}");
     }
 }

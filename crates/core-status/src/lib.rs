@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod aggregate;
 pub mod augment;
+pub mod block_yaml;
 pub mod compact;
 pub mod compute;
 pub mod error;

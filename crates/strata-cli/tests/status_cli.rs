@@ -293,3 +293,162 @@ fn json_input_is_judged_exactly_like_yaml() {
             .starts_with("strata: -: document index 0: missing field kind")
     );
 }
+
+/// 12,000 objects of every special-cased kind, in several states.
+fn cluster_dump() -> Vec<serde_json::Value> {
+    (0..12_000)
+        .map(|i| {
+            let meta = serde_json::json!({"name": format!("o-{i}"), "namespace": format!("ns-{}", i % 17),
+                "generation": 1 + i % 3, "uid": format!("00000000-0000-4000-8000-{i:012}"),
+                "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"app": "x", "index": format!("{i}")}});
+            let observed = 1 + i % 3 - usize::from(i % 11 == 0);
+            match i % 6 {
+                0 => serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                    "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "c", "image": "i:1", "args": ["--x", "10"]}]}}},
+                    "status": {"observedGeneration": observed, "replicas": 2, "updatedReplicas": 2,
+                        "readyReplicas": i % 4, "availableReplicas": i % 4,
+                        "conditions": [{"type": "Available", "status": "True", "message": format!("Deployment has minimum availability: {i}")}]}}),
+                1 => serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                    "status": {"phase": (["Pending", "Running", "Succeeded", "Failed"][i % 4]), "podIP": "10.244.0.5",
+                        "conditions": [{"type": "Ready", "status": if i % 2 == 0 { "True" } else { "False" },
+                            "message": "containers with unready status: [app] and a long tail so that emitters fold this message over several lines of text"}]}}),
+                2 => serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                    "spec": {"completions": 1}, "status": {"succeeded": i % 2, "active": 1 - i % 2}}),
+                3 => serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                    "data": {"config.yaml": "key: value\nother: 1\n", "flag": "true", "n": "007"}}),
+                4 => serde_json::json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                    "spec": {"replicas": 3, "updateStrategy": {"type": "RollingUpdate"}},
+                    "status": {"observedGeneration": observed, "replicas": 3, "readyReplicas": i % 4, "currentReplicas": 3,
+                        "updatedReplicas": 3, "currentRevision": "r1", "updateRevision": if i % 5 == 0 { "r2" } else { "r1" }}}),
+                _ => serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": meta,
+                    "status": {"observedGeneration": observed, "conditions": [{"type": (if i % 4 == 1 { "Stalled" } else { "Ready" }),
+                        "status": (if i % 4 == 1 { "True" } else { ["True", "False", "Unknown"][i % 3] }), "reason": "Checked", "message": "it's \"fine\" # really"}]}}),
+            }
+        })
+        .collect()
+}
+
+fn status_json(file: &std::path::Path) -> Output {
+    let path = file.to_str().unwrap();
+    strata(
+        &[
+            "status",
+            "-f",
+            path,
+            "-o",
+            "json",
+            "--now",
+            "2026-01-01T00:00:05Z",
+        ],
+        "",
+    )
+}
+
+#[track_caller]
+fn stdout_of(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn a_cluster_dump_reads_the_same_as_json_list_yaml_list_documents_and_array() {
+    let objects = cluster_dump();
+    let dir = tempfile_dir("dump");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": objects});
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let json_list = write("list.json", serde_json::to_string_pretty(&list).unwrap());
+    let yaml_list = write("list.yaml", serde_saphyr::to_string(&list).unwrap());
+    let documents: Vec<String> = objects
+        .iter()
+        .map(|o| serde_saphyr::to_string(o).unwrap())
+        .collect();
+    let yaml_documents = write(
+        "documents.yaml",
+        format!("---\n{}", documents.join("---\n")),
+    );
+    let array = write("array.json", serde_json::to_string(&objects).unwrap());
+    // Far beyond the YAML parser's default budget (250,000 nodes), which used to refuse it.
+    assert!(std::fs::metadata(&yaml_list).unwrap().len() > 3_000_000);
+
+    let want = stdout_of(&status_json(&json_list));
+    let statuses: Vec<serde_json::Value> = serde_json::from_str(&want).unwrap();
+    assert_eq!(statuses.len(), 12_000);
+    let distinct: std::collections::BTreeSet<&str> = statuses
+        .iter()
+        .map(|s| s["status"].as_str().unwrap())
+        .collect();
+    assert!(distinct.len() >= 3, "a varied corpus: {distinct:?}");
+    for path in [&yaml_list, &yaml_documents, &array] {
+        assert_eq!(stdout_of(&status_json(path)), want, "{}", path.display());
+    }
+    // `-f` several times: the inputs one after the other.
+    let both = strata(
+        &[
+            "status",
+            "-f",
+            array.to_str().unwrap(),
+            "-f",
+            yaml_list.to_str().unwrap(),
+            "-o",
+            "json",
+            "--now",
+            "2026-01-01T00:00:05Z",
+        ],
+        "",
+    );
+    let both: Vec<serde_json::Value> = serde_json::from_str(&stdout_of(&both)).unwrap();
+    assert_eq!(both.len(), 24_000);
+    assert_eq!(both[..12_000], both[12_000..]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn an_alias_bomb_is_refused_with_bounded_memory() {
+    let mut bomb = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: lol}\nl0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
+    );
+    for level in 1..9 {
+        let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+        bomb.push_str(&format!("l{level}: &l{level} [{refs}]\n"));
+    }
+    // 10^9 strings if expanded; with address space capped at 1 GiB the command must still
+    // answer with a clear error (an unbounded expansion would abort instead).
+    let dir = tempfile_dir("bomb");
+    let path = dir.join("bomb.yaml");
+    std::fs::write(&path, &bomb).unwrap();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 1048576 && exec '{}' status -f '{}'",
+            env!("CARGO_BIN_EXE_strata"),
+            path.display()
+        ))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "strata: {}: document index 0: invalid YAML",
+            path.display()
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.to_lowercase().contains("alias"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("strata-status-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
