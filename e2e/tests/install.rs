@@ -197,37 +197,7 @@ impl Release {
 
     /// A kubeconfig with a token of the ServiceAccount (TokenRequest API), same server and CA.
     fn token_kubeconfig(&self, account: &str) -> Result<PathBuf> {
-        let out = cluster()
-            .kubectl()
-            .args([
-                "create",
-                "token",
-                account,
-                "-n",
-                &self.ns.name,
-                "--duration=2h",
-            ])
-            .output()?;
-        ensure!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let token = String::from_utf8(out.stdout)?.trim().to_string();
-        let admin: Value =
-            serde_saphyr::from_str(&std::fs::read_to_string(cluster().kubeconfig())?)?;
-        let server = admin["clusters"][0]["cluster"].clone();
-        let config = json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "plane", "cluster": server}],
-            "users": [{"name": account, "user": {"token": token}}],
-            "contexts": [{"name": account, "context": {"cluster": "plane", "user": account, "namespace": self.ns.name}}],
-            "current-context": account,
-        });
-        let path = std::env::temp_dir().join(format!("{}-{account}.kubeconfig", self.ns.name));
-        std::fs::write(&path, serde_json::to_string(&config)?)?;
-        Ok(path)
+        strata_e2e::support::service_account_kubeconfig(&self.ns.name, account)
     }
 }
 

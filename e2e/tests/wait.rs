@@ -1,6 +1,7 @@
 //! `strata wait` against the local control plane: a rolling update followed to Current, a Job
 //! waited to completion, a CR whose CRD is created during the wait, deletion, timeout
-//! summaries, and a Failed object ending the wait early.
+//! summaries, a Failed object ending the wait early, Helm's hook wait (`--hooks`), missing
+//! permissions reported up front; and `strata status -k` reading live objects.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -494,6 +495,274 @@ spec:
     assert!(
         started.elapsed() < Duration::from_secs(100),
         "the wait ran to its timeout instead of ending early"
+    );
+    Ok(())
+}
+
+/// A Deployment that can never become ready: its pods match no node.
+fn unschedulable_deployment(ns: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: stuck, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: stuck}}}}
+  template:
+    metadata: {{labels: {{app: stuck}}}}
+    spec:
+      nodeSelector: {{strata.dev/no-such-node: \"true\"}}
+      containers: [{{name: c, image: example.invalid/stuck:1}}]
+"
+    )
+}
+
+#[tokio::test]
+async fn hooks_wait_for_jobs_and_pods_only() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-hooks").await?;
+    let manifests = format!(
+        "{}---
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: pre-install, namespace: {ns}}}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{{name: m, image: example.invalid/hook:1}}]
+",
+        unschedulable_deployment(&ns.name),
+        ns = ns.name
+    );
+    let file = write_manifest(&ns.name, "hooks.yaml", &manifests);
+    apply_yaml(&client, &ns.name, &manifests).await?;
+    // Without --hooks the stuck Deployment holds the wait until it times out.
+    let out = run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--timeout",
+        "5s",
+    ]))
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains(&format!("resource Deployment/{}/stuck not ready", ns.name)),
+        "{stderr}"
+    );
+    // With --hooks only the Job counts: the wait ends when it has completed.
+    let out = run(strata_wait(&[
+        "-f",
+        file.to_str().unwrap(),
+        "--hooks",
+        "--timeout",
+        "90s",
+    ]))
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("all 1 objects Current"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "skipped Deployment/{}/stuck (only Pods and Jobs are waited on with --hooks)",
+            ns.name
+        )),
+        "{stderr}"
+    );
+    let succeeded = cluster()
+        .kubectl()
+        .args(["-n", &ns.name, "get", "job", "pre-install"])
+        .args(["-o", "jsonpath={.status.succeeded}"])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&succeeded.stdout),
+        "1",
+        "the hook wait returned before the Job completed"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_wait_without_watch_permission_fails_at_once_naming_the_kind() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-rbac").await?;
+    // May read ConfigMaps fully, Deployments only with get and list (no watch).
+    let rbac = format!(
+        "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: waiter, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: waiter, namespace: {ns}}}
+rules:
+- {{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch]}}
+- {{apiGroups: [apps], resources: [deployments], verbs: [get, list]}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: waiter, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: waiter}}
+subjects: [{{kind: ServiceAccount, name: waiter, namespace: {ns}}}]
+",
+        ns = ns.name
+    );
+    apply_yaml(&client, &ns.name, &rbac).await?;
+    let manifests = format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings, namespace: {ns}}}
+---
+{}",
+        deployment(&ns.name, "example.invalid/web:1"),
+        ns = ns.name
+    );
+    apply_yaml(&client, &ns.name, &manifests).await?;
+    let file = write_manifest(&ns.name, "app.yaml", &manifests);
+    let kubeconfig = strata_e2e::support::service_account_kubeconfig(&ns.name, "waiter")?;
+    let wait_as_waiter = |extra: &[&str]| {
+        let mut cmd = Command::new(bin_dir().join("strata"));
+        cmd.arg("wait")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["-f", file.to_str().unwrap(), "--timeout", "60s"])
+            .args(extra);
+        cmd
+    };
+    let started = Instant::now();
+    let out = run(wait_as_waiter(&[])).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "strata: cannot wait: this user may not watch Deployment in namespace {}",
+            ns.name
+        )),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("ConfigMap"),
+        "only what is missing: {stderr}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the check is up front, not after the 60 s timeout"
+    );
+    // The poll engine needs only list, which the user has: the wait goes ahead.
+    let out = run(wait_as_waiter(&[
+        "--engine",
+        "poll",
+        "--poll-interval",
+        "1s",
+    ]))
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    Ok(())
+}
+
+fn strata_status(args: &[&str]) -> Command {
+    let mut cmd = Command::new(bin_dir().join("strata"));
+    cmd.arg("status")
+        .arg("--kubeconfig")
+        .arg(cluster().kubeconfig())
+        .args(args);
+    cmd
+}
+
+#[tokio::test]
+async fn status_reads_live_objects_like_a_dump() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "status-live").await?;
+    let manifests = format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings, namespace: {ns}}}
+---
+{}",
+        unschedulable_deployment(&ns.name),
+        ns = ns.name
+    );
+    apply_yaml(&client, &ns.name, &manifests).await?;
+    // The Deployment is seen by its controller (its status no longer changes) before both reads.
+    strata_e2e::support::eventually(
+        "the Deployment observed",
+        Duration::from_secs(30),
+        || async {
+            let out = cluster()
+                .kubectl()
+                .args(["-n", &ns.name, "get", "deploy", "stuck"])
+                .args([
+                    "-o",
+                    "jsonpath={.status.observedGeneration}/{.status.unavailableReplicas}",
+                ])
+                .output()?;
+            Ok((String::from_utf8_lossy(&out.stdout) == "1/1").then_some(()))
+        },
+    )
+    .await?;
+    let dump = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            &ns.name,
+            "get",
+            "deployments.apps/stuck",
+            "configmaps/settings",
+            "-o",
+            "yaml",
+        ])
+        .output()?;
+    assert!(dump.status.success());
+    let file = write_manifest(&ns.name, "dump.yaml", &String::from_utf8(dump.stdout)?);
+    let offline = run(strata_status(&["-f", file.to_str().unwrap(), "-o", "json"])).await;
+    let (want, stderr) = text(&offline);
+    assert!(offline.status.success(), "{stderr}");
+    // Kind, resource and short names, with and without a group, with a name.
+    for kinds in [
+        ["-k", "Deployment", "-k", "ConfigMap/settings"],
+        ["-k", "deployments.apps", "-k", "configmaps/settings"],
+        ["-k", "deploy", "-k", "cm/settings"],
+    ] {
+        let mut args = kinds.to_vec();
+        args.extend(["-n", &ns.name, "-o", "json"]);
+        let live = run(strata_status(&args)).await;
+        let (got, stderr) = text(&live);
+        assert!(live.status.success(), "{kinds:?}: {stderr}");
+        assert_eq!(got, want, "{kinds:?}");
+    }
+    let lines: Vec<serde_json::Value> = serde_json::from_str(&want)?;
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["status"], "InProgress");
+    assert_eq!(lines[1]["status"], "Current");
+    // Every namespace: ours is among them.
+    let all = run(strata_status(&["-k", "deploy", "-A"])).await;
+    let (table, stderr) = text(&all);
+    assert!(all.status.success(), "{stderr}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("Deployment") && l.contains(&ns.name) && l.contains("stuck")),
+        "{table}"
+    );
+    // Clear errors naming what was asked for.
+    let missing = run(strata_status(&["-k", "cm/absent", "-n", &ns.name])).await;
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&missing.stderr).trim(),
+        format!(
+            "strata: -k cm/absent: configmaps \"absent\" not found in namespace {}",
+            ns.name
+        )
+    );
+    let unknown = run(strata_status(&["-k", "gizmos"])).await;
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&unknown.stderr)
+            .contains("does not serve a resource named \"gizmos\""),
+        "{}",
+        String::from_utf8_lossy(&unknown.stderr)
     );
     Ok(())
 }

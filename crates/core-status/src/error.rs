@@ -29,6 +29,9 @@ pub enum StatusError {
     },
     #[error("{0}")]
     Io(String),
+    /// The user lacks a permission a command needs (checked up front).
+    #[error("{0}")]
+    Access(String),
 }
 
 impl StatusError {
@@ -40,6 +43,7 @@ impl StatusError {
             StatusError::Expression { .. } => "expression",
             StatusError::Input { .. } => "input",
             StatusError::Io(_) => "io",
+            StatusError::Access(_) => "access",
         }
     }
 }

@@ -41,12 +41,16 @@ pub enum WaitFor {
     CurrentWithJobs,
     /// Every object gone.
     Deleted,
+    /// Helm's hook wait (`WatchUntilReady`): only Pods and Jobs are waited for, until they
+    /// complete (a Pod Succeeded, a Job Complete); a failed one ends the wait. Every other
+    /// kind is left out.
+    Hooks,
 }
 
 impl WaitFor {
     fn desired(self) -> Status {
         match self {
-            WaitFor::Current | WaitFor::CurrentWithJobs => Status::Current,
+            WaitFor::Current | WaitFor::CurrentWithJobs | WaitFor::Hooks => Status::Current,
             WaitFor::Deleted => Status::NotFound,
         }
     }
@@ -213,6 +217,27 @@ fn job_for_completion(object: &Value) -> Option<Evaluation> {
     Some(Evaluation::in_progress("JobInProgress", "Job in progress"))
 }
 
+/// The Helm hook reader of a Pod: only completion counts.
+fn pod_for_completion(object: &Value) -> Evaluation {
+    match str_or(object, &["status", "phase"], "") {
+        "Succeeded" => Evaluation::current("Pod completed successfully"),
+        "Failed" => Evaluation::failed("PodFailed", "Pod failed"),
+        "" => Evaluation::in_progress("PodNotCompleted", "Pod has not started"),
+        phase => Evaluation::in_progress("PodNotCompleted", format!("Pod phase is {phase}")),
+    }
+}
+
+/// Whether a hook wait waits for this kind (Pods and Jobs).
+pub fn is_hook_kind(target: &Target) -> bool {
+    matches!(
+        (
+            crate::object::api_group(&target.api_version),
+            target.kind.as_str()
+        ),
+        ("", "Pod") | ("batch", "Job")
+    )
+}
+
 /// The state of a live object for this wait: custom health expressions, else kstatus' rules,
 /// plus the wait's own (Jobs in `--jobs` mode, the staleness guard).
 pub fn judge(
@@ -223,12 +248,12 @@ pub fn judge(
     rules: &Rules,
 ) -> TargetState {
     let is_job = crate::object::api_group(&target.api_version) == "batch" && target.kind == "Job";
+    let deleting = !str_or(object, &["metadata", "deletionTimestamp"], "").is_empty();
     let evaluation = match (mode, is_job) {
-        (WaitFor::CurrentWithJobs, true)
-            if str_or(object, &["metadata", "deletionTimestamp"], "").is_empty() =>
-        {
+        (WaitFor::CurrentWithJobs | WaitFor::Hooks, true) if !deleting => {
             job_for_completion(object).unwrap_or_else(|| evaluate(object, now))
         }
+        (WaitFor::Hooks, false) if !deleting && is_hook_kind(target) => pod_for_completion(object),
         _ => rules.evaluate(object, now),
     };
     let mut state = TargetState::from_evaluation(evaluation);
@@ -456,6 +481,7 @@ async fn normalise_namespaces(
     targets: &mut [Target],
 ) {
     let default_namespace = client.default_namespace().to_string();
+    // One discovery per kind, however many objects of it.
     for target in targets.iter_mut() {
         let Some(gvk) = target.gvk() else { continue };
         if let Ok(kind) = discovery.resolve(&gvk).await {
@@ -478,10 +504,18 @@ pub async fn wait(
     options: WaitOptions,
     mut on_progress: impl FnMut(&Progress),
 ) -> Result<Report, crate::StatusError> {
+    // Hooks: only Pods and Jobs are waited for (nor read: no permission is needed for the rest).
+    let mut ignored = Vec::new();
+    if options.mode == WaitFor::Hooks {
+        let (hooks, rest): (Vec<Target>, Vec<Target>) = targets.into_iter().partition(is_hook_kind);
+        targets = hooks;
+        ignored = rest;
+    }
     // One cache for every reader: a kind resolved once is not asked for again.
     let discovery = Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone())));
     normalise_namespaces(&client, &discovery, &mut targets).await;
     let groups = group_targets(&targets)?;
+    check_access(&client, &discovery, &groups, options.engine).await?;
     let mut tracker = Tracker::with_rules(targets, options.mode, options.rules);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
     let mut readers = Vec::new();
@@ -546,7 +580,96 @@ pub async fn wait(
     if last_progress.as_ref() != Some(&progress) {
         on_progress(&progress);
     }
-    Ok(tracker.report(outcome))
+    let mut report = tracker.report(outcome);
+    report.skipped.extend(ignored);
+    Ok(report)
+}
+
+/// The verbs an engine needs on every kind it reads.
+fn needed_verbs(engine: Engine) -> &'static [&'static str] {
+    match engine {
+        Engine::Watch => &["list", "watch"],
+        Engine::Poll { .. } => &["list"],
+    }
+}
+
+/// Asks the API server, before waiting, whether this user may do everything the wait needs
+/// (SelfSubjectAccessReview per kind, namespace and verb), so a missing permission is one clear
+/// error naming every kind instead of a wait that hangs on a watch that can never start.
+/// Kinds not served yet (their CRD is still coming) and an API server that does not answer
+/// reviews are not checked here.
+async fn check_access(
+    client: &Client,
+    discovery: &DiscoveryCache<ApiDiscovery>,
+    groups: &[Group],
+    engine: Engine,
+) -> Result<(), crate::StatusError> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+    };
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let mut asks = Vec::new();
+    for group in groups {
+        let Ok(kind) = discovery.resolve(&group.gvk).await else {
+            continue;
+        };
+        let namespace =
+            (kind.namespaced && !group.namespace.is_empty()).then(|| group.namespace.clone());
+        for verb in needed_verbs(engine) {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(group.gvk.group.clone()),
+                        resource: Some(kind.resource.plural.clone()),
+                        namespace: namespace.clone(),
+                        verb: Some((*verb).to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let reviews = reviews.clone();
+            let what = (group.gvk.kind.clone(), namespace.clone(), *verb);
+            asks.push(async move {
+                let answer = reviews
+                    .create(&kube::api::PostParams::default(), &review)
+                    .await;
+                (what, answer)
+            });
+        }
+    }
+    let mut denied: BTreeMap<(String, Option<String>), Vec<&str>> = BTreeMap::new();
+    for ((kind, namespace, verb), answer) in futures::future::join_all(asks).await {
+        match answer {
+            Ok(review) if review.status.as_ref().is_some_and(|s| !s.allowed) => {
+                denied.entry((kind, namespace)).or_default().push(verb);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "access review failed; not checking permissions up front");
+                return Ok(());
+            }
+        }
+    }
+    if denied.is_empty() {
+        return Ok(());
+    }
+    let missing: Vec<String> = denied
+        .into_iter()
+        .map(|((kind, namespace), verbs)| {
+            let scope = match namespace {
+                Some(ns) => format!("in namespace {ns}"),
+                None => "cluster-wide".to_string(),
+            };
+            format!("{} {kind} {scope}", verbs.join(" and "))
+        })
+        .collect();
+    Err(crate::StatusError::Access(format!(
+        "this user may not {} (a wait needs {} on every kind it waits for)",
+        missing.join("; "),
+        needed_verbs(engine).join(" and ")
+    )))
 }
 
 /// The live GET that settles a target the initial list did not contain: NotFound if the API
@@ -822,6 +945,47 @@ mod tests {
             .message,
             "Job Completed. succeeded: 2/2"
         );
+    }
+
+    #[test]
+    fn hooks_mode_waits_for_pods_and_jobs_to_complete() {
+        assert!(is_hook_kind(&target("Pod", "p")));
+        assert!(is_hook_kind(&target("Job", "j")));
+        assert!(!is_hook_kind(&target("Deployment", "d")));
+        assert!(!is_hook_kind(&target("ConfigMap", "c")));
+        let pod = |phase: &str| json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}});
+        let cases = [
+            // A Ready, Running Pod is Current for kstatus, but a hook Pod must finish.
+            ("Running", Status::InProgress, "Pod phase is Running"),
+            ("Pending", Status::InProgress, "Pod phase is Pending"),
+            ("Succeeded", Status::Current, "Pod completed successfully"),
+            ("Failed", Status::Failed, "Pod failed"),
+        ];
+        let p = target("Pod", "p");
+        for (phase, status, message) in cases {
+            let state = judge(&p, &pod(phase), WaitFor::Hooks, now(), &Rules::default());
+            assert_eq!(
+                (state.status, state.message.as_str()),
+                (status, message),
+                "{phase}"
+            );
+        }
+        let running = json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"active": 1}});
+        let state = judge(
+            &target("Job", "j"),
+            &running,
+            WaitFor::Hooks,
+            now(),
+            &Rules::default(),
+        );
+        assert_eq!(state.status, Status::InProgress);
+        let mut tracker =
+            Tracker::new(vec![target("Pod", "p"), target("Job", "j")], WaitFor::Hooks);
+        tracker.observe(0, Some(pod("Succeeded")), now());
+        tracker.observe(1, Some(running), now());
+        assert_eq!(tracker.outcome(), None);
+        tracker.observe(0, Some(pod("Failed")), now());
+        assert_eq!(tracker.outcome(), Some(Outcome::Failed));
     }
 
     #[test]

@@ -45,10 +45,31 @@ pub enum StatusOutput {
 }
 
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["files", "kinds"])))]
 pub struct StatusArgs {
-    /// A file, a directory (read recursively) or `-` for standard input.
-    #[arg(short = 'f', long = "filename", required = true)]
+    /// A file, a directory (read recursively) or `-` for standard input; may be repeated.
+    #[arg(short = 'f', long = "filename")]
     pub files: Vec<String>,
+    /// Read live objects from the cluster instead: KIND or KIND/NAME, where KIND is a kind,
+    /// resource or short name (`Deployment`, `deployments.apps`, `deploy`); may be repeated.
+    #[arg(
+        short = 'k',
+        long = "kind",
+        value_name = "KIND[/NAME]",
+        conflicts_with = "files"
+    )]
+    pub kinds: Vec<String>,
+    /// Namespace of the live objects (default: the kubeconfig's); with `-k`.
+    #[arg(
+        short = 'n',
+        long,
+        requires = "kinds",
+        conflicts_with = "all_namespaces"
+    )]
+    pub namespace: Option<String>,
+    /// Live objects of every namespace; with `-k`.
+    #[arg(short = 'A', long)]
+    pub all_namespaces: bool,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value_t = StatusOutput::Table)]
     pub output: StatusOutput,
@@ -64,6 +85,8 @@ pub struct StatusArgs {
     /// docs/core-status.md). Off by default: the default is kstatus exactly.
     #[arg(long)]
     pub strict: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -89,6 +112,10 @@ pub struct WaitArgs {
     /// Also wait for Jobs to complete.
     #[arg(long)]
     pub jobs: bool,
+    /// Helm's hook wait: wait only for the Pods and Jobs of the input to complete (a Pod
+    /// Succeeded, a Job Complete; a failed one ends the wait), leaving every other kind out.
+    #[arg(long, conflicts_with_all = ["jobs", "wait_for"])]
+    pub hooks: bool,
     /// Give up after this long (e.g. 90s, 5m).
     #[arg(long, default_value = "5m")]
     pub timeout: String,
@@ -370,6 +397,25 @@ mod tests {
                 "2026-01-01T00:00:00Z",
             ],
             &["strata", "status", "-f", "a.yaml", "-f", "dir/"],
+            &["strata", "status", "-k", "deploy", "-k", "cm/x", "-n", "ns"],
+            &[
+                "strata",
+                "status",
+                "-k",
+                "Deployment/web",
+                "-A",
+                "-o",
+                "json",
+            ],
+            &[
+                "strata",
+                "wait",
+                "-f",
+                "hooks.yaml",
+                "--hooks",
+                "--timeout",
+                "5m",
+            ],
             &[
                 "strata",
                 "wait",
@@ -434,6 +480,19 @@ mod tests {
         ];
         for argv in cases {
             assert!(Cli::try_parse_from(*argv).is_ok(), "{argv:?}");
+        }
+        let refused: &[&[&str]] = &[
+            // Input from files or from the cluster: one of them, not both, not neither.
+            &["strata", "status"],
+            &["strata", "status", "-f", "a.yaml", "-k", "deploy"],
+            &["strata", "status", "-k", "deploy", "-n", "ns", "-A"],
+            &["strata", "wait", "-f", "a.yaml", "--hooks", "--jobs"],
+            &[
+                "strata", "wait", "-f", "a.yaml", "--hooks", "--for", "deleted",
+            ],
+        ];
+        for argv in refused {
+            assert!(Cli::try_parse_from(*argv).is_err(), "{argv:?}");
         }
         // `capture-profile` is the subcommand, not a course file of that name.
         let cli = Cli::try_parse_from(["strata", "render", "capture-profile", "-o", "p.yaml"]);

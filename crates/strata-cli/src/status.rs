@@ -76,6 +76,14 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(rules) => rules,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
+    if !args.kinds.is_empty() {
+        return live(args, &rules, now);
+    }
+    if args.namespace.is_some() || args.all_namespaces {
+        return Ok(crate::cli::input_error(
+            "-n/--namespace and -A/--all-namespaces choose live objects: use them with -k KIND",
+        ));
+    }
     let texts = match read_texts(&args.files) {
         Ok(texts) => texts,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
@@ -128,16 +136,233 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
             )
         }));
     }
-    match args.output {
+    print_lines(args.output, &lines)
+}
+
+fn print_lines(output: StatusOutput, lines: &[StatusLine]) -> anyhow::Result<ExitCode> {
+    match output {
         StatusOutput::Json => {
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             serde_json::to_writer_pretty(&mut out, &lines)?;
             writeln!(out)?;
             out.flush()?;
         }
-        StatusOutput::Table => print!("{}", table(&lines)),
+        StatusOutput::Table => print!("{}", table(lines)),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `strata status -k KIND[/NAME]`: the same report for live objects.
+fn live(
+    args: &StatusArgs,
+    rules: &core_status::policy::Rules,
+    now: Timestamp,
+) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let objects = runtime.block_on(async {
+        let client = args.cluster.client().await?;
+        let mut objects = Vec::new();
+        for spec in &args.kinds {
+            match live_objects(
+                &client,
+                spec,
+                args.namespace.as_deref(),
+                args.all_namespaces,
+            )
+            .await
+            {
+                Ok(found) => objects.extend(found),
+                Err(e) => return Ok::<_, anyhow::Error>(Err(format!("-k {spec}: {e}"))),
+            }
+        }
+        Ok(Ok(objects))
+    })?;
+    let objects = match objects {
+        Ok(objects) => objects,
+        Err(e) => return Ok(crate::cli::input_error(&e)),
+    };
+    let lines: Vec<StatusLine> = objects
+        .iter()
+        .map(|o| {
+            let field = |path: &[&str]| core_status::object::str_or(o, path, "");
+            StatusLine::new(
+                field(&["apiVersion"]),
+                field(&["kind"]),
+                field(&["metadata", "namespace"]),
+                field(&["metadata", "name"]),
+                rules.evaluate(o, now),
+            )
+        })
+        .collect();
+    print_lines(args.output, &lines)
+}
+
+/// The live objects one `-k KIND[/NAME]` names. `Err` is a message for the user (unknown kind,
+/// object not found, API error), to be prefixed with the argument.
+async fn live_objects(
+    client: &kube::Client,
+    spec: &str,
+    namespace: Option<&str>,
+    all_namespaces: bool,
+) -> Result<Vec<serde_json::Value>, String> {
+    use kube::api::{Api, DynamicObject, ListParams};
+    let (kind, name) = match spec.split_once('/') {
+        Some((kind, name)) if !name.is_empty() && !name.contains('/') => (kind, Some(name)),
+        Some(_) => return Err("expected KIND or KIND/NAME".into()),
+        None => (spec, None),
+    };
+    let (resource, namespaced) = resolve_kind(client, kind).await?;
+    let scope = match (namespaced, namespace, all_namespaces) {
+        (false, _, _) | (true, _, true) => None,
+        (true, Some(ns), false) => Some(ns.to_string()),
+        (true, None, false) => Some(client.default_namespace().to_string()),
+    };
+    let api: Api<DynamicObject> = match &scope {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    };
+    let where_ = scope
+        .as_deref()
+        .map(|ns| format!(" in namespace {ns}"))
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    match name {
+        Some(name) => match api.get_opt(name).await {
+            Ok(Some(object)) => found.push(object),
+            Ok(None) => {
+                return Err(format!(
+                    "{} {name:?} not found{where_}",
+                    resource_name(&resource)
+                ));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "reading {} {name}{where_}: {e}",
+                    resource_name(&resource)
+                ));
+            }
+        },
+        None => {
+            // Page through large lists rather than asking for everything at once.
+            let mut params = ListParams::default().limit(500);
+            loop {
+                let page = api
+                    .list(&params)
+                    .await
+                    .map_err(|e| format!("listing {}{where_}: {e}", resource_name(&resource)))?;
+                found.extend(page.items);
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
+        }
+    }
+    found
+        .into_iter()
+        .map(|object| {
+            let mut value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+            // List items come without their type.
+            if let Some(map) = value.as_object_mut() {
+                map.insert("apiVersion".into(), resource.api_version.clone().into());
+                map.insert("kind".into(), resource.kind.clone().into());
+            }
+            Ok(value)
+        })
+        .collect()
+}
+
+/// `plural.group` (or `plural` for the core group), as kubectl names a resource.
+fn resource_name(resource: &kube::api::ApiResource) -> String {
+    if resource.group.is_empty() {
+        resource.plural.clone()
+    } else {
+        format!("{}.{}", resource.plural, resource.group)
+    }
+}
+
+/// A kind as a user types it — kind (`Deployment`), resource (`deployments`), singular or
+/// short name (`deploy`), optionally with `.group` (`deployments.apps`) — resolved by discovery
+/// like kubectl does: the core group first, then the others in the server's order, each at its
+/// preferred version. Returns the resource and whether it is namespaced.
+async fn resolve_kind(
+    client: &kube::Client,
+    kind: &str,
+) -> Result<(kube::api::ApiResource, bool), String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+    let wanted = kind.to_ascii_lowercase();
+    let (name, group) = match wanted.split_once('.') {
+        Some((name, group)) => (name.to_string(), Some(group.to_string())),
+        None => (wanted.clone(), None),
+    };
+    let matches = |list: &APIResourceList| {
+        list.resources
+            .iter()
+            .find(|r| {
+                !r.name.contains('/')
+                    && r.verbs.iter().any(|v| v == "list")
+                    && (r.name == name
+                        || r.singular_name == name
+                        || r.kind.to_ascii_lowercase() == name
+                        || r.short_names.iter().flatten().any(|s| *s == name))
+            })
+            .cloned()
+    };
+    let to_resource =
+        |group: &str,
+         version: &str,
+         r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource| {
+            let gvk = kube::core::GroupVersionKind::gvk(group, version, &r.kind);
+            (
+                kube::api::ApiResource::from_gvk_with_plural(&gvk, &r.name),
+                r.namespaced,
+            )
+        };
+    if group.as_deref().is_none_or(|g| g.is_empty() || g == "core") {
+        let core = client
+            .list_core_api_resources("v1")
+            .await
+            .map_err(|e| format!("discovery: {e}"))?;
+        if let Some(r) = matches(&core) {
+            return Ok(to_resource("", "v1", &r));
+        }
+    }
+    let groups = client
+        .list_api_groups()
+        .await
+        .map_err(|e| format!("discovery: {e}"))?;
+    let candidates: Vec<_> = groups
+        .groups
+        .iter()
+        .filter(|g| group.as_deref().is_none_or(|want| g.name == want))
+        .filter_map(|g| {
+            let version = g.preferred_version.as_ref().or(g.versions.first())?;
+            Some((
+                g.name.clone(),
+                version.version.clone(),
+                version.group_version.clone(),
+            ))
+        })
+        .collect();
+    let lists = futures::future::join_all(
+        candidates
+            .iter()
+            .map(|(_, _, group_version)| client.list_api_group_resources(group_version)),
+    )
+    .await;
+    for ((group, version, _), list) in candidates.iter().zip(lists) {
+        // A group whose discovery fails (an aggregated API that is down) is skipped.
+        if let Ok(list) = list
+            && let Some(r) = matches(&list)
+        {
+            return Ok(to_resource(group, version, &r));
+        }
+    }
+    Err(format!(
+        "the server does not serve a resource named {kind:?} (kind, resource or short name)"
+    ))
 }
 
 fn looks_like_json(text: &str) -> bool {

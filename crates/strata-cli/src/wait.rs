@@ -46,6 +46,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
         .filter(|t| seen.insert(t.clone()))
         .collect();
     let mode = match (args.wait_for, args.jobs) {
+        _ if args.hooks => WaitFor::Hooks,
         (WaitForArg::Deleted, _) => WaitFor::Deleted,
         (WaitForArg::Current, true) => WaitFor::CurrentWithJobs,
         (WaitForArg::Current, false) => WaitFor::Current,
@@ -57,7 +58,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
         let client = args.cluster.client().await?;
         let started = Instant::now();
         let mut printer = ProgressPrinter::new(std::io::stderr().is_terminal(), mode);
-        let report = wait(
+        let report = match wait(
             client,
             targets,
             WaitOptions {
@@ -68,14 +69,23 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
             },
             |p| printer.show(p),
         )
-        .await?;
+        .await
+        {
+            Ok(report) => report,
+            Err(e @ core_status::StatusError::Access(_)) => {
+                return Ok(input_error(&format!("cannot wait: {e}")));
+            }
+            Err(e) => return Err(e.into()),
+        };
         printer.finish();
         let elapsed = started.elapsed().as_secs_f64();
         for skipped in &report.skipped {
-            eprintln!(
-                "skipped {} (paused Deployments are not waited on)",
-                skipped.id()
-            );
+            let why = if mode == WaitFor::Hooks {
+                "only Pods and Jobs are waited on with --hooks"
+            } else {
+                "paused Deployments are not waited on"
+            };
+            eprintln!("skipped {} ({why})", skipped.id());
         }
         let desired = if mode == WaitFor::Deleted {
             "deleted"

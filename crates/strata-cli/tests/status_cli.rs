@@ -452,3 +452,17 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn namespace_flags_need_live_objects() {
+    for flag in [["-n", "ns"].as_slice(), ["-A"].as_slice()] {
+        let mut args = vec!["status", "-f", "-"];
+        args.extend(flag);
+        let out = strata(&args, "");
+        assert_eq!(out.status.code(), Some(2), "{flag:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            "strata: -n/--namespace and -A/--all-namespaces choose live objects: use them with -k KIND"
+        );
+    }
+}
