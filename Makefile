@@ -12,6 +12,10 @@ include e2e/plane/versions.env
 export HELM ?= $(STRATA_CACHE)/bin/helm-$(HELM_VERSION)/helm
 # Two cores: one cargo job graph at a time, never parallel cargo invocations.
 CARGO ?= cargo
+# Development and test builds carry the test-only flags (`--pod-address-override`, a local
+# stand-in for pods); release and image builds never do. Every build here uses the same set so
+# cargo never rebuilds a service just for a different feature set.
+TEST_FEATURES := --features admission-webhook/test-hooks,rollout-operator/test-hooks
 
 .PHONY: all build demo test lint unit e2e plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
 
@@ -23,7 +27,7 @@ help:
 	@echo "make lint | unit | e2e | bench | crds | dashboards | manifests | images | fmt"
 
 build:
-	$(CARGO) build --workspace --bins
+	$(CARGO) build --workspace --bins $(TEST_FEATURES)
 
 plane-build:
 	bash e2e/plane/build.sh >/dev/null
@@ -35,7 +39,7 @@ lint:
 # Unit, table and golden tests: everything except the end-to-end tier. The render golden tests
 # run the real helm the plane build provides, and fail (not skip) without it here.
 unit: plane-build
-	STRATA_REQUIRE_HELM=1 $(CARGO) test --workspace --exclude strata-e2e
+	STRATA_REQUIRE_HELM=1 $(CARGO) test --workspace --exclude strata-e2e $(TEST_FEATURES)
 
 # End-to-end tests against one shared local control plane.
 e2e: build plane-build

@@ -48,6 +48,10 @@ for s in "${services[@]}"; do
   if readelf -l "$bindir/$s" | grep -q INTERP || readelf -d "$bindir/$s" | grep -q NEEDED; then
     log "$s is not a static binary"; exit 1
   fi
+  # Test-only flags exist only in builds with the `test-hooks` feature: never ship one.
+  if "$bindir/$s" --pod-address-override=x --help >/dev/null 2>&1; then
+    log "$s accepts the test-only --pod-address-override: built with test hooks"; exit 1
+  fi
   install -m 0555 "$bindir/$s" "$context/bin/$s"
 done
 

@@ -269,6 +269,91 @@ fn webhooks_guard_only_opted_in_namespaces_with_the_chosen_failure_policy() {
     assert!(!serde_json::to_string(role).unwrap().contains("configmaps"));
 }
 
+/// The admission-webhook's writes follow its mode: the StatefulSet annotation patch only for
+/// prepare-downscale outside zone-tracker mode; in zone-tracker mode the named ConfigMap only.
+#[test]
+fn the_webhook_may_write_only_what_its_mode_records() {
+    let rules = |set: &[&str]| -> Vec<Value> {
+        let args: Vec<String> = set
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.to_string()])
+            .collect();
+        let objs = template(&args);
+        let role = objs
+            .iter()
+            .find(|o| {
+                o["kind"] == "ClusterRole" && o["metadata"]["name"] == "strata-admission-webhook"
+            })
+            .unwrap();
+        role["rules"].as_array().unwrap().clone()
+    };
+    let verbs_on = |rules: &[Value], resource: &str| -> Vec<(String, Option<Value>)> {
+        rules
+            .iter()
+            .filter(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x == resource)
+            })
+            .flat_map(|r| {
+                r["verbs"].as_array().unwrap().iter().map(|v| {
+                    (
+                        v.as_str().unwrap().to_string(),
+                        r.get("resourceNames").cloned(),
+                    )
+                })
+            })
+            .collect()
+    };
+    let patches = |rules: &[Value]| {
+        verbs_on(rules, "statefulsets")
+            .iter()
+            .any(|(v, _)| v == "patch")
+    };
+    assert!(
+        patches(&rules(&[])),
+        "prepare-downscale records on the StatefulSet"
+    );
+    assert!(!patches(&rules(&[
+        "admissionWebhook.webhooks.prepareDownscale.enabled=false"
+    ])));
+    let zone = rules(&[
+        "admissionWebhook.useZoneTracker=true",
+        "admissionWebhook.zoneTrackerConfigMapName=zones",
+    ]);
+    assert!(
+        !patches(&zone),
+        "zone-tracker mode records in the ConfigMap instead"
+    );
+    let mut config_maps = verbs_on(&zone, "configmaps");
+    config_maps.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        config_maps,
+        vec![
+            ("create".to_string(), None),
+            ("get".to_string(), Some(serde_json::json!(["zones"]))),
+            ("update".to_string(), Some(serde_json::json!(["zones"]))),
+        ]
+    );
+    let objs = template(&[
+        "--set".into(),
+        "admissionWebhook.useZoneTracker=true".into(),
+        "--set".into(),
+        "admissionWebhook.zoneTrackerConfigMapName=zones".into(),
+    ]);
+    let deployment = objs
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "admission-webhook")
+        .unwrap();
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--zone-tracker-config-map-name=zones"),
+        "{args}"
+    );
+}
+
 #[test]
 fn crds_are_kept_on_uninstall_unless_told_otherwise() {
     let kept = template(&[]);

@@ -442,6 +442,82 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     Ok(())
 }
 
+/// The pods are told to prepare, then the request's deadline passes before they answer: the
+/// API server gets "timed out" (the downscale is denied), so the pods must be told to undo —
+/// even though the handler that made the calls was dropped at the deadline — and no downscale
+/// time is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_prepared_past_the_deadline_are_told_to_undo() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "undo").await?;
+    // Each POST is taken at once and answered after 4 s; the decision deadline is 1.8 s.
+    let pods = StandInPods::start(Duration::from_secs(4)).await?;
+    let port = free_port()?;
+    let args = [
+        "--pod-address-override",
+        pods.address.as_str(),
+        "--request-timeout",
+        "2s",
+        "--pod-timeout",
+        "8s",
+    ];
+    let _server = start(&ns.name, port, &args)?;
+    let name = format!("{}-undo", ns.name);
+    let _hook = register(
+        &client,
+        &ns.name,
+        "MutatingWebhookConfiguration",
+        &name,
+        port,
+        "/admission/prepare-downscale",
+        STS_RULES,
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &sts("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
+    )
+    .await?;
+    // Until the webhook serves, the scale fails for other reasons; then it must be the deadline.
+    let message = eventually("a deadline denial", Duration::from_secs(30), || async {
+        let out = kubectl_scale(&ns.name, "store", 1);
+        anyhow::ensure!(!out.status.success(), "the downscale went through");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        Ok(stderr.contains("timed out deciding").then_some(stderr))
+    })
+    .await?;
+    let posts = pods.posts.load(Ordering::SeqCst);
+    assert!(
+        posts >= 2,
+        "the pods were called: {posts} POSTs ({message})"
+    );
+    eventually(
+        "every prepared pod told to undo",
+        Duration::from_secs(20),
+        || async {
+            Ok(
+                (pods.deletes.load(Ordering::SeqCst) >= pods.posts.load(Ordering::SeqCst))
+                    .then_some(()),
+            )
+        },
+    )
+    .await?;
+    let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let store = api.get("store").await?;
+    assert_eq!(
+        store.spec.and_then(|s| s.replicas),
+        Some(3),
+        "not scaled down"
+    );
+    let annotations = store.metadata.annotations.unwrap_or_default();
+    assert!(
+        !annotations.contains_key("grafana.com/last-downscale"),
+        "no downscale time recorded for a denied downscale: {annotations:?}"
+    );
+    Ok(())
+}
+
 /// Two zones of one rollout group scaled down at the same moment, each through a different
 /// replica of the webhook in zone-tracker mode. The pods take 3 s to prepare, so both
 /// decisions read the ConfigMap before either records its downscale: without the conditional

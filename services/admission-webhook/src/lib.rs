@@ -58,8 +58,10 @@ pub struct WebhookArgs {
     /// Timeout of one call to a pod.
     #[arg(long, default_value = "5s", value_parser = core_k8s::args::parse_duration)]
     pub pod_timeout: Duration,
-    /// TEST ONLY: send every pod call to this host:port (a local stand-in for the pods).
-    #[arg(long, hide = true)]
+    /// TEST ONLY, in builds with the `test-hooks` feature (never in release images): send
+    /// every pod call to this host:port (a local stand-in for the pods).
+    #[cfg_attr(feature = "test-hooks", arg(long, hide = true))]
+    #[cfg_attr(not(feature = "test-hooks"), arg(skip))]
     pub pod_address_override: Option<String>,
     /// prepare-downscale keeps downscale times in a ConfigMap instead of StatefulSet
     /// annotations (the anchor's `-use-zone-tracker`; avoids conflicting with the client's

@@ -255,20 +255,65 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         && !decision.side_effects.is_empty()
         && let Some(prefix) = &downscale
     {
-        return prepare(app, review, prefix, decision, tracked).await;
+        return prepare_detached(app, review, prefix, decision, tracked).await;
     }
     decision
 }
 
+/// Runs [`prepare`] in a task of its own. The handler's deadline drops the handler's future
+/// and answers "timed out" (a denial); pods already told to prepare must then be told to undo,
+/// which a dropped future never would. The task outlives the handler: it sees that nobody
+/// waits for its decision any more, skips recording a downscale that will not happen, and
+/// sends the DELETEs.
+async fn prepare_detached(
+    app: &App,
+    review: &Review,
+    prefix: &str,
+    decision: Decision,
+    tracked: Option<Option<ConfigMap>>,
+) -> Decision {
+    let (answer, decided) = tokio::sync::oneshot::channel();
+    let (app, review, prefix) = (app.clone(), review.clone(), prefix.to_string());
+    tokio::spawn(async move {
+        let decision = prepare(&app, &review, &prefix, decision, tracked, &|| {
+            answer.is_closed()
+        })
+        .await;
+        if let Err(decision) = answer.send(decision)
+            && decision.allowed
+        {
+            // Prepared and recorded just as the deadline passed: the downscale was denied.
+            tracing::warn!("prepare-downscale answered too late; undoing the pods' preparation");
+            undo(&app, &decision).await;
+        }
+    });
+    decided
+        .await
+        .unwrap_or_else(|_| Decision::deny_with_code(500, "prepare-downscale stopped"))
+}
+
+/// The DELETE calls that take back the POSTs of a prepare-downscale decision.
+async fn undo(app: &App, decision: &Decision) {
+    let urls: Vec<String> = decision
+        .side_effects
+        .iter()
+        .filter_map(|e| e.strip_prefix("POST "))
+        .map(str::to_string)
+        .collect();
+    let _ = app.http.call_all("DELETE", &urls).await;
+}
+
 /// POSTs to every pod going away; on any failure DELETEs them all and denies. Then records
 /// the downscale time: on the StatefulSet, or in zone-tracker mode in the ConfigMap as it was
-/// read (`tracked`: `Some(None)` when it did not exist).
+/// read (`tracked`: `Some(None)` when it did not exist). `abandoned` says the request was
+/// already answered (deadline passed): then nothing is recorded and the pods are un-prepared.
 async fn prepare(
     app: &App,
     review: &Review,
     prefix: &str,
     decision: Decision,
     tracked: Option<Option<ConfigMap>>,
+    abandoned: &(dyn Fn() -> bool + Send + Sync),
 ) -> Decision {
     let urls: Vec<String> = decision
         .side_effects
@@ -279,6 +324,11 @@ async fn prepare(
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
     let results = app.http.call_all("POST", &urls).await;
     let undo = || app.http.call_all("DELETE", &urls);
+    if abandoned() {
+        tracing::warn!("prepare-downscale passed its deadline while calling the pods; undoing");
+        let _ = undo().await;
+        return denied("the pods did not answer before the request deadline.");
+    }
     if results
         .iter()
         .any(|r| !r.as_ref().is_ok_and(PodResponse::is_success))

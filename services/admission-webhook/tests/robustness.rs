@@ -143,3 +143,59 @@ async fn oversized_bodies_get_413() {
         StatusCode::OK
     );
 }
+
+/// Deeply nested JSON inside a review is refused with 400, quickly and without exhausting the
+/// stack: the decoder stops at a fixed nesting depth (128), in the fields a webhook reads and in
+/// the ones it skips alike.
+#[tokio::test]
+async fn deeply_nested_bodies_get_400() {
+    core_k8s::install_crypto_provider();
+    let app = app();
+    let depth = 100_000;
+    let nested = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let bodies = [
+        // In a skipped field (an object's spec).
+        format!(
+            r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {{"uid": "u", "operation": "CREATE", "name": "z", "namespace": "n", "object": {{"kind": "ZoneAwarePodDisruptionBudget", "spec": {{"x": {nested}}}}}}}}}"#
+        ),
+        // As the request itself.
+        format!(
+            r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {nested}}}"#
+        ),
+    ];
+    for webhook in Webhook::ALL {
+        for body in &bodies {
+            let started = std::time::Instant::now();
+            assert_eq!(
+                status(
+                    &app,
+                    webhook.path(),
+                    "application/json",
+                    body.clone().into_bytes()
+                )
+                .await,
+                StatusCode::BAD_REQUEST,
+                "{webhook:?}"
+            );
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(2),
+                "{webhook:?}"
+            );
+        }
+    }
+    // Within the limit, nesting is fine.
+    let shallow = format!("{}{}", "[".repeat(100), "]".repeat(100));
+    let review = format!(
+        r#"{{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {{"uid": "u", "operation": "CREATE", "name": "z", "namespace": "n", "object": {{"kind": "ZoneAwarePodDisruptionBudget", "metadata": {{"name": "z"}}, "spec": {{"maxUnavailable": 1, "selector": {{"matchLabels": {{"a": "b"}}}}, "x": {shallow}}}}}}}}}"#
+    );
+    assert_eq!(
+        status(
+            &app,
+            Webhook::ZpdbValidation.path(),
+            "application/json",
+            review.into_bytes()
+        )
+        .await,
+        StatusCode::OK
+    );
+}

@@ -27,8 +27,10 @@ pub struct PodArgs {
     /// (the anchor's `-kubernetes.cluster-domain`).
     #[arg(long, default_value = "cluster.local.")]
     pub cluster_domain: String,
-    /// TEST ONLY: send every pod call to this host:port (a local stand-in for the pods).
-    #[arg(long, hide = true)]
+    /// TEST ONLY, in builds with the `test-hooks` feature (never in release images): send
+    /// every pod call to this host:port (a local stand-in for the pods).
+    #[cfg_attr(feature = "test-hooks", arg(long, hide = true))]
+    #[cfg_attr(not(feature = "test-hooks"), arg(skip))]
     pub pod_address_override: Option<String>,
     /// Timeout of each `grafana.com/ready-time` patch (the anchor's
     /// `-zpdb.pod-ready-annotation-patch-timeout`).
