@@ -371,6 +371,33 @@ async fn prepare_downscale_with_the_zone_tracker_records_in_a_config_map() -> Re
     prepare_downscale(true).await
 }
 
+/// Registers prepare-downscale at `port` for namespace `ns` and creates the StatefulSet
+/// `store` (3 replicas) that opts in, its pods' endpoint on port 80.
+async fn register_prepare_downscale(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    port: u16,
+) -> Result<Registered> {
+    let hook = register(
+        client,
+        ns,
+        "MutatingWebhookConfiguration",
+        name,
+        port,
+        "/admission/prepare-downscale",
+        STS_RULES,
+    )
+    .await?;
+    apply_yaml(
+        client,
+        ns,
+        &sts("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
+    )
+    .await?;
+    Ok(hook)
+}
+
 async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, if zone_tracker { "zones" } else { "prepare" }).await?;
@@ -382,22 +409,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     }
     let _server = start(&ns.name, port, &args)?;
     let name = format!("{}-prepare", ns.name);
-    let _hook = register(
-        &client,
-        &ns.name,
-        "MutatingWebhookConfiguration",
-        &name,
-        port,
-        "/admission/prepare-downscale",
-        STS_RULES,
-    )
-    .await?;
-    apply_yaml(
-        &client,
-        &ns.name,
-        &sts("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
-    )
-    .await?;
+    let _hook = register_prepare_downscale(&client, &ns.name, &name, port).await?;
     eventually("downscale prepared", Duration::from_secs(30), || async {
         let out = kubectl_scale(&ns.name, "store", 1);
         anyhow::ensure!(
@@ -463,22 +475,7 @@ async fn pods_prepared_past_the_deadline_are_told_to_undo() -> Result<()> {
     ];
     let _server = start(&ns.name, port, &args)?;
     let name = format!("{}-undo", ns.name);
-    let _hook = register(
-        &client,
-        &ns.name,
-        "MutatingWebhookConfiguration",
-        &name,
-        port,
-        "/admission/prepare-downscale",
-        STS_RULES,
-    )
-    .await?;
-    apply_yaml(
-        &client,
-        &ns.name,
-        &sts("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
-    )
-    .await?;
+    let _hook = register_prepare_downscale(&client, &ns.name, &name, port).await?;
     // Until the webhook serves, the scale fails for other reasons; then it must be the deadline.
     let message = eventually("a deadline denial", Duration::from_secs(30), || async {
         let out = kubectl_scale(&ns.name, "store", 1);

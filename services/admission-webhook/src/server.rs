@@ -294,13 +294,17 @@ async fn prepare_detached(
 
 /// The DELETE calls that take back the POSTs of a prepare-downscale decision.
 async fn undo(app: &App, decision: &Decision) {
-    let urls: Vec<String> = decision
+    let _ = app.http.call_all("DELETE", &post_urls(decision)).await;
+}
+
+/// The pod URLs a prepare-downscale decision POSTs to.
+fn post_urls(decision: &Decision) -> Vec<String> {
+    decision
         .side_effects
         .iter()
         .filter_map(|e| e.strip_prefix("POST "))
         .map(str::to_string)
-        .collect();
-    let _ = app.http.call_all("DELETE", &urls).await;
+        .collect()
 }
 
 /// POSTs to every pod going away; on any failure DELETEs them all and denies. Then records
@@ -315,12 +319,7 @@ async fn prepare(
     tracked: Option<Option<ConfigMap>>,
     abandoned: &(dyn Fn() -> bool + Send + Sync),
 ) -> Decision {
-    let urls: Vec<String> = decision
-        .side_effects
-        .iter()
-        .filter_map(|e| e.strip_prefix("POST "))
-        .map(str::to_string)
-        .collect();
+    let urls = post_urls(&decision);
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
     let results = app.http.call_all("POST", &urls).await;
     let undo = || app.http.call_all("DELETE", &urls);
