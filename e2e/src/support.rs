@@ -384,3 +384,27 @@ pub fn service_account_kubeconfig(namespace: &str, account: &str) -> Result<Path
     std::fs::write(&path, serde_json::to_string(&config)?)?;
     Ok(path)
 }
+
+/// A ServiceAccount `name` in `ns` with a Role of the same name holding `rules` (YAML flow
+/// mappings, one per line, e.g. `{apiGroups: [""], resources: [pods], verbs: [list]}`), bound
+/// to it: a least-privileged identity for a test.
+pub fn service_account_with_role(ns: &str, name: &str, rules: &[&str]) -> String {
+    let rules: String = rules.iter().map(|r| format!("- {r}\n")).collect();
+    format!(
+        "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {name}, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: {name}, namespace: {ns}}}
+rules:
+{rules}---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {name}, namespace: {ns}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
+subjects: [{{kind: ServiceAccount, name: {name}, namespace: {ns}}}]
+"
+    )
+}

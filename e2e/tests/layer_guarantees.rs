@@ -5,7 +5,9 @@
 //! - a teardown that cannot finish releases the finalizer after `timeout` with a Warning event
 //!   `TeardownTimedOut` naming what was still terminating (deleting a layer);
 //! - an artifact over `--max-artifact-bytes` fails the layer with nothing applied (source);
-//! - a `caBundle` removed by hand is injected again (docs/admission-webhook.md, CA injection).
+//! - a `caBundle` removed by hand is injected again (docs/admission-webhook.md, CA injection);
+//! - a layer acts as its ServiceAccount (`spec.serviceAccountName`, `--default-service-account`):
+//!   it can apply only what that account may (docs/layer-controller.md, multi-tenancy).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -403,5 +405,95 @@ webhooks:
     .await?;
     assert_eq!(again, injected, "the same CA");
     let _ = configs.delete(&name, &Default::default()).await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_layer_acts_as_its_service_account() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "tenant").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    // The tenant may manage ConfigMaps in its namespace, nothing else.
+    let rbac = strata_e2e::support::service_account_with_role(
+        &ns,
+        "tenant",
+        &[
+            r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#,
+        ],
+    );
+    apply_yaml(&client, &ns, &rbac).await?;
+    // Layers without serviceAccountName act as `tenant` (the lock-down flag).
+    let controller = start_controller(&ns, &["--default-service-account", "tenant"])?;
+    let layer = format!("{ns}-apps");
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata: {{name: token, namespace: {ns}}}\nstringData: {{k: v}}\n"
+    );
+    let v1 = [("a.yaml", cm(&ns, "a", "")), ("s.yaml", secret)];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "apps", "30s", &v1)).await?;
+    let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let reason = ready_reason(&failed);
+    assert!(
+        reason.contains(&format!("system:serviceaccount:{ns}:tenant"))
+            && reason.contains("secrets")
+            && reason.contains("forbidden"),
+        "{reason}"
+    );
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        secrets.get_opt("token").await?.is_none(),
+        "the Secret was not created"
+    );
+    // What the account may do, the layer does.
+    let v2 = [("a.yaml", cm(&ns, "a", "")), ("b.yaml", cm(&ns, "b", ""))];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "apps", "30s", &v2)).await?;
+    wait_state(&client, &layer, "Deployed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let a = maps.get("a").await?;
+    let managers: Vec<String> = a
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    assert!(
+        managers.iter().any(|m| m == "strata-layer-controller"),
+        "{managers:?}"
+    );
+    // Pruning goes through the account too: b leaves the source and is deleted.
+    let v3 = [("a.yaml", cm(&ns, "a", ""))];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "apps", "30s", &v3)).await?;
+    eventually("b pruned", Duration::from_secs(30), || async {
+        Ok(maps.get_opt("b").await?.is_none().then_some(()))
+    })
+    .await
+    .with_context(|| controller.logs())?;
+    // spec.serviceAccountName wins over the default: an account with no rights applies nothing.
+    let other = configmap_layer(&ns, "other", "30s", &[("c.yaml", cm(&ns, "c", ""))]).replace(
+        "  source: {kind: ConfigMap",
+        "  serviceAccountName: nobody\n  source: {kind: ConfigMap",
+    );
+    apply_yaml(&client, &ns, &other).await?;
+    let failed = wait_state(
+        &client,
+        &format!("{ns}-other"),
+        "Failed",
+        Duration::from_secs(30),
+    )
+    .await
+    .with_context(|| controller.logs())?;
+    let reason = ready_reason(&failed);
+    assert!(
+        reason.contains(&format!("system:serviceaccount:{ns}:nobody")),
+        "{reason}"
+    );
+    delete_layer(&client, &format!("{ns}-other")).await;
+    delete_layer(&client, &layer).await;
+    drop(controller);
     Ok(())
 }

@@ -588,25 +588,13 @@ async fn a_wait_without_watch_permission_fails_at_once_naming_the_kind() -> Resu
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "wait-rbac").await?;
     // May read ConfigMaps fully, Deployments only with get and list (no watch).
-    let rbac = format!(
-        "apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: waiter, namespace: {ns}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: waiter, namespace: {ns}}}
-rules:
-- {{apiGroups: [\"\"], resources: [configmaps], verbs: [get, list, watch]}}
-- {{apiGroups: [apps], resources: [deployments], verbs: [get, list]}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: waiter, namespace: {ns}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: waiter}}
-subjects: [{{kind: ServiceAccount, name: waiter, namespace: {ns}}}]
-",
-        ns = ns.name
+    let rbac = strata_e2e::support::service_account_with_role(
+        &ns.name,
+        "waiter",
+        &[
+            r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch]}"#,
+            "{apiGroups: [apps], resources: [deployments], verbs: [get, list]}",
+        ],
     );
     apply_yaml(&client, &ns.name, &rbac).await?;
     let manifests = format!(

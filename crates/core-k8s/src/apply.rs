@@ -269,6 +269,16 @@ impl Debug for Applier {
 
 impl Applier {
     /// `field_manager` is the service name, e.g. `strata-layer-controller`.
+    /// The same applier (field manager, discovery cache) sending its requests through
+    /// `client` (e.g. one that impersonates a tenant's ServiceAccount).
+    pub fn with_client(&self, client: Client) -> Self {
+        Self {
+            client,
+            field_manager: self.field_manager.clone(),
+            discovery: self.discovery.clone(),
+        }
+    }
+
     pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
         Self {
             discovery: Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone()))),

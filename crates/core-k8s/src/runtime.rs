@@ -287,6 +287,16 @@ impl Context {
         self.client_parts.build(&self.args)
     }
 
+    /// A client that acts as `user` through Kubernetes impersonation (every request carries
+    /// `Impersonate-User`, so the API server authorizes it as that user), with its own
+    /// rate-limit buckets and the process's request metrics. The process's own identity needs
+    /// the `impersonate` verb on that user.
+    pub fn impersonating_client(&self, user: &str) -> Result<Client> {
+        let mut parts = self.client_parts.clone();
+        parts.config.auth_info.impersonate = Some(user.to_string());
+        parts.build(&self.args)
+    }
+
     /// The HTTP client for pod endpoints, timed in this process's metrics and carrying
     /// `--cluster-validation-label`.
     pub fn pod_http(

@@ -97,6 +97,12 @@ pub struct AddonsLayerSpec {
     /// drift-observer; without it every field the manifests declare is observed and healed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftSpec>,
+    /// ServiceAccount, in the namespace of the layer's source, that the layer applies, reads
+    /// and prunes as (impersonation, like Flux's `serviceAccountName`): the layer can do only
+    /// what that account's RBAC allows. Default: the controller's `--default-service-account`
+    /// if set, else the controller's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
 }
 
 /// `Heal` asks the layer-controller to re-apply at once; `Warn` only reports.

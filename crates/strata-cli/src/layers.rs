@@ -188,11 +188,12 @@ async fn compute(
         .collect();
     if !stale_entries.is_empty() {
         let wanted_by = reader.wanted_by(&name, all).await;
-        let stale: Vec<_> = layer_controller::stale::read_stale(reader, &stale_entries)
-            .await?
-            .into_iter()
-            .map(|r| r.stale)
-            .collect();
+        let stale: Vec<_> =
+            layer_controller::stale::read_stale(reader, &|r, ns| reader.api(r, ns), &stale_entries)
+                .await?
+                .into_iter()
+                .map(|r| r.stale)
+                .collect();
         let prune = plan::prune_plan(
             &name,
             &stale,

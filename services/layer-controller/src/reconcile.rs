@@ -67,6 +67,68 @@ pub struct LayerArgs {
     /// How often a layer that is applying re-checks its objects' status.
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub health_poll: Duration,
+    /// ServiceAccount (in the namespace of each layer's source) that layers without
+    /// `spec.serviceAccountName` act as; unset: they act as the controller itself. Setting it
+    /// locks multi-tenant clusters down (Flux's `--default-service-account`).
+    #[arg(long)]
+    pub default_service_account: Option<String>,
+}
+
+/// Who a layer acts as toward the API server when it applies, reads and prunes its objects:
+/// the controller itself, or a ServiceAccount it impersonates.
+#[derive(Clone)]
+struct Access {
+    client: kube::Client,
+    applier: core_k8s::apply::Applier,
+}
+
+impl Access {
+    fn api(&self, resolved: &ResolvedKind, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (resolved.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
+            _ => Api::all_with(self.client.clone(), &resolved.resource),
+        }
+    }
+}
+
+/// The user a layer acts as: `spec.serviceAccountName`, else `--default-service-account`, in
+/// the namespace of the layer's source; `None` for the controller's own identity.
+fn acting_user(layer: &AddonsLayer, args: &LayerArgs) -> Option<String> {
+    let account = layer
+        .spec
+        .service_account_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| args.default_service_account.clone())?;
+    let namespace = layer
+        .spec
+        .source
+        .namespace
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| args.default_source_namespace.clone());
+    Some(format!("system:serviceaccount:{namespace}:{account}"))
+}
+
+/// The access of a layer (impersonating clients are built once per user and kept).
+fn access(ctx: &Context, shared: &Shared, layer: &AddonsLayer) -> Result<Access> {
+    let Some(user) = acting_user(layer, &shared.args) else {
+        return Ok(Access {
+            client: ctx.client.clone(),
+            applier: ctx.applier.clone(),
+        });
+    };
+    let mut cache = lock(&shared.impersonated);
+    if let Some(access) = cache.get(&user) {
+        return Ok(access.clone());
+    }
+    let client = ctx.impersonating_client(&user)?;
+    let access = Access {
+        applier: ctx.applier.with_client(client.clone()),
+        client,
+    };
+    cache.insert(user, access.clone());
+    Ok(access)
 }
 
 /// How often a layer blocked by `spec.prereqs.objects` looks at them again.
@@ -94,6 +156,8 @@ pub struct Shared {
     reader: Reader,
     memory: Mutex<HashMap<String, Memory>>,
     cluster_version: Mutex<Option<(String, Instant)>>,
+    /// Impersonating access by user (see [`access`]).
+    impersonated: Mutex<HashMap<String, Access>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -144,6 +208,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         reader,
         memory: Mutex::default(),
         cluster_version: Mutex::default(),
+        impersonated: Mutex::default(),
     });
     spawn_source_watchers(&ctx, shared.clone(), tx);
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {
@@ -538,6 +603,7 @@ async fn apply_layer(
     timeout: Duration,
 ) -> Result<Action> {
     let name = layer.name_any();
+    let access = access(ctx, shared, layer)?;
     let previous = layer.status.clone().unwrap_or_default();
     let attempt_key = (revision.clone(), layer.metadata.generation);
     let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
@@ -652,7 +718,7 @@ async fn apply_layer(
     let mut failures = Vec::new();
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     apply_all(
-        ctx,
+        &access,
         shared,
         &name,
         &manifests,
@@ -688,7 +754,7 @@ async fn apply_layer(
             let ordered: Vec<(usize, Value)> =
                 ordered.into_iter().map(|(_, i, v)| (i, v)).collect();
             apply_all(
-                ctx,
+                &access,
                 shared,
                 &name,
                 &manifests,
@@ -732,7 +798,16 @@ async fn apply_layer(
     let mut prune_wait = None;
     if !stale_entries.is_empty() {
         let grace = plan::orphan_grace(shared.args.orphan_grace, interval);
-        let pending = prune(ctx, shared, layer, &stale_entries, &wanted_by, grace).await?;
+        let pending = prune(
+            ctx,
+            &access,
+            shared,
+            layer,
+            &stale_entries,
+            &wanted_by,
+            grace,
+        )
+        .await?;
         if let Some((entries, wait)) = pending {
             prune_wait = Some(wait);
             inventory.extend(entries);
@@ -751,7 +826,7 @@ async fn apply_layer(
 /// Applies manifests in the given order, four at a time, recording inventory entries and
 /// failures (`file: document N: object: error`).
 async fn apply_all(
-    ctx: &Context,
+    access: &Access,
     shared: &Shared,
     layer: &str,
     manifests: &[Manifest],
@@ -766,7 +841,12 @@ async fn apply_all(
         .iter()
         .map(|(i, value)| {
             let m = &manifests[*i];
-            async move { (m, ctx.applier.apply_dynamic(value, Some("default")).await) }
+            async move {
+                (
+                    m,
+                    access.applier.apply_dynamic(value, Some("default")).await,
+                )
+            }
         })
         .collect();
     let results: Vec<_> = futures::stream::iter(applies).buffered(4).collect().await;
@@ -776,7 +856,8 @@ async fn apply_all(
                 shared.metrics.count_applied(layer);
                 if object.labels().contains_key(ORPHANED_LABEL) {
                     // Taken back within the grace window: it is ours again.
-                    let _ = remove_orphaned_label(&shared.reader, &m.api_version, &object).await;
+                    let _ = remove_orphaned_label(&shared.reader, access, &m.api_version, &object)
+                        .await;
                 }
                 let value = with_type(
                     serde_json::to_value(&object).unwrap_or_default(),
@@ -808,6 +889,7 @@ fn with_type(mut value: Value, api_version: &str, kind: &str) -> Value {
 
 async fn remove_orphaned_label(
     reader: &Reader,
+    access: &Access,
     api_version: &str,
     object: &DynamicObject,
 ) -> Result<()> {
@@ -817,7 +899,7 @@ async fn remove_orphaned_label(
         .map(|t| t.kind.clone())
         .unwrap_or_default();
     let resolved = reader.resolve(api_version, &kind).await?;
-    let api = reader.api(&resolved, object.namespace().as_deref());
+    let api = access.api(&resolved, object.namespace().as_deref());
     let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: null}}});
     api.patch(
         &object.name_any(),
@@ -885,6 +967,7 @@ async fn recheck(
 /// when to look again.
 async fn prune(
     ctx: &Context,
+    access: &Access,
     shared: &Shared,
     layer: &AddonsLayer,
     stale_entries: &[&InventoryEntry],
@@ -893,7 +976,8 @@ async fn prune(
 ) -> Result<Option<(Vec<InventoryEntry>, Duration)>> {
     let name = layer.name_any();
     let now = Timestamp::now();
-    let read = crate::stale::read_stale(&shared.reader, stale_entries).await?;
+    let read =
+        crate::stale::read_stale(&shared.reader, &|r, ns| access.api(r, ns), stale_entries).await?;
     let stale: Vec<StaleObject> = read.iter().map(|r| r.stale.clone()).collect();
     let by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = read
         .into_iter()
@@ -903,7 +987,7 @@ async fn prune(
     let orphaned_value = plan::orphaned_label_value(now);
     for object in &plan.orphan {
         if let Some((entry, resolved)) = by_ref.get(object) {
-            let api = shared.reader.api(resolved, entry.namespace.as_deref());
+            let api = access.api(resolved, entry.namespace.as_deref());
             let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: orphaned_value}}});
             api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -913,7 +997,7 @@ async fn prune(
     let mut deleted = Vec::new();
     for object in &plan.delete {
         if let Some((entry, resolved)) = by_ref.get(object) {
-            let api = shared.reader.api(resolved, entry.namespace.as_deref());
+            let api = access.api(resolved, entry.namespace.as_deref());
             match api.delete(&entry.name, &background()).await {
                 Ok(_) => deleted.push(object.to_string()),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -1247,6 +1331,7 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         write_status(ctx, shared, layer, report).await?;
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
+    let access = access(ctx, shared, layer)?;
     let previous = layer.status.clone().unwrap_or_default();
     let mut entries: Vec<(_, &InventoryEntry)> = previous
         .inventory
@@ -1263,7 +1348,7 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         let Ok(resolved) = shared.reader.resolve(&entry.api_version, &entry.kind).await else {
             continue;
         };
-        let api = shared.reader.api(&resolved, entry.namespace.as_deref());
+        let api = access.api(&resolved, entry.namespace.as_deref());
         let Some(live) = api
             .get_opt(&entry.name)
             .await

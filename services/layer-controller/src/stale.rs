@@ -2,6 +2,7 @@
 
 use core_k8s::apply::ResolvedKind;
 use kube::ResourceExt;
+use kube::api::{Api, DynamicObject};
 
 use crate::crd::InventoryEntry;
 use crate::error::{LayerError, Result};
@@ -21,6 +22,7 @@ pub struct StaleRead<'a> {
 /// Reads the live ownership of objects that left a layer, for [`plan::prune_plan`].
 pub async fn read_stale<'a>(
     reader: &Reader,
+    api: &(dyn Fn(&ResolvedKind, Option<&str>) -> Api<DynamicObject> + Sync),
     entries: &[&'a InventoryEntry],
 ) -> Result<Vec<StaleRead<'a>>> {
     let mut out = Vec::with_capacity(entries.len());
@@ -45,8 +47,7 @@ pub async fn read_stale<'a>(
             }
             Err(e) => return Err(e),
         };
-        let live = reader
-            .api(&resolved, entry.namespace.as_deref())
+        let live = api(&resolved, entry.namespace.as_deref())
             .get_opt(&entry.name)
             .await
             .map_err(|e| LayerError::api(format!("reading {object}"), e))?
