@@ -641,18 +641,24 @@ async fn concurrent_zone_downscales_through_two_replicas_let_exactly_one_through
     Ok(())
 }
 
-#[tokio::test]
-async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
+/// Starts a webhook with `flags` in a fresh namespace, registers no-downscale for it, and
+/// changes a StatefulSet's replicas every 50 ms for `run`, handing the certificate Secret and
+/// the webhook configuration to `sample` after each request. Returns how many requests were
+/// admitted and the errors of the others.
+async fn under_traffic(
+    prefix: &str,
+    flags: &[&str],
+    run: Duration,
+    mut sample: impl FnMut(
+        Option<&k8s_openapi::api::core::v1::Secret>,
+        Option<&k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>,
+    ),
+) -> Result<(usize, Vec<String>)> {
     let client = cluster().client().await?;
-    let ns = TestNamespace::create(&client, "rotate").await?;
+    let ns = TestNamespace::create(&client, prefix).await?;
     let port = free_port()?;
-    // A 9 s certificate renewed 3 s before expiry, checked every second: several rotations.
-    let _server = start(
-        &ns.name,
-        port,
-        &["--cert-validity", "9s", "--cert-check-interval", "1s"],
-    )?;
-    let name = format!("{}-rotate", ns.name);
+    let _server = start(&ns.name, port, flags)?;
+    let name = format!("{}-{prefix}", ns.name);
     let _hook = register(
         &client,
         &ns.name,
@@ -665,11 +671,12 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
     .await?;
     apply_yaml(&client, &ns.name, &sts("traffic", "", "")).await?;
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let configs: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
+        Api::all(client.clone());
     let secrets: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), &ns.name);
-    let mut seen = std::collections::BTreeSet::new();
     let (mut ok, mut failed) = (0, Vec::new());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + run;
     let mut replicas = 3;
     while tokio::time::Instant::now() < deadline {
         replicas += 1;
@@ -687,14 +694,15 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
         let secret = secrets
             .get_opt("strata-admission-webhook-certificate")
             .await?;
-        if let Some(a) = secret
-            .and_then(|s| s.metadata.annotations)
-            .and_then(|a| a.get("strata.dev/not-after").cloned())
-        {
-            seen.insert(a);
-        }
+        let config = configs.get_opt(&name).await?;
+        sample(secret.as_ref(), config.as_ref());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    Ok((ok, failed))
+}
+
+#[track_caller]
+fn assert_all_admitted(ok: usize, failed: &[String]) {
     assert!(
         failed.is_empty(),
         "{} of {} requests failed: {:?}",
@@ -702,9 +710,72 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
         ok + failed.len(),
         &failed[..failed.len().min(3)]
     );
+}
+
+fn annotation(secret: Option<&k8s_openapi::api::core::v1::Secret>, key: &str) -> Option<String> {
+    secret?.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test]
+async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
+    // A 9 s certificate renewed 3 s before expiry, checked every second: several rotations.
+    let mut seen = std::collections::BTreeSet::new();
+    let flags = ["--cert-validity", "9s", "--cert-check-interval", "1s"];
+    let (ok, failed) = under_traffic("rotate", &flags, Duration::from_secs(20), |secret, _| {
+        seen.extend(annotation(secret, "strata.dev/not-after"));
+    })
+    .await?;
+    assert_all_admitted(ok, &failed);
     assert!(
         seen.len() >= 3,
         "the certificate should have rotated at least twice: {seen:?}"
+    );
+    Ok(())
+}
+
+/// The CA itself rotates under traffic: a 30 s CA is announced (trusted, not signing) 20 s in,
+/// signs 5 s later, and the old one leaves the injected caBundle when it expires. Every request
+/// in between is admitted, and the caBundle carries two CAs at some point.
+#[tokio::test]
+async fn the_ca_rotates_under_traffic_without_failures() -> Result<()> {
+    let (mut ca_names, mut most_cas) = (std::collections::BTreeSet::new(), 0);
+    let flags = [
+        "--cert-validity",
+        "9s",
+        "--ca-validity",
+        "30s",
+        "--cert-check-interval",
+        "1s",
+    ];
+    let (ok, failed) = under_traffic(
+        "carotate",
+        &flags,
+        Duration::from_secs(35),
+        |secret, config| {
+            ca_names.extend(annotation(secret, "strata.dev/ca-name"));
+            let bundle = config.and_then(|c| {
+                c.webhooks
+                    .as_ref()?
+                    .first()?
+                    .client_config
+                    .ca_bundle
+                    .clone()
+            });
+            if let Some(bundle) = bundle {
+                let pem = String::from_utf8_lossy(&bundle.0).into_owned();
+                most_cas = most_cas.max(pem.matches("BEGIN CERTIFICATE").count());
+            }
+        },
+    )
+    .await?;
+    assert_all_admitted(ok, &failed);
+    assert!(
+        ca_names.len() >= 2,
+        "the CA should have rotated: {ca_names:?}"
+    );
+    assert!(
+        most_cas >= 2,
+        "old and new CA trusted together at some point"
     );
     Ok(())
 }

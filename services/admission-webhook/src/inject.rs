@@ -110,11 +110,17 @@ async fn run_kind<K: WebhookConfiguration>(
     ca: watch::Receiver<String>,
 ) {
     let api: Api<K> = Api::all(ctx.client.clone());
-    core_k8s::controller::run(
+    // Every configuration is looked at again as soon as what clients must trust changes (a CA
+    // rotation announces its new CA this way before the CA signs anything).
+    let changes = futures::stream::unfold(ca.clone(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
+    let controller = kube::runtime::Controller::new(api, config).reconcile_all_on(changes);
+    core_k8s::controller::run_controller(
         ctx,
         cache,
-        api,
-        config,
+        controller,
         move |object: Arc<K>, ctx: Arc<Context>| {
             let ca = ca.borrow().clone();
             async move { apply::<K>(&ctx, &object.name_any(), &object.bundles(), &ca).await }
@@ -141,7 +147,7 @@ where
             .map_err(|e| InjectError(name.to_string(), e))?;
         tracing::info!(configuration = name, kind = %K::kind(&()), "injected the CA bundle");
     }
-    // A CA change is rare (it lives for years); a periodic look covers it.
+    // A periodic look as well, should a trigger be missed.
     Ok(Action::requeue(Duration::from_secs(60)))
 }
 

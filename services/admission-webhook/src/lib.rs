@@ -49,6 +49,10 @@ pub struct WebhookArgs {
     /// Validity of the serving certificate; it is renewed a third of this before expiry.
     #[arg(long, default_value = "8760h", value_parser = core_k8s::args::parse_duration)]
     pub cert_validity: Duration,
+    /// Validity of the self-managed CA; it rotates a third of this before expiry, the old CA
+    /// staying in every `caBundle` until it expires.
+    #[arg(long, default_value = "87600h", value_parser = core_k8s::args::parse_duration)]
+    pub ca_validity: Duration,
     /// How often the certificate is checked for renewal.
     #[arg(long, default_value = "1h", value_parser = core_k8s::args::parse_duration)]
     pub cert_check_interval: Duration,
@@ -98,6 +102,7 @@ async fn load_or_issue(
             &args.tls_secret_name,
             &names,
             args.cert_validity,
+            args.ca_validity,
         )
         .await
         {
@@ -132,7 +137,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             let Some(bundle) = load_or_issue(&ctx, &args, &namespace).await else {
                 return;
             };
-            ca_tx.send_replace(bundle.ca_pem.clone());
+            ca_tx.send_replace(bundle.trust_pem(jiff::Timestamp::now()));
             metrics.certificate_expiry.set(bundle.not_after.as_second());
             let tls = match RustlsConfig::from_pem(
                 bundle.cert_pem.clone().into_bytes(),
@@ -147,7 +152,8 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
                 }
             };
             // Renew before expiry and hot-swap without a restart: in-flight and new
-            // connections keep working; the CA (and so the injected caBundle) stays the same.
+            // connections keep working; the injected caBundle changes only at CA rotation, and
+            // then it trusts the new CA before any server presents a certificate of it.
             let (ctx2, args2, tls2, ns2, metrics2) = (
                 ctx.clone(),
                 args.clone(),
@@ -181,11 +187,14 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
                                 tracing::warn!(error = %e, "reloading the serving certificate failed")
                             }
                         }
-                        if next.ca_pem != current.ca_pem {
-                            ca_tx.send_replace(next.ca_pem.clone());
-                        }
-                        current = next;
                     }
+                    // What clients must trust changes on its own at CA rotation (a new CA
+                    // announced before it signs, an old one leaving once expired).
+                    let trust = next.trust_pem(jiff::Timestamp::now());
+                    if trust != *ca_tx.borrow() {
+                        ca_tx.send_replace(trust);
+                    }
+                    current = next;
                 }
             });
             tls

@@ -90,6 +90,7 @@ impl CompatArgs {
             service_name: SERVICE.to_string(),
             tls_extra_names: self.webhook_dns_name.iter().cloned().collect(),
             cert_validity: self.webhook_cert_validity,
+            ca_validity: admission_webhook::certs::CA_VALIDITY,
             cert_check_interval: std::time::Duration::from_secs(3600),
             cluster_domain: pods.cluster_domain.clone(),
             pod_timeout: pods.pod_timeout,
