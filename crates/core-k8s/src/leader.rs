@@ -206,6 +206,28 @@ async fn contend(
     }
 }
 
+/// Delete parameters that make a delete conditional on the object being the one that was
+/// read: the same incarnation (`uid`: not a successor created under the same name, as a
+/// StatefulSet recreates its pods) and, when given, unchanged since (`resourceVersion`). The
+/// second half of fencing: a process that lost its lease between [`Leadership::confirm`] and
+/// the delete can still only delete what it decided on; the API server answers 409 otherwise.
+pub fn conditional_delete(
+    uid: Option<String>,
+    resource_version: Option<String>,
+    propagation: Option<kube::api::PropagationPolicy>,
+) -> kube::api::DeleteParams {
+    let preconditions =
+        (uid.is_some() || resource_version.is_some()).then_some(kube::api::Preconditions {
+            uid,
+            resource_version,
+        });
+    kube::api::DeleteParams {
+        preconditions,
+        propagation_policy: propagation,
+        ..kube::api::DeleteParams::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,5 +271,23 @@ mod tests {
         let leadership = Leadership::always();
         assert!(leadership.is_leader());
         assert!(*leadership.subscribe().borrow());
+    }
+
+    #[test]
+    fn conditional_deletes_carry_what_was_read() {
+        let params = conditional_delete(
+            Some("u-1".into()),
+            Some("42".into()),
+            Some(kube::api::PropagationPolicy::Background),
+        );
+        let preconditions = params.preconditions.unwrap();
+        assert_eq!(preconditions.uid.as_deref(), Some("u-1"));
+        assert_eq!(preconditions.resource_version.as_deref(), Some("42"));
+        assert!(matches!(
+            params.propagation_policy,
+            Some(kube::api::PropagationPolicy::Background)
+        ));
+        // Nothing read, nothing to condition on.
+        assert!(conditional_delete(None, None, None).preconditions.is_none());
     }
 }

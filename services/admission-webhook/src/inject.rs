@@ -123,7 +123,17 @@ async fn run_kind<K: WebhookConfiguration>(
         controller,
         move |object: Arc<K>, ctx: Arc<Context>| {
             let ca = ca.borrow().clone();
-            async move { apply::<K>(&ctx, &object.name_any(), &object.bundles(), &ca).await }
+            let resource_version = object.meta().resource_version.clone();
+            async move {
+                apply::<K>(
+                    &ctx,
+                    &object.name_any(),
+                    resource_version,
+                    &object.bundles(),
+                    &ca,
+                )
+                .await
+            }
         },
     )
     .await;
@@ -132,6 +142,7 @@ async fn run_kind<K: WebhookConfiguration>(
 async fn apply<K>(
     ctx: &Context,
     name: &str,
+    resource_version: Option<String>,
     webhooks: &[(String, Option<Vec<u8>>)],
     ca: &str,
 ) -> Result<Action, InjectError>
@@ -139,12 +150,31 @@ where
     K: WebhookConfiguration,
 {
     if !ca.is_empty()
-        && let Some(patch) = patch_for(webhooks, ca)
+        && let Some(mut patch) = patch_for(webhooks, ca)
     {
+        // Fencing: confirmed right before the write, and the write applies only to the
+        // configuration as read (its resourceVersion; 409 otherwise, and the next look
+        // decides again).
+        if !ctx.leadership.confirm().await {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+        if let (Some(rv), Some(map)) = (resource_version, patch.as_object_mut()) {
+            map.insert(
+                "metadata".into(),
+                serde_json::json!({"resourceVersion": rv}),
+            );
+        }
         let api: Api<K> = Api::all(ctx.client.clone());
-        api.patch(name, &PatchParams::default(), &Patch::Strategic(patch))
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Strategic(patch))
             .await
-            .map_err(|e| InjectError(name.to_string(), e))?;
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(200)));
+            }
+            Err(e) => return Err(InjectError(name.to_string(), e)),
+        }
         tracing::info!(configuration = name, kind = %K::kind(&()), "injected the CA bundle");
     }
     // A periodic look as well, should a trigger be missed.

@@ -16,7 +16,7 @@ use core_k8s::events::Severity;
 use futures::StreamExt;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -963,6 +963,9 @@ async fn recheck(
     Ok(Some(out))
 }
 
+/// The uid and resourceVersion a stale object was read with.
+type ReadAs = (Option<String>, Option<String>);
+
 /// Executes the prune plan. Returns the entries still waiting (kept in the inventory) and
 /// when to look again.
 async fn prune(
@@ -979,14 +982,21 @@ async fn prune(
     let read =
         crate::stale::read_stale(&shared.reader, &|r, ns| access.api(r, ns), stale_entries).await?;
     let stale: Vec<StaleObject> = read.iter().map(|r| r.stale.clone()).collect();
-    let by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind)> = read
+    let by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind, ReadAs)> = read
         .into_iter()
-        .filter_map(|r| Some((r.stale.object, (r.entry, r.resolved?))))
+        .filter_map(|r| Some((r.stale.object, (r.entry, r.resolved?, r.read_as))))
         .collect();
     let plan = plan::prune_plan(&name, &stale, wanted_by, grace, now);
     let orphaned_value = plan::orphaned_label_value(now);
+    // Fencing: only the replica the Lease names labels or deletes anything.
+    let acts = !plan.orphan.is_empty() || !plan.delete.is_empty();
+    if acts && !ctx.leadership.confirm().await {
+        // Not confirmed: everything stays in the inventory, to be looked at again.
+        let kept = stale_entries.iter().map(|e| (*e).clone()).collect();
+        return Ok(Some((kept, Duration::from_secs(5))));
+    }
     for object in &plan.orphan {
-        if let Some((entry, resolved)) = by_ref.get(object) {
+        if let Some((entry, resolved, _)) = by_ref.get(object) {
             let api = access.api(resolved, entry.namespace.as_deref());
             let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: orphaned_value}}});
             api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -996,11 +1006,20 @@ async fn prune(
     }
     let mut deleted = Vec::new();
     for object in &plan.delete {
-        if let Some((entry, resolved)) = by_ref.get(object) {
+        if let Some((entry, resolved, (uid, resource_version))) = by_ref.get(object) {
             let api = access.api(resolved, entry.namespace.as_deref());
-            match api.delete(&entry.name, &background()).await {
+            // Only the object as it was read (not one taken over or recreated meanwhile).
+            let params = core_k8s::leader::conditional_delete(
+                uid.clone(),
+                resource_version.clone(),
+                Some(PropagationPolicy::Background),
+            );
+            match api.delete(&entry.name, &params).await {
                 Ok(_) => deleted.push(object.to_string()),
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {
+                    tracing::info!(object = %object, "changed since it was read; pruning decided again next time");
+                }
                 Err(e) => return Err(LayerError::api(format!("pruning {object}"), e)),
             }
         }
@@ -1035,7 +1054,7 @@ async fn prune(
         .iter()
         .chain(plan.waiting.iter().map(|(o, _)| o))
         .filter_map(|o| by_ref.get(o))
-        .map(|(entry, _)| InventoryEntry {
+        .map(|(entry, _, _)| InventoryEntry {
             status: ORPHANED_STATUS.into(),
             ..(*entry).clone()
         })
@@ -1048,13 +1067,6 @@ async fn prune(
         .min()
         .unwrap_or(grace);
     Ok(Some((pending, wait + Duration::from_millis(100))))
-}
-
-fn background() -> DeleteParams {
-    DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Background),
-        ..DeleteParams::default()
-    }
 }
 
 /// The apply attempt being judged.
@@ -1360,9 +1372,20 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
             continue; // handed over to another layer
         }
         if live.metadata.deletion_timestamp.is_none() {
-            match api.delete(&entry.name, &background()).await {
+            // Fencing: confirmed right before, and only the object as just read.
+            if !ctx.leadership.confirm().await {
+                return Ok(Action::requeue(Duration::from_secs(5)));
+            }
+            let params = core_k8s::leader::conditional_delete(
+                live.metadata.uid.clone(),
+                live.metadata.resource_version.clone(),
+                Some(PropagationPolicy::Background),
+            );
+            match api.delete(&entry.name, &params).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
+                // Changed since just now: it stays in `remaining`, tried again next time.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
                 Err(e) => return Err(LayerError::api(format!("deleting {object}"), e)),
             }
         }

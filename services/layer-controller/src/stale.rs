@@ -17,6 +17,8 @@ pub struct StaleRead<'a> {
     pub stale: StaleObject,
     /// `None` when the kind is no longer served.
     pub resolved: Option<ResolvedKind>,
+    /// The live object's uid and resourceVersion as read: a prune deletes only that.
+    pub read_as: (Option<String>, Option<String>),
 }
 
 /// Reads the live ownership of objects that left a layer, for [`plan::prune_plan`].
@@ -42,22 +44,26 @@ pub async fn read_stale<'a>(
                         live: None,
                     },
                     resolved: None,
+                    read_as: (None, None),
                 });
                 continue;
             }
             Err(e) => return Err(e),
         };
-        let live = api(&resolved, entry.namespace.as_deref())
+        let found = api(&resolved, entry.namespace.as_deref())
             .get_opt(&entry.name)
             .await
-            .map_err(|e| LayerError::api(format!("reading {object}"), e))?
-            .map(|o| LiveOwnership {
-                layer: o.labels().get(LAYER_LABEL).cloned(),
-                orphaned_at: o
-                    .labels()
-                    .get(ORPHANED_LABEL)
-                    .and_then(|v| plan::parse_orphaned_label(v)),
-            });
+            .map_err(|e| LayerError::api(format!("reading {object}"), e))?;
+        let read_as = found.as_ref().map_or((None, None), |o| {
+            (o.metadata.uid.clone(), o.metadata.resource_version.clone())
+        });
+        let live = found.map(|o| LiveOwnership {
+            layer: o.labels().get(LAYER_LABEL).cloned(),
+            orphaned_at: o
+                .labels()
+                .get(ORPHANED_LABEL)
+                .and_then(|v| plan::parse_orphaned_label(v)),
+        });
         let stage = plan::stage_of(&entry.api_version, &entry.kind, resolved.namespaced);
         out.push(StaleRead {
             entry,
@@ -67,6 +73,7 @@ pub async fn read_stale<'a>(
                 live,
             },
             resolved: Some(resolved),
+            read_as,
         });
     }
     Ok(out)

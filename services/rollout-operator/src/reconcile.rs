@@ -17,7 +17,7 @@ use core_k8s::pod_http::PodHttp;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
-use kube::api::{DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector::{self, ObjectRef, Store, reflector};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -441,7 +441,7 @@ async fn reconcile_group_inner(
     };
     observed.references = read_references(ctx, &namespace, &observed.stateful_sets).await;
     observed.recently_evicted = state.recent.still_visible(&namespace, &observed.pods);
-    call_delayed_downscale(state, &mut observed).await;
+    call_delayed_downscale(state, &mut observed, &ctx.leadership).await;
     let plan = plan(&observed, jiff::Timestamp::now());
     let acts = !(plan.delete_pods.is_empty()
         && plan.status_updates.is_empty()
@@ -476,11 +476,19 @@ async fn reconcile_group_inner(
 /// Makes the delayed-downscale calls ([`delayed_downscale_calls`]) and records each prepared
 /// pod's answer in `observed.prepared_at`; a pod that fails to answer is simply missing there,
 /// which makes the planner hold the downscale (the anchor's rule).
-async fn call_delayed_downscale(state: &mut State, observed: &mut Observed) {
+async fn call_delayed_downscale(
+    state: &mut State,
+    observed: &mut Observed,
+    leadership: &core_k8s::leader::Leadership,
+) {
     let settled = &state.settled;
     let calls = delayed_downscale_calls(observed, &state.cluster_domain, &|key| {
         settled.contains(key)
     });
+    // Fencing: pod calls are actions too; only the replica the Lease names makes them.
+    if !calls.is_empty() && !leadership.confirm().await {
+        return;
+    }
     for call in calls {
         // Cancellations never block anything; 409 means the pod's state is locked (benign).
         let cancelled = state.pods.call_all("DELETE", &call.cancel).await;
@@ -662,10 +670,23 @@ async fn execute(
                 }
             }
         }
-        recent.remember(key.clone(), uid);
-        match pod_api.delete(name, &DeleteParams::default()).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
+        // Only the pod the plan saw: same incarnation, unchanged since (409 otherwise, and
+        // the next reconcile decides again on fresh state).
+        let resource_version = observed
+            .pods
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .and_then(|p| p.metadata.resource_version.clone());
+        let params = core_k8s::leader::conditional_delete(uid.clone(), resource_version, None);
+        match pod_api.delete(name, &params).await {
+            Ok(_) => recent.remember(key.clone(), uid),
+            Err(kube::Error::Api(status)) if status.code == 404 => {
+                recent.remember(key.clone(), uid)
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::info!(pod = %key, "pod changed since the plan read it; deciding again");
+                continue;
+            }
             Err(e) => return Err(core_k8s::Error::api(format!("delete pod {key}"), e)),
         }
         metrics.pods_deleted.inc();
