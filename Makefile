@@ -17,14 +17,14 @@ CARGO ?= cargo
 # cargo never rebuilds a service just for a different feature set.
 TEST_FEATURES := --features admission-webhook/test-hooks,rollout-operator/test-hooks
 
-.PHONY: all build demo test lint unit e2e plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
+.PHONY: all build demo test lint unit e2e chaos plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
 
 all: build
 
 help:
 	@echo "make demo   start the local control plane, run every service, apply a sample"
 	@echo "make test   lint + unit tests + end-to-end tests on the local control plane"
-	@echo "make lint | unit | e2e | bench | crds | dashboards | manifests | images | fmt"
+	@echo "make lint | unit | e2e | chaos | bench | crds | dashboards | manifests | images | fmt"
 
 build:
 	$(CARGO) build --workspace --bins $(TEST_FEATURES)
@@ -47,6 +47,12 @@ e2e: build plane-build
 	scripts/with-plane.sh $(CARGO) test -p strata-e2e --tests -- --test-threads=2
 
 test: lint unit e2e
+
+# The fault-injection scenarios (docs/reliability.md) on one local control plane; they also run
+# within `make test`'s end-to-end tier.
+chaos: build plane-build
+	$(CARGO) test -p strata-e2e --no-run
+	scripts/with-plane.sh $(CARGO) test -p strata-e2e --test chaos --test services --test webhook_robustness --test webhook --test layer_guarantees -- --test-threads=2
 
 demo: build plane-build
 	$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR)

@@ -62,6 +62,12 @@ impl ArtifactServer {
         Ok(Self { address, files })
     }
 
+    /// A tar.gz of `files` as `publish` serves it; names are written raw, so hostile ones
+    /// (`../x`, `/etc/x`) can be built.
+    pub fn archive(files: &[(&str, &str)]) -> Vec<u8> {
+        pack(files)
+    }
+
     /// Publishes a revision; returns (url, digest).
     pub fn publish(&self, name: &str, files: &[(&str, &str)]) -> (String, String) {
         self.publish_bytes(name, pack(files))
@@ -197,5 +203,46 @@ spec:
   source: {{kind: ConfigMap, name: src-{layer}, path: ./}}
 ",
         source_configmap(ns, layer, files)
+    )
+}
+
+/// A ConfigMap `name` in `ns` with one key; `extra_meta` is appended inside `metadata`
+/// (e.g. `, labels: {a: b}`).
+pub fn configmap_yaml(ns: &str, name: &str, extra_meta: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}{extra_meta}}}\ndata: {{k: v}}\n"
+    )
+}
+
+/// The status of a layer as JSON (empty when it has none yet).
+pub async fn layer_status(client: &Client, layer: &str) -> Result<serde_json::Value> {
+    let api: Api<layer_controller::crd::AddonsLayer> = Api::all(client.clone());
+    Ok(serde_json::to_value(
+        api.get(layer).await?.status.unwrap_or_default(),
+    )?)
+}
+
+/// `reason message` of a layer status's Ready condition.
+pub fn ready_reason(status: &serde_json::Value) -> String {
+    status["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| format!("{} {}", c["reason"], c["message"]))
+        .unwrap_or_default()
+}
+
+/// The layer `<ns>-<layer>` reading `path` of the GitRepository `repo` in `ns` (version 1.0.0,
+/// interval 1h, timeout 30s), labelled `strata-e2e/suite=<ns>`.
+pub fn gitrepository_layer(ns: &str, layer: &str, path: &str) -> String {
+    format!(
+        "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-{layer}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  timeout: 30s
+  source: {{kind: GitRepository, name: repo, namespace: {ns}, path: {path}}}
+"
     )
 }

@@ -20,7 +20,8 @@ use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
 use strata_e2e::flux::{
-    ArtifactServer, configmap_layer, create_gitrepository, install_layer_crds, set_artifact,
+    ArtifactServer, configmap_layer, configmap_yaml, create_gitrepository, gitrepository_layer,
+    install_layer_crds, layer_status, ready_reason, set_artifact,
 };
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
@@ -33,24 +34,11 @@ fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
 }
 
 fn cm(ns: &str, name: &str, extra_meta: &str) -> String {
-    format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}{extra_meta}}}\ndata: {{k: v}}\n"
-    )
+    configmap_yaml(ns, name, extra_meta)
 }
 
 async fn status(client: &Client, layer: &str) -> Result<Value> {
-    let api: Api<AddonsLayer> = Api::all(client.clone());
-    Ok(serde_json::to_value(
-        api.get(layer).await?.status.unwrap_or_default(),
-    )?)
-}
-
-fn ready_reason(status: &Value) -> String {
-    status["conditions"]
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-        .map(|c| format!("{} {}", c["reason"], c["message"]))
-        .unwrap_or_default()
+    layer_status(client, layer).await
 }
 
 async fn wait_state(client: &Client, layer: &str, want: &str, within: Duration) -> Result<Value> {
@@ -272,22 +260,7 @@ async fn an_artifact_over_the_size_limit_fails_with_nothing_applied() -> Result<
     set_artifact(&client, &ns, "main@sha1:big", &url, &digest).await?;
     let controller = start_controller(&ns, &["--max-artifact-bytes", "4096"])?;
     let layer = format!("{ns}-app");
-    apply_yaml(
-        &client,
-        &ns,
-        &format!(
-            "apiVersion: strata.dev/v1alpha1
-kind: AddonsLayer
-metadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}
-spec:
-  version: 1.0.0
-  interval: 1h
-  timeout: 30s
-  source: {{kind: GitRepository, name: repo, namespace: {ns}, path: ./app}}
-"
-        ),
-    )
-    .await?;
+    apply_yaml(&client, &ns, &gitrepository_layer(&ns, "app", "./app")).await?;
     let failed = wait_state(&client, &layer, "Failed", Duration::from_secs(30))
         .await
         .with_context(|| controller.logs())?;

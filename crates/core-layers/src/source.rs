@@ -369,6 +369,11 @@ pub async fn download(url: &str, limits: &Limits) -> Result<Vec<u8>, LayerError>
 
 /// Builds a gzipped tarball from files (tests, the benchmark and the e2e artifact server).
 pub fn pack(files: &[(&str, &str)]) -> Vec<u8> {
+    pack_entries(files, &[])
+}
+
+/// [`pack`], plus symbolic links `(path, target)` after the files (hostile-archive tests).
+pub fn pack_entries(files: &[(&str, &str)], links: &[(&str, &str)]) -> Vec<u8> {
     let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
         Vec::new(),
         flate2::Compression::fast(),
@@ -391,6 +396,13 @@ pub fn pack(files: &[(&str, &str)]) -> Vec<u8> {
         name[..bytes.len()].copy_from_slice(bytes);
         header.set_cksum();
         let _ = builder.append(&header, text.as_bytes());
+    }
+    for (path, target) in links {
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(tar::EntryType::Symlink);
+        header.set_size(0);
+        header.set_mode(0o777);
+        let _ = builder.append_link(&mut header, path, target);
     }
     builder
         .into_inner()
