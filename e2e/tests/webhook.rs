@@ -780,6 +780,57 @@ async fn the_ca_rotates_under_traffic_without_failures() -> Result<()> {
     Ok(())
 }
 
+/// The certificate Secret deleted under traffic (twice) is written back with the CA being
+/// served, not replaced by a new one the API server does not trust yet: no failed admission.
+#[tokio::test]
+async fn a_deleted_certificate_secret_is_restored_without_failures() -> Result<()> {
+    let client = cluster().client().await?;
+    let (mut ca_names, mut gone) = (std::collections::BTreeSet::new(), 0);
+    let deleter = tokio::spawn(async move {
+        let mut deleted = 0;
+        for _ in 0..2 {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            // Whichever namespace the traffic runs in: its certificate Secret.
+            let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::all(client.clone());
+            let listed = secrets
+                .list(
+                    &kube::api::ListParams::default()
+                        .fields("metadata.name=strata-admission-webhook-certificate"),
+                )
+                .await?;
+            for secret in listed.items {
+                let ns = secret.metadata.namespace.clone().unwrap_or_default();
+                if ns.contains("restore") {
+                    let api: Api<k8s_openapi::api::core::v1::Secret> =
+                        Api::namespaced(client.clone(), &ns);
+                    api.delete("strata-admission-webhook-certificate", &Default::default())
+                        .await?;
+                    deleted += 1;
+                }
+            }
+        }
+        anyhow::Ok(deleted)
+    });
+    let flags = ["--cert-check-interval", "1s"];
+    let (ok, failed) =
+        under_traffic(
+            "restore",
+            &flags,
+            Duration::from_secs(12),
+            |secret, _| match annotation(secret, "strata.dev/ca-name") {
+                Some(name) => {
+                    ca_names.insert(name);
+                }
+                None => gone += 1,
+            },
+        )
+        .await?;
+    assert_eq!(deleter.await??, 2, "the Secret was deleted twice");
+    assert_all_admitted(ok, &failed);
+    assert_eq!(ca_names.len(), 1, "the same CA throughout: {ca_names:?}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result<()> {
     let client = cluster().client().await?;

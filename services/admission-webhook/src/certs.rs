@@ -479,16 +479,21 @@ pub async fn ensure(
     names: &[String],
     validity: Duration,
     ca_validity: Duration,
+    known: Option<&Bundle>,
 ) -> Result<Bundle, kube::Error> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     for _ in 0..5 {
         let now = Timestamp::now();
         let current = api.get_opt(secret).await?;
-        let keep = current.as_ref().and_then(from_secret);
+        // A Secret deleted (or emptied) while this process serves is written back from what it
+        // serves: a brand-new CA would be untrusted until injected, failing admissions.
+        let stored = current.as_ref().and_then(from_secret);
+        let restoring = stored.is_none() && known.is_some();
+        let keep = stored.or_else(|| known.cloned());
         let plan = keep.as_ref().map_or(Renewal::Ca, |b| {
             renewal(b, names, validity, ca_validity, now)
         });
-        if let (Some(bundle), Renewal::Keep) = (&keep, plan) {
+        if let (Some(bundle), Renewal::Keep, false) = (&keep, plan, restoring) {
             return Ok(bundle.clone());
         }
         // Leaf renewals keep the CA, so injected caBundles stay valid; a CA rotation first
@@ -497,6 +502,12 @@ pub async fn ensure(
         let fresh = issue(names, validity, ca_validity, now, keep.as_ref(), plan)
             .or_else(|_| generate(names, validity, now))
             .map_err(|e| kube::Error::Service(Box::new(e)))?;
+        if restoring {
+            tracing::warn!(
+                secret,
+                "the certificate Secret is gone; writing back the one being served"
+            );
+        }
         let result = match &current {
             None => {
                 api.create(

@@ -93,6 +93,7 @@ async fn load_or_issue(
     ctx: &Context,
     args: &WebhookArgs,
     namespace: &str,
+    known: Option<&certs::Bundle>,
 ) -> Option<certs::Bundle> {
     let names = certs::names(&args.service_name, namespace, &args.tls_extra_names);
     loop {
@@ -103,6 +104,7 @@ async fn load_or_issue(
             &names,
             args.cert_validity,
             args.ca_validity,
+            known,
         )
         .await
         {
@@ -134,7 +136,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             }
         },
         _ => {
-            let Some(bundle) = load_or_issue(&ctx, &args, &namespace).await else {
+            let Some(bundle) = load_or_issue(&ctx, &args, &namespace, None).await else {
                 return;
             };
             ca_tx.send_replace(bundle.trust_pem(jiff::Timestamp::now()));
@@ -168,7 +170,8 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
                         _ = ctx2.shutdown.cancelled() => return,
                         _ = tokio::time::sleep(args2.cert_check_interval) => {}
                     }
-                    let Some(next) = load_or_issue(&ctx2, &args2, &ns2).await else {
+                    let Some(next) = load_or_issue(&ctx2, &args2, &ns2, Some(&current)).await
+                    else {
                         return;
                     };
                     if next.cert_pem != current.cert_pem {
