@@ -1088,4 +1088,118 @@ mod tests {
         }
         assert!(accepted >= 190, "fast path took only {accepted} of 200");
     }
+
+    /// Random values — strings full of YAML's special characters and number-, bool- and
+    /// null-like texts, nesting, empty collections — written by the general serializer: what
+    /// the fast reader accepts, it reads exactly as the general parser does.
+    #[test]
+    fn random_values_read_the_same_both_ways() {
+        struct Lcg(u64);
+        impl Lcg {
+            fn below(&mut self, n: u64) -> u64 {
+                self.0 = self
+                    .0
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                (self.0 >> 33) % n
+            }
+        }
+        const PIECES: &[&str] = &[
+            "a",
+            "key",
+            " ",
+            ": ",
+            "#",
+            " #x",
+            "'",
+            "\"",
+            "\\",
+            "\n",
+            "\t",
+            "-",
+            "- ",
+            "?",
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            "&a",
+            "*a",
+            "!t",
+            "|",
+            ">",
+            "%",
+            "@",
+            "`",
+            "1",
+            "0",
+            "1.5",
+            "0x1F",
+            "1e3",
+            "+1",
+            "-0",
+            "007",
+            "1_000",
+            "yes",
+            "No",
+            "on",
+            "~",
+            "null",
+            "true",
+            "é",
+            "✓",
+            "10.0.0.1",
+            "2026-01-01",
+            "500m",
+            "---",
+            "...",
+            "  ",
+            "x:y",
+            "http://a/b?c#d",
+        ];
+        fn text(rng: &mut Lcg) -> String {
+            (0..rng.below(4) + 1)
+                .map(|_| PIECES[rng.below(PIECES.len() as u64) as usize])
+                .collect()
+        }
+        fn value(rng: &mut Lcg, depth: u32) -> Value {
+            match rng.below(if depth > 3 { 4 } else { 7 }) {
+                0 => Value::String(text(rng)),
+                1 => serde_json::json!(rng.below(2000) as i64 - 1000),
+                2 => Value::Bool(rng.below(2) == 0),
+                3 => Value::Null,
+                4 | 5 => Value::Object(
+                    (0..rng.below(4))
+                        .map(|i| (format!("{}{i}", text(rng)), value(rng, depth + 1)))
+                        .collect(),
+                ),
+                _ => Value::Array((0..rng.below(4)).map(|_| value(rng, depth + 1)).collect()),
+            }
+        }
+        let mut rng = Lcg(2026);
+        let (mut accepted, mut total) = (0, 0);
+        for _ in 0..3000 {
+            let v =
+                serde_json::json!({"apiVersion": "v1", "kind": "X", "data": value(&mut rng, 0)});
+            let Ok(yaml) = serde_saphyr::to_string(&v) else {
+                continue;
+            };
+            let Ok(general) = serde_saphyr::from_str::<Value>(&yaml) else {
+                continue;
+            };
+            total += 1;
+            if let Some(json) = to_json(&yaml) {
+                accepted += 1;
+                let fast: Value = serde_json::from_str(&json)
+                    .unwrap_or_else(|e| panic!("invalid JSON ({e}) from:\n{yaml}"));
+                assert_eq!(fast, general, "from:\n{yaml}");
+            }
+        }
+        assert!(total > 2500, "{total}");
+        assert!(
+            accepted * 2 > total,
+            "fast path took only {accepted} of {total}"
+        );
+    }
 }
