@@ -222,6 +222,16 @@ pub async fn layer_status(client: &Client, layer: &str) -> Result<serde_json::Va
     )?)
 }
 
+/// The names of the objects in a layer status's inventory, in order.
+pub fn inventory_names(status: &serde_json::Value) -> Vec<String> {
+    status["inventory"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| e["name"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 /// `reason message` of a layer status's Ready condition.
 pub fn ready_reason(status: &serde_json::Value) -> String {
     status["conditions"]

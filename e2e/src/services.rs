@@ -224,6 +224,32 @@ pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<Ser
     )
 }
 
+/// Starts the admission-webhook binary for a test: its own admin port, Leases in `ns`, no
+/// leader election, serving TLS at `tls_address`, then `extra` flags.
+pub fn start_admission_webhook(
+    ns: &str,
+    tls_address: &str,
+    extra: &[&str],
+) -> Result<ServiceProcess> {
+    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
+    let mut args = vec![
+        "--admin-address",
+        admin.as_str(),
+        "--lease-namespace",
+        ns,
+        "--leader-elect=false",
+        "--tls-address",
+        tls_address,
+    ];
+    args.extend_from_slice(extra);
+    ServiceProcess::spawn_blocking(
+        &bin_dir().join("admission-webhook"),
+        crate::support::cluster().kubeconfig(),
+        &args,
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )
+}
+
 /// Deletes a test's layers in order (dependents first), waiting for each one's teardown by
 /// its layer-controller (`controller`), then stops that controller. Best effort: cleanup.
 pub fn delete_layers_then_stop(names: &[&str], mut controller: ServiceProcess) {

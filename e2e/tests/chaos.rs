@@ -16,9 +16,9 @@ use kube::api::Api;
 use serde_json::Value;
 use strata_e2e::flux::{
     ArtifactServer, configmap_layer, configmap_yaml, create_gitrepository, gitrepository_layer,
-    install_layer_crds, layer_status, ready_reason, set_artifact,
+    install_layer_crds, inventory_names, layer_status, ready_reason, set_artifact,
 };
-use strata_e2e::services::start_layer_service;
+use strata_e2e::services::{delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 fn cm(ns: &str, name: &str) -> String {
@@ -219,23 +219,11 @@ async fn hostile_and_broken_artifacts_fail_precisely_and_change_nothing() -> Res
     let deployed = deployed_at(&client, &layer, "main@sha1:link")
         .await
         .with_context(|| controller.logs())?;
-    let names: Vec<&str> = deployed["inventory"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, vec!["keep"], "only the regular file");
-    let _ = cluster()
-        .kubectl()
-        .args([
-            "delete",
-            "addonslayer",
-            "-l",
-            &format!("strata-e2e/suite={ns}"),
-        ])
-        .args(["--wait=true", "--timeout=60s"])
-        .output();
-    drop(controller);
+    assert_eq!(
+        inventory_names(&deployed),
+        vec!["keep"],
+        "only the regular file"
+    );
+    delete_layers_then_stop(&[&layer, &neighbour], controller);
     Ok(())
 }

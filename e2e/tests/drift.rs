@@ -17,7 +17,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
-use strata_e2e::flux::{install_layer_crds, source_configmap};
+use strata_e2e::flux::{install_layer_crds, layer_status, source_configmap};
 use strata_e2e::services::{ServiceProcess, bin_dir, delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
@@ -74,13 +74,6 @@ spec:
     )
 }
 
-async fn status(client: &Client, layer: &str) -> Result<Value> {
-    let api: Api<AddonsLayer> = Api::all(client.clone());
-    Ok(serde_json::to_value(
-        api.get(layer).await?.status.unwrap_or_default(),
-    )?)
-}
-
 fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
     status["conditions"]
         .as_array()?
@@ -91,7 +84,7 @@ fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
 /// Waits until the observer has written its `Drifted` condition with `want` status.
 async fn wait_drifted(client: &Client, layer: &str, want: &str, within: Duration) -> Result<Value> {
     eventually(&format!("{layer} Drifted={want}"), within, || async {
-        let status = status(client, layer).await?;
+        let status = layer_status(client, layer).await?;
         Ok(condition(&status, "Drifted")
             .is_some_and(|c| c["status"] == want)
             .then_some(status))
@@ -197,7 +190,9 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         eventually(
             &format!("{name} Deployed"),
             Duration::from_secs(60),
-            || async { Ok((status(&client, name).await?["state"] == "Deployed").then_some(())) },
+            || async {
+                Ok((layer_status(&client, name).await?["state"] == "Deployed").then_some(()))
+            },
         )
         .await?;
         let s = wait_drifted(&client, name, "False", Duration::from_secs(30)).await?;
@@ -213,7 +208,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         observer.metric("drift_observer_checks_total", &[]).await? >= 4.0,
         "the observer saw the objects"
     );
-    let s = status(&client, &heal).await?;
+    let s = layer_status(&client, &heal).await?;
     ensure!(
         condition(&s, "Drifted").unwrap()["status"] == "False",
         "{s}"
@@ -319,7 +314,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         "replicas drift on web-w",
         Duration::from_secs(20),
         || async {
-            let s = status(&client, &warn).await?;
+            let s = layer_status(&client, &warn).await?;
             Ok(drift_entries(&s)
                 .iter()
                 .any(|e| e["path"] == "spec.replicas")
@@ -350,7 +345,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
 
     // --- An injected sidecar, even in front of the app container, is not drift with a
     // merge-key selector (Krake's positions would see a different image at index 0).
-    let before = drift_entries(&status(&client, &warn).await?);
+    let before = drift_entries(&layer_status(&client, &warn).await?);
     let sidecar = json!([{"op": "add", "path": "/spec/template/spec/containers/0",
         "value": {"name": "istio-proxy", "image": "istio/proxyv2:1.22"}}]);
     deployments
@@ -364,7 +359,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     // event was processed before it.
     kubectl(&["-n", &ns, "scale", "deployment", "web-w", "--replicas=3"])?;
     let s = eventually("replicas 3 reported", Duration::from_secs(20), || async {
-        let s = status(&client, &warn).await?;
+        let s = layer_status(&client, &warn).await?;
         Ok(drift_entries(&s)
             .iter()
             .any(|e| e["path"] == "spec.replicas" && e["actual"] == "3")
@@ -400,7 +395,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         )
         .await?;
     let s = eventually("secret drift", Duration::from_secs(20), || async {
-        let s = status(&client, &warn).await?;
+        let s = layer_status(&client, &warn).await?;
         Ok(drift_entries(&s)
             .iter()
             .any(|e| e["object"] == format!("Secret {ns}/creds-w"))
@@ -433,7 +428,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     observer.signal("KILL");
     observer.wait_exit_blocking(Duration::from_secs(10));
     let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    let s = status(&client, &warn).await?;
+    let s = layer_status(&client, &warn).await?;
     ensure!(
         !drift_entries(&s).is_empty(),
         "status kept while the observer is down"
@@ -452,7 +447,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         },
     )
     .await?;
-    let after = status(&client, &warn).await?;
+    let after = layer_status(&client, &warn).await?;
     let image_after = drift_entries(&after)
         .into_iter()
         .find(|e| e["path"] == "spec.template.spec.containers[name=app].image")
@@ -526,7 +521,7 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
             .await?;
         writes += 1;
         tokio::time::sleep(Duration::from_millis(700)).await;
-        let s = status(&client, &heal).await?;
+        let s = layer_status(&client, &heal).await?;
         if let Some(c) = condition(&s, "FightDetected").filter(|c| c["status"] == "True") {
             fight_condition = Some(c.clone());
             if fight_started.elapsed() > Duration::from_secs(20) {

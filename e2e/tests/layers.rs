@@ -15,7 +15,10 @@ use kube::{Client, ResourceExt};
 use layer_controller::crd::AddonsLayer;
 use layer_controller::source::sha256_digest;
 use serde_json::{Value, json};
-use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
+use strata_e2e::flux::{
+    ArtifactServer, create_gitrepository, install_layer_crds, inventory_names, layer_status,
+    set_artifact,
+};
 use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
@@ -46,12 +49,6 @@ spec:
         path = if kind == "ConfigMap" { "" } else { name },
         deps = deps.join(", "),
     )
-}
-
-async fn layer_status(client: &Client, name: &str) -> Result<Value> {
-    let api: Api<AddonsLayer> = Api::all(client.clone());
-    let layer = api.get(name).await?;
-    Ok(serde_json::to_value(layer.status.unwrap_or_default())?)
 }
 
 async fn state_of(client: &Client, name: &str) -> String {
@@ -430,12 +427,7 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
         Duration::from_secs(20),
         || async {
             let status = layer_status(&client, &apps).await?;
-            let names: Vec<String> = status["inventory"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|e| e["name"].as_str().unwrap_or("").to_string())
-                .collect();
+            let names = inventory_names(&status);
             Ok((names == vec!["app".to_string()]).then_some(()))
         },
     )

@@ -100,6 +100,23 @@ impl Waiter {
     }
 }
 
+/// A Job's `status.succeeded`, as kubectl prints it.
+fn job_succeeded(ns: &str, job: &str) -> Result<String> {
+    let out = cluster()
+        .kubectl()
+        .args([
+            "-n",
+            ns,
+            "get",
+            "job",
+            job,
+            "-o",
+            "jsonpath={.status.succeeded}",
+        ])
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 fn text(out: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -201,20 +218,8 @@ spec:
     .await;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let succeeded = cluster()
-        .kubectl()
-        .args([
-            "-n",
-            &ns.name,
-            "get",
-            "job",
-            "migrate",
-            "-o",
-            "jsonpath={.status.succeeded}",
-        ])
-        .output()?;
     assert_eq!(
-        String::from_utf8_lossy(&succeeded.stdout),
+        job_succeeded(&ns.name, "migrate")?,
         "2",
         "the wait returned before the Job completed"
     );
@@ -570,13 +575,8 @@ spec:
         )),
         "{stderr}"
     );
-    let succeeded = cluster()
-        .kubectl()
-        .args(["-n", &ns.name, "get", "job", "pre-install"])
-        .args(["-o", "jsonpath={.status.succeeded}"])
-        .output()?;
     assert_eq!(
-        String::from_utf8_lossy(&succeeded.stdout),
+        job_succeeded(&ns.name, "pre-install")?,
         "1",
         "the hook wait returned before the Job completed"
     );

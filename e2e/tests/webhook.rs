@@ -12,32 +12,15 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{ServiceProcess, start_admission_webhook};
 use strata_e2e::support::{
     TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, pod_ready,
 };
 
 fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let tls = format!("127.0.0.1:{tls_port}");
-    let mut args = vec![
-        "--admin-address",
-        &admin,
-        "--lease-namespace",
-        ns,
-        "--leader-elect=false",
-        "--tls-address",
-        &tls,
-        "--tls-extra-names",
-        "127.0.0.1",
-    ];
+    let mut args = vec!["--tls-extra-names", "127.0.0.1"];
     args.extend_from_slice(extra);
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join("admission-webhook"),
-        cluster().kubeconfig(),
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
+    start_admission_webhook(ns, &format!("127.0.0.1:{tls_port}"), &args)
 }
 
 /// A webhook configuration for `path`, labelled for CA injection, created without a caBundle.

@@ -13,7 +13,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{ServiceProcess, start_admission_webhook};
 use strata_e2e::support::{TestNamespace, cluster, eventually};
 use tokio::io::AsyncWriteExt as _;
 use tokio_rustls::TlsConnector;
@@ -39,25 +39,16 @@ async fn start(ns: &str) -> Result<Server> {
     std::fs::write(&cert_file, cert.pem())?;
     std::fs::write(&key_file, key.serialize_pem())?;
     let address: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let process = ServiceProcess::spawn_blocking(
-        &bin_dir().join("admission-webhook"),
-        cluster().kubeconfig(),
+    let process = start_admission_webhook(
+        ns,
+        &address.to_string(),
         &[
-            "--admin-address",
-            &admin,
-            "--lease-namespace",
-            ns,
-            "--leader-elect=false",
-            "--tls-address",
-            &address.to_string(),
             "--tls-cert-file",
             &cert_file.to_string_lossy(),
             "--tls-key-file",
             &key_file.to_string_lossy(),
             "--inject-ca-bundle=false",
         ],
-        &std::env::temp_dir().join("strata-e2e-logs"),
     )?;
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(cert.pem().as_bytes())?)?;

@@ -162,6 +162,17 @@ pub struct ResolvedKind {
     pub namespaced: bool,
 }
 
+impl ResolvedKind {
+    /// The API for objects of this kind through `client`: in `namespace` when the kind is
+    /// namespaced and one is given, else across the cluster.
+    pub fn api(&self, client: &Client, namespace: Option<&str>) -> Api<DynamicObject> {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(client.clone(), ns, &self.resource),
+            _ => Api::all_with(client.clone(), &self.resource),
+        }
+    }
+}
+
 /// Where the cache learns about kinds it has not seen.
 pub trait DiscoverySource: Send + Sync + Debug {
     /// `Ok(None)` when the API server does not serve the kind.
@@ -269,6 +280,14 @@ impl Debug for Applier {
 
 impl Applier {
     /// `field_manager` is the service name, e.g. `strata-layer-controller`.
+    pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
+        Self {
+            discovery: Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone()))),
+            client,
+            field_manager: field_manager.into(),
+        }
+    }
+
     /// The same applier (field manager, discovery cache) sending its requests through
     /// `client` (e.g. one that impersonates a tenant's ServiceAccount).
     pub fn with_client(&self, client: Client) -> Self {
@@ -276,14 +295,6 @@ impl Applier {
             client,
             field_manager: self.field_manager.clone(),
             discovery: self.discovery.clone(),
-        }
-    }
-
-    pub fn new(client: Client, field_manager: impl Into<String>) -> Self {
-        Self {
-            discovery: Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone()))),
-            client,
-            field_manager: field_manager.into(),
         }
     }
 

@@ -90,10 +90,12 @@ impl Reader {
     }
 
     pub fn api(&self, resolved: &ResolvedKind, namespace: Option<&str>) -> Api<DynamicObject> {
-        match (resolved.namespaced, namespace) {
-            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
-            _ => Api::all_with(self.client.clone(), &resolved.resource),
-        }
+        resolved.api(&self.client, namespace)
+    }
+
+    /// The client reads go through (the controller's own identity).
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 
     /// Reads one live object of a resolved kind as JSON with its `apiVersion` and `kind`;

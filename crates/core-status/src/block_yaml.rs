@@ -48,7 +48,6 @@ pub fn to_json_documents(text: &str) -> Option<(String, Vec<usize>)> {
     }
     let first_content = text.len() - text.trim_start().len();
     let mut reader = Reader {
-        text: text.as_bytes(),
         source: text,
         pos: 0,
         pending: None,
@@ -117,7 +116,6 @@ struct Line<'a> {
 }
 
 struct Reader<'a> {
-    text: &'a [u8],
     source: &'a str,
     /// Start of the next unread line.
     pos: usize,
@@ -130,11 +128,13 @@ struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// The next raw line (without its line break), or `None` at the end.
     fn raw_line(&mut self) -> Option<&'a str> {
-        if self.pos >= self.text.len() {
+        if self.pos >= self.source.len() {
             return None;
         }
         let start = self.pos;
-        let end = memchr(b'\n', &self.text[start..]).map_or(self.text.len(), |i| start + i);
+        let end = self.source[start..]
+            .find('\n')
+            .map_or(self.source.len(), |i| start + i);
         self.pos = end + 1;
         let line = &self.source[start..end];
         Some(line.strip_suffix('\r').unwrap_or(line))
@@ -274,6 +274,7 @@ impl<'a> Reader<'a> {
         self.enter()?;
         self.out.push('{');
         let mut keys = Keys::default();
+        let mut first = true;
         while let Some(line) = self.peek()? {
             if line.marker != Marker::None || line.indent < indent {
                 break;
@@ -286,9 +287,10 @@ impl<'a> Reader<'a> {
                 return None;
             }
             self.take();
-            if keys.len() > 1 {
+            if !first {
                 self.out.push(',');
             }
+            first = false;
             write_string(&mut self.out, &key);
             self.out.push(':');
             let rest = rest.trim_start_matches(' ');
@@ -408,11 +410,7 @@ impl<'a> Reader<'a> {
                 return None;
             }
             let value = folded.get_or_insert_with(|| first.to_string());
-            if blank_lines == 0 {
-                value.push(' ');
-            } else {
-                value.extend(std::iter::repeat_n('\n', blank_lines));
-            }
+            push_fold(value, blank_lines);
             value.push_str(text);
         }
         Some(match folded {
@@ -467,11 +465,7 @@ impl<'a> Reader<'a> {
             if indent as isize <= parent || raw.starts_with('\t') {
                 return None;
             }
-            if blank_lines == 0 {
-                value.push(' ');
-            } else {
-                value.extend(std::iter::repeat_n('\n', blank_lines));
-            }
+            push_fold(value, blank_lines);
             return Some(trimmed);
         }
     }
@@ -685,14 +679,15 @@ impl<'a> Keys<'a> {
         }
         true
     }
-
-    fn len(&self) -> usize {
-        self.many.as_ref().map_or(self.few.len(), HashSet::len)
-    }
 }
 
-fn memchr(needle: u8, haystack: &[u8]) -> Option<usize> {
-    haystack.iter().position(|&b| b == needle)
+/// A folded line break in a flow scalar: a space, or one line feed per blank line between.
+fn push_fold(value: &mut String, blank_lines: usize) {
+    if blank_lines == 0 {
+        value.push(' ');
+    } else {
+        value.extend(std::iter::repeat_n('\n', blank_lines));
+    }
 }
 
 fn document_marker(content: &str) -> Option<Marker> {

@@ -88,13 +88,12 @@ const MAX_ALIAS_REPLAYS: usize = 100_000;
 /// Parses the objects in one YAML/JSON text: multi-document YAML, list objects and bare
 /// arrays of objects are flattened.
 pub fn parse(source: &str, text: &str) -> Result<Vec<Document>, StatusError> {
-    let mut out = Vec::new();
     // JSON (one value) and the common block-style YAML have fast readers; anything they do
     // not take goes to the general YAML parser, which also words the errors.
-    let trimmed = text.trim_start();
-    if (trimmed.starts_with('{') || trimmed.starts_with('['))
+    if looks_like_json(text)
         && let Ok(value) = serde_json::from_str::<Value>(text)
     {
+        let mut out = Vec::new();
         push_objects(source, 0, value, &mut out)?;
         return Ok(out);
     }
@@ -103,6 +102,18 @@ pub fn parse(source: &str, text: &str) -> Result<Vec<Document>, StatusError> {
     {
         return documents;
     }
+    parse_general(source, text)
+}
+
+/// Whether a text is JSON rather than YAML (it opens an object or an array).
+pub fn looks_like_json(text: &str) -> bool {
+    let trimmed = text.trim_start();
+    trimmed.starts_with('{') || trimmed.starts_with('[')
+}
+
+/// [`parse`] with the general YAML parser only: for a text the fast readers did not take.
+pub fn parse_general(source: &str, text: &str) -> Result<Vec<Document>, StatusError> {
+    let mut out = Vec::new();
     for (index, document) in split_documents(text).into_iter().enumerate() {
         let only_comments = document
             .lines()

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-use core_k8s::apply::{ApiDiscovery, DiscoveryCache, ResolvedKind, parse_api_version};
+use core_k8s::apply::{ApiDiscovery, DiscoveryCache, parse_api_version};
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::api::{DynamicObject, ListParams};
@@ -456,14 +456,6 @@ fn group_targets(targets: &[Target]) -> Result<Vec<Group>, crate::StatusError> {
     Ok(groups.into_values().collect())
 }
 
-fn api_for(client: &Client, kind: &ResolvedKind, namespace: &str) -> Api<DynamicObject> {
-    if kind.namespaced && !namespace.is_empty() {
-        Api::namespaced_with(client.clone(), namespace, &kind.resource)
-    } else {
-        Api::all_with(client.clone(), &kind.resource)
-    }
-}
-
 enum Update {
     Seen(usize, Value),
     Gone(usize),
@@ -481,7 +473,6 @@ async fn normalise_namespaces(
     targets: &mut [Target],
 ) {
     let default_namespace = client.default_namespace().to_string();
-    // One discovery per kind, however many objects of it.
     for target in targets.iter_mut() {
         let Some(gvk) = target.gvk() else { continue };
         if let Ok(kind) = discovery.resolve(&gvk).await {
@@ -681,7 +672,10 @@ async fn confirm_absent(
 ) -> Result<Option<Value>, String> {
     let gvk = target.gvk().ok_or("invalid apiVersion")?;
     let kind = discovery.resolve(&gvk).await.map_err(|e| e.to_string())?;
-    let api = api_for(client, &kind, &target.namespace);
+    let api = kind.api(
+        client,
+        Some(target.namespace.as_str()).filter(|ns| !ns.is_empty()),
+    );
     match api.get_opt(&target.name).await {
         Ok(Some(object)) => serde_json::to_value(object)
             .map(Some)
@@ -715,7 +709,10 @@ async fn run_group(
             }
         }
     };
-    let api = api_for(&client, &kind, &group.namespace);
+    let api = kind.api(
+        &client,
+        Some(group.namespace.as_str()).filter(|ns| !ns.is_empty()),
+    );
     match engine {
         Engine::Watch => watch_group(api, &group, &tx).await,
         Engine::Poll { interval } => poll_group(api, &group, interval, &tx).await,

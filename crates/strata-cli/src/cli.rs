@@ -60,12 +60,7 @@ pub struct StatusArgs {
     )]
     pub kinds: Vec<String>,
     /// Namespace of the live objects (default: the kubeconfig's); with `-k`.
-    #[arg(
-        short = 'n',
-        long,
-        requires = "kinds",
-        conflicts_with = "all_namespaces"
-    )]
+    #[arg(short = 'n', long, conflicts_with = "all_namespaces")]
     pub namespace: Option<String>,
     /// Live objects of every namespace; with `-k`.
     #[arg(short = 'A', long)]

@@ -189,7 +189,7 @@ async fn compute(
     if !stale_entries.is_empty() {
         let wanted_by = reader.wanted_by(&name, all).await;
         let stale: Vec<_> =
-            layer_controller::stale::read_stale(reader, &|r, ns| reader.api(r, ns), &stale_entries)
+            layer_controller::stale::read_stale(reader, reader.client(), &stale_entries)
                 .await?
                 .into_iter()
                 .map(|r| r.stale)

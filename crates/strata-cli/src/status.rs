@@ -1,12 +1,15 @@
 //! `strata status`: offline status of every object in the input (DESIGN.md §4).
 
+use std::io::Write;
 use std::process::ExitCode;
 
-use core_status::Evaluation;
-use std::io::Write;
-
-use core_status::Observed;
-use core_status::input::{Document, parse, parse_compact, parse_json_documents, read_texts};
+use core_k8s::apply::ResolvedKind;
+use core_status::input::{
+    Document, looks_like_json, parse, parse_compact, parse_general, parse_json_documents,
+    read_texts,
+};
+use core_status::policy::Rules;
+use core_status::{Evaluation, Observed};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -43,9 +46,17 @@ impl StatusLine {
             message: evaluation.message.into_owned(),
         }
     }
-}
 
-impl StatusLine {
+    fn from_document(d: &Document, rules: &Rules, now: Timestamp) -> Self {
+        StatusLine::new(
+            d.api_version(),
+            d.kind(),
+            d.namespace(),
+            d.name(),
+            rules.evaluate(&d.object, now),
+        )
+    }
+
     fn from_observed(o: &Observed<'_>, now: Timestamp) -> Self {
         StatusLine::new(
             o.api_version(),
@@ -88,55 +99,65 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(texts) => texts,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
     };
-    // JSON input, and block-style YAML (what `kubectl get -o yaml` prints) once turned into
-    // JSON, are decoded straight into the compact form when the rules allow it: much faster
-    // and smaller on large inputs. Each input text is dropped as soon as it is converted.
-    let compact_ok = rules.is_kstatus();
     let mut lines = Vec::new();
     for (source, text) in texts {
-        let converted = (compact_ok && !looks_like_json(&text))
-            .then(|| core_status::block_yaml::to_json_documents(&text))
-            .flatten();
-        let documents = match converted {
-            Some((json, indices)) => {
-                drop(text);
-                // One document is decoded as itself (a `List` is flattened on the way).
-                let one = match indices.len() {
-                    1 => &json[1..json.len() - 1],
-                    _ => &json[..],
-                };
-                if let Some(objects) = parse_compact(one) {
-                    lines.extend(objects.iter().map(|o| StatusLine::from_observed(o, now)));
-                    continue;
-                }
-                match parse_json_documents(&source, &json, &indices) {
-                    Some(documents) => documents,
-                    None => return Ok(crate::cli::input_error(&format!("{source}: unreadable"))),
-                }
-            }
-            None => {
-                if compact_ok && let Some(objects) = parse_compact(&text) {
-                    lines.extend(objects.iter().map(|o| StatusLine::from_observed(o, now)));
-                    continue;
-                }
-                parse(&source, &text)
-            }
-        };
-        let documents = match documents {
-            Ok(documents) => documents,
-            Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
-        };
-        lines.extend(documents.iter().map(|d: &Document| {
-            StatusLine::new(
-                d.api_version(),
-                d.kind(),
-                d.namespace(),
-                d.name(),
-                rules.evaluate(&d.object, now),
-            )
-        }));
+        match text_lines(&source, text, &rules, now) {
+            Ok(more) => lines.extend(more),
+            Err(e) => return Ok(crate::cli::input_error(&e)),
+        }
     }
     print_lines(args.output, &lines)
+}
+
+/// The status lines of one input text. JSON, and block-style YAML (what `kubectl get -o yaml`
+/// prints) once turned into JSON, are decoded straight into the compact form when the rules
+/// allow it: much faster and smaller on large inputs. The text is dropped as soon as it is
+/// converted. `Err` is the one-line message for bad input.
+fn text_lines(
+    source: &str,
+    text: String,
+    rules: &Rules,
+    now: Timestamp,
+) -> Result<Vec<StatusLine>, String> {
+    let compact = |json: &str| {
+        parse_compact(json).map(|objects| {
+            objects
+                .iter()
+                .map(|o| StatusLine::from_observed(o, now))
+                .collect::<Vec<_>>()
+        })
+    };
+    let documents = if !rules.is_kstatus() {
+        parse(source, &text)
+    } else if looks_like_json(&text) {
+        if let Some(lines) = compact(&text) {
+            return Ok(lines);
+        }
+        parse(source, &text)
+    } else if let Some((json, indices)) = core_status::block_yaml::to_json_documents(&text) {
+        drop(text);
+        // One document is decoded as itself (a `List` is flattened on the way).
+        let one = match indices.len() {
+            1 => &json[1..json.len() - 1],
+            _ => &json[..],
+        };
+        if let Some(lines) = compact(one) {
+            return Ok(lines);
+        }
+        parse_json_documents(source, &json, &indices)
+            .ok_or_else(|| format!("{source}: unreadable"))?
+    } else {
+        // Outside the fast reader's subset: the general parser, not the fast one again.
+        parse_general(source, &text)
+    };
+    documents
+        .map(|documents| {
+            documents
+                .iter()
+                .map(|d| StatusLine::from_document(d, rules, now))
+                .collect()
+        })
+        .map_err(|e| e.to_string())
 }
 
 fn print_lines(output: StatusOutput, lines: &[StatusLine]) -> anyhow::Result<ExitCode> {
@@ -153,11 +174,7 @@ fn print_lines(output: StatusOutput, lines: &[StatusLine]) -> anyhow::Result<Exi
 }
 
 /// `strata status -k KIND[/NAME]`: the same report for live objects.
-fn live(
-    args: &StatusArgs,
-    rules: &core_status::policy::Rules,
-    now: Timestamp,
-) -> anyhow::Result<ExitCode> {
+fn live(args: &StatusArgs, rules: &Rules, now: Timestamp) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -185,44 +202,34 @@ fn live(
     };
     let lines: Vec<StatusLine> = objects
         .iter()
-        .map(|o| {
-            let field = |path: &[&str]| core_status::object::str_or(o, path, "");
-            StatusLine::new(
-                field(&["apiVersion"]),
-                field(&["kind"]),
-                field(&["metadata", "namespace"]),
-                field(&["metadata", "name"]),
-                rules.evaluate(o, now),
-            )
-        })
+        .map(|d| StatusLine::from_document(d, rules, now))
         .collect();
     print_lines(args.output, &lines)
 }
 
-/// The live objects one `-k KIND[/NAME]` names. `Err` is a message for the user (unknown kind,
-/// object not found, API error), to be prefixed with the argument.
+/// The live objects one `-k KIND[/NAME]` names, as documents of the source `spec`. `Err` is a
+/// message for the user (unknown kind, object not found, API error), to be prefixed with the
+/// argument.
 async fn live_objects(
     client: &kube::Client,
     spec: &str,
     namespace: Option<&str>,
     all_namespaces: bool,
-) -> Result<Vec<serde_json::Value>, String> {
-    use kube::api::{Api, DynamicObject, ListParams};
+) -> Result<Vec<Document>, String> {
+    use kube::api::ListParams;
     let (kind, name) = match spec.split_once('/') {
         Some((kind, name)) if !name.is_empty() && !name.contains('/') => (kind, Some(name)),
         Some(_) => return Err("expected KIND or KIND/NAME".into()),
         None => (spec, None),
     };
-    let (resource, namespaced) = resolve_kind(client, kind).await?;
-    let scope = match (namespaced, namespace, all_namespaces) {
+    let kind = resolve_kind(client, kind).await?;
+    let resource = &kind.resource;
+    let scope = match (kind.namespaced, namespace, all_namespaces) {
         (false, _, _) | (true, _, true) => None,
         (true, Some(ns), false) => Some(ns.to_string()),
         (true, None, false) => Some(client.default_namespace().to_string()),
     };
-    let api: Api<DynamicObject> = match &scope {
-        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
-        None => Api::all_with(client.clone(), &resource),
-    };
+    let api = kind.api(client, scope.as_deref());
     let where_ = scope
         .as_deref()
         .map(|ns| format!(" in namespace {ns}"))
@@ -234,13 +241,13 @@ async fn live_objects(
             Ok(None) => {
                 return Err(format!(
                     "{} {name:?} not found{where_}",
-                    resource_name(&resource)
+                    resource_name(resource)
                 ));
             }
             Err(e) => {
                 return Err(format!(
                     "reading {} {name}{where_}: {e}",
-                    resource_name(&resource)
+                    resource_name(resource)
                 ));
             }
         },
@@ -251,7 +258,7 @@ async fn live_objects(
                 let page = api
                     .list(&params)
                     .await
-                    .map_err(|e| format!("listing {}{where_}: {e}", resource_name(&resource)))?;
+                    .map_err(|e| format!("listing {}{where_}: {e}", resource_name(resource)))?;
                 found.extend(page.items);
                 match page.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(token) => params = params.continue_token(&token),
@@ -269,7 +276,11 @@ async fn live_objects(
                 map.insert("apiVersion".into(), resource.api_version.clone().into());
                 map.insert("kind".into(), resource.kind.clone().into());
             }
-            Ok(value)
+            Ok(Document {
+                source: spec.to_string(),
+                index: 0,
+                object: value,
+            })
         })
         .collect()
 }
@@ -286,12 +297,9 @@ fn resource_name(resource: &kube::api::ApiResource) -> String {
 /// A kind as a user types it — kind (`Deployment`), resource (`deployments`), singular or
 /// short name (`deploy`), optionally with `.group` (`deployments.apps`) — resolved by discovery
 /// like kubectl does: the core group first, then the others in the server's order, each at its
-/// preferred version. Returns the resource and whether it is namespaced.
-async fn resolve_kind(
-    client: &kube::Client,
-    kind: &str,
-) -> Result<(kube::api::ApiResource, bool), String> {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+/// preferred version.
+async fn resolve_kind(client: &kube::Client, kind: &str) -> Result<ResolvedKind, String> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{APIResource, APIResourceList};
     let wanted = kind.to_ascii_lowercase();
     let (name, group) = match wanted.split_once('.') {
         Some((name, group)) => (name.to_string(), Some(group.to_string())),
@@ -310,16 +318,13 @@ async fn resolve_kind(
             })
             .cloned()
     };
-    let to_resource =
-        |group: &str,
-         version: &str,
-         r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource| {
-            let gvk = kube::core::GroupVersionKind::gvk(group, version, &r.kind);
-            (
-                kube::api::ApiResource::from_gvk_with_plural(&gvk, &r.name),
-                r.namespaced,
-            )
-        };
+    let to_resource = |group: &str, version: &str, r: &APIResource| {
+        let gvk = kube::core::GroupVersionKind::gvk(group, version, &r.kind);
+        ResolvedKind {
+            resource: kube::api::ApiResource::from_gvk_with_plural(&gvk, &r.name),
+            namespaced: r.namespaced,
+        }
+    };
     if group.as_deref().is_none_or(|g| g.is_empty() || g == "core") {
         let core = client
             .list_core_api_resources("v1")
@@ -363,11 +368,6 @@ async fn resolve_kind(
     Err(format!(
         "the server does not serve a resource named {kind:?} (kind, resource or short name)"
     ))
-}
-
-fn looks_like_json(text: &str) -> bool {
-    let trimmed = text.trim_start();
-    trimmed.starts_with('{') || trimmed.starts_with('[')
 }
 
 /// A plain aligned table: KIND NAMESPACE NAME STATUS REASON MESSAGE.

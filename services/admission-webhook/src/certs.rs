@@ -66,12 +66,13 @@ pub struct Bundle {
     pub previous_ca: Option<(String, Timestamp)>,
     /// A CA announced for the next rotation: trusted already, signing once announced long
     /// enough.
-    pub next_ca: Option<NextCa>,
+    pub next_ca: Option<Ca>,
 }
 
-/// A CA: its certificate and key (PEM), name, expiry, and since when it is known.
+/// A CA: its certificate and key (PEM), name, expiry, and since when it is known (for an
+/// announced next CA: since when it is trusted).
 #[derive(Clone, PartialEq, Eq)]
-pub struct NextCa {
+pub struct Ca {
     pub pem: String,
     pub key_pem: String,
     pub name: String,
@@ -80,9 +81,9 @@ pub struct NextCa {
 }
 
 /// The key is left out.
-impl std::fmt::Debug for NextCa {
+impl std::fmt::Debug for Ca {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NextCa")
+        f.debug_struct("Ca")
             .field("name", &self.name)
             .field("not_after", &self.not_after)
             .field("since", &self.since)
@@ -114,6 +115,17 @@ impl std::fmt::Debug for Bundle {
 }
 
 impl Bundle {
+    /// The issuing CA (an unknown expiry reads as never: it is rotated at the next check).
+    fn current_ca(&self, now: Timestamp) -> Ca {
+        Ca {
+            pem: self.ca_pem.clone(),
+            key_pem: self.ca_key_pem.clone(),
+            name: self.ca_name.clone(),
+            not_after: self.ca_not_after.unwrap_or(Timestamp::MAX),
+            since: now,
+        }
+    }
+
     /// What clients must trust (`caBundle`): the issuing CA, the announced next one, and
     /// until it expires the previous one, whose leaves servers may still present.
     pub fn trust_pem(&self, now: Timestamp) -> String {
@@ -241,13 +253,13 @@ pub fn renewal(
 }
 
 /// A CA made now, valid for `ca_validity`, with its own name.
-fn new_ca(now: Timestamp, ca_validity: Duration) -> Result<NextCa, rcgen::Error> {
+fn new_ca(now: Timestamp, ca_validity: Duration) -> Result<Ca, rcgen::Error> {
     let key = KeyPair::generate()?;
     let until = now.as_second().saturating_add(ca_validity.as_secs() as i64);
     // Each CA has its own name, so clients holding two tell them apart.
     let name = format!("{LEGACY_CA_NAME}-{}", now.as_second());
     let params = ca_params(&name, now.as_second() - 3600, until)?;
-    Ok(NextCa {
+    Ok(Ca {
         pem: params.self_signed(&key)?.pem(),
         key_pem: key.serialize_pem(),
         name,
@@ -281,13 +293,7 @@ fn issue(
             Ok(next)
         }
         Renewal::Leaf => {
-            let current = NextCa {
-                pem: old.ca_pem.clone(),
-                key_pem: old.ca_key_pem.clone(),
-                name: old.ca_name.clone(),
-                not_after: old.ca_not_after.unwrap_or(Timestamp::MAX),
-                since: now,
-            };
+            let current = old.current_ca(now);
             let mut fresh = sign(
                 names,
                 validity,
@@ -321,9 +327,9 @@ fn sign(
     names: &[String],
     validity: Duration,
     now: Timestamp,
-    ca: NextCa,
+    ca: Ca,
     previous_ca: Option<(String, Timestamp)>,
-    next_ca: Option<NextCa>,
+    next_ca: Option<Ca>,
 ) -> Result<Bundle, rcgen::Error> {
     let not_before = at(now.as_second() - 3600);
     let wanted = now.as_second().saturating_add(validity.as_secs() as i64);
@@ -403,7 +409,7 @@ fn from_secret(secret: &Secret) -> Option<Bundle> {
                 .and_then(|t| t.parse().ok()),
         ),
         next_ca: (|| {
-            Some(NextCa {
+            Some(Ca {
                 pem: text("ca.next")?,
                 key_pem: text("ca.next.key")?,
                 name: annotations.get(NEXT_CA_NAME)?.clone(),

@@ -284,7 +284,7 @@ async fn prepare_detached(
         {
             // Prepared and recorded just as the deadline passed: the downscale was denied.
             tracing::warn!("prepare-downscale answered too late; undoing the pods' preparation");
-            undo(&app, &decision).await;
+            undo(&app, &post_urls(&decision)).await;
         }
     });
     decided
@@ -292,9 +292,9 @@ async fn prepare_detached(
         .unwrap_or_else(|_| Decision::deny_with_code(500, "prepare-downscale stopped"))
 }
 
-/// The DELETE calls that take back the POSTs of a prepare-downscale decision.
-async fn undo(app: &App, decision: &Decision) {
-    let _ = app.http.call_all("DELETE", &post_urls(decision)).await;
+/// The DELETE calls that take back the POSTs to these pod URLs.
+async fn undo(app: &App, urls: &[String]) {
+    let _ = app.http.call_all("DELETE", urls).await;
 }
 
 /// The pod URLs a prepare-downscale decision POSTs to.
@@ -322,10 +322,9 @@ async fn prepare(
     let urls = post_urls(&decision);
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
     let results = app.http.call_all("POST", &urls).await;
-    let undo = || app.http.call_all("DELETE", &urls);
     if abandoned() {
         tracing::warn!("prepare-downscale passed its deadline while calling the pods; undoing");
-        let _ = undo().await;
+        undo(app, &urls).await;
         return denied("the pods did not answer before the request deadline.");
     }
     if results
@@ -338,13 +337,13 @@ async fn prepare(
         {
             tracing::warn!(result = ?r, "prepare-downscale call failed");
         }
-        let _ = undo().await;
+        undo(app, &urls).await;
         return denied("one or more pods failed to prepare for shutdown.");
     }
     if let (Some(tracked), Some(config_map)) = (tracked, &app.zone_tracker) {
         if let Err(e) = record_in_zone_tracker(app, review, config_map, tracked).await {
             tracing::warn!(error = %e, "recording the downscale in the zone ConfigMap failed");
-            let _ = undo().await;
+            undo(app, &urls).await;
             return denied("setting downscale timestamp in the zone ConfigMap failed.");
         }
         return decision;
@@ -363,7 +362,7 @@ async fn prepare(
         .await
     {
         tracing::warn!(error = %e, "recording last-downscale failed");
-        let _ = undo().await;
+        undo(app, &urls).await;
         return denied("adding an annotation to the statefulset failed.");
     }
     decision

@@ -82,15 +82,6 @@ struct Access {
     applier: core_k8s::apply::Applier,
 }
 
-impl Access {
-    fn api(&self, resolved: &ResolvedKind, namespace: Option<&str>) -> Api<DynamicObject> {
-        match (resolved.namespaced, namespace) {
-            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
-            _ => Api::all_with(self.client.clone(), &resolved.resource),
-        }
-    }
-}
-
 /// The user a layer acts as: `spec.serviceAccountName`, else `--default-service-account`, in
 /// the namespace of the layer's source; `None` for the controller's own identity.
 fn acting_user(layer: &AddonsLayer, args: &LayerArgs) -> Option<String> {
@@ -100,13 +91,7 @@ fn acting_user(layer: &AddonsLayer, args: &LayerArgs) -> Option<String> {
         .clone()
         .filter(|n| !n.is_empty())
         .or_else(|| args.default_service_account.clone())?;
-    let namespace = layer
-        .spec
-        .source
-        .namespace
-        .clone()
-        .filter(|n| !n.is_empty())
-        .unwrap_or_else(|| args.default_source_namespace.clone());
+    let namespace = SourceRef::of(layer, &args.default_source_namespace).namespace;
     Some(format!("system:serviceaccount:{namespace}:{account}"))
 }
 
@@ -899,7 +884,7 @@ async fn remove_orphaned_label(
         .map(|t| t.kind.clone())
         .unwrap_or_default();
     let resolved = reader.resolve(api_version, &kind).await?;
-    let api = access.api(&resolved, object.namespace().as_deref());
+    let api = resolved.api(&access.client, object.namespace().as_deref());
     let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: null}}});
     api.patch(
         &object.name_any(),
@@ -979,8 +964,7 @@ async fn prune(
 ) -> Result<Option<(Vec<InventoryEntry>, Duration)>> {
     let name = layer.name_any();
     let now = Timestamp::now();
-    let read =
-        crate::stale::read_stale(&shared.reader, &|r, ns| access.api(r, ns), stale_entries).await?;
+    let read = crate::stale::read_stale(&shared.reader, &access.client, stale_entries).await?;
     let stale: Vec<StaleObject> = read.iter().map(|r| r.stale.clone()).collect();
     let by_ref: BTreeMap<ObjectRef, (&InventoryEntry, ResolvedKind, ReadAs)> = read
         .into_iter()
@@ -997,7 +981,7 @@ async fn prune(
     }
     for object in &plan.orphan {
         if let Some((entry, resolved, _)) = by_ref.get(object) {
-            let api = access.api(resolved, entry.namespace.as_deref());
+            let api = resolved.api(&access.client, entry.namespace.as_deref());
             let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: orphaned_value}}});
             api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -1007,7 +991,7 @@ async fn prune(
     let mut deleted = Vec::new();
     for object in &plan.delete {
         if let Some((entry, resolved, (uid, resource_version))) = by_ref.get(object) {
-            let api = access.api(resolved, entry.namespace.as_deref());
+            let api = resolved.api(&access.client, entry.namespace.as_deref());
             // Only the object as it was read (not one taken over or recreated meanwhile).
             let params = core_k8s::leader::conditional_delete(
                 uid.clone(),
@@ -1360,7 +1344,7 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
         let Ok(resolved) = shared.reader.resolve(&entry.api_version, &entry.kind).await else {
             continue;
         };
-        let api = access.api(&resolved, entry.namespace.as_deref());
+        let api = resolved.api(&access.client, entry.namespace.as_deref());
         let Some(live) = api
             .get_opt(&entry.name)
             .await

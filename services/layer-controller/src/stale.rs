@@ -2,7 +2,6 @@
 
 use core_k8s::apply::ResolvedKind;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
 
 use crate::crd::InventoryEntry;
 use crate::error::{LayerError, Result};
@@ -21,10 +20,11 @@ pub struct StaleRead<'a> {
     pub read_as: (Option<String>, Option<String>),
 }
 
-/// Reads the live ownership of objects that left a layer, for [`plan::prune_plan`].
+/// Reads the live ownership of objects that left a layer, for [`plan::prune_plan`]: kinds
+/// resolved by `reader`, objects read through `client` (the layer's access).
 pub async fn read_stale<'a>(
     reader: &Reader,
-    api: &(dyn Fn(&ResolvedKind, Option<&str>) -> Api<DynamicObject> + Sync),
+    client: &kube::Client,
     entries: &[&'a InventoryEntry],
 ) -> Result<Vec<StaleRead<'a>>> {
     let mut out = Vec::with_capacity(entries.len());
@@ -50,7 +50,8 @@ pub async fn read_stale<'a>(
             }
             Err(e) => return Err(e),
         };
-        let found = api(&resolved, entry.namespace.as_deref())
+        let found = resolved
+            .api(client, entry.namespace.as_deref())
             .get_opt(&entry.name)
             .await
             .map_err(|e| LayerError::api(format!("reading {object}"), e))?;

@@ -643,11 +643,12 @@ async fn execute(
     let pod_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     for key in &plan.delete_pods {
         let name = key.rsplit_once('/').map_or(key.as_str(), |(_, n)| n);
-        let uid = observed
+        let seen = observed
             .pods
             .iter()
             .find(|p| p.metadata.name.as_deref() == Some(name))
-            .and_then(|p| p.metadata.uid.clone());
+            .map(|p| &p.metadata);
+        let uid = seen.and_then(|m| m.uid.clone());
         if let Some(override_max) = plan.budget_overrides.get(key) {
             // The plan judged the budget on cached state; the claim judges it again against
             // every eviction recorded meanwhile (drains, other replicas) and records this one.
@@ -672,23 +673,18 @@ async fn execute(
         }
         // Only the pod the plan saw: same incarnation, unchanged since (409 otherwise, and
         // the next reconcile decides again on fresh state).
-        let resource_version = observed
-            .pods
-            .iter()
-            .find(|p| p.metadata.name.as_deref() == Some(name))
-            .and_then(|p| p.metadata.resource_version.clone());
+        let resource_version = seen.and_then(|m| m.resource_version.clone());
         let params = core_k8s::leader::conditional_delete(uid.clone(), resource_version, None);
         match pod_api.delete(name, &params).await {
-            Ok(_) => recent.remember(key.clone(), uid),
-            Err(kube::Error::Api(status)) if status.code == 404 => {
-                recent.remember(key.clone(), uid)
-            }
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {
                 tracing::info!(pod = %key, "pod changed since the plan read it; deciding again");
                 continue;
             }
             Err(e) => return Err(core_k8s::Error::api(format!("delete pod {key}"), e)),
         }
+        recent.remember(key.clone(), uid);
         metrics.pods_deleted.inc();
         tracing::info!(pod = %key, "deleted outdated pod");
     }
