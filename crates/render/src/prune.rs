@@ -56,6 +56,12 @@ pub fn ownership(content: &str) -> Ownership {
 /// Compares `files` with the tree under `out` (which may not exist yet).
 pub fn changes(out: &Path, files: &[OutputFile]) -> Result<Changes> {
     let mut result = Changes::default();
+    // A first render into a new directory: nothing to read or prune (saves a failed open per
+    // file).
+    if !out.exists() {
+        result.added = files.to_vec();
+        return Ok(result);
+    }
     let produced: BTreeSet<&Path> = files.iter().map(|f| f.path.as_path()).collect();
     for file in files {
         let full = out.join(&file.path);

@@ -132,3 +132,61 @@ fn render_writes_beside_the_course_and_diff_reports_changes() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `helm template` children get Go's GC target of 400 unless the user set `GOGC` or
+/// `GOMEMLIMIT` (a stand-in helm echoes what it was given into a ConfigMap).
+#[test]
+fn helm_children_get_a_gc_target_unless_the_user_chose_one() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("strata-render-gogc-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("chart")).unwrap();
+    std::fs::write(
+        dir.join("chart/Chart.yaml"),
+        "apiVersion: v2\nname: probe\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    let stand_in = dir.join("helm");
+    std::fs::write(
+        &stand_in,
+        "#!/bin/sh\ncat >/dev/null\nprintf 'apiVersion: v1\\nkind: ConfigMap\\nmetadata:\\n  name: gc\\ndata:\\n  gogc: \"%s\"\\n' \"${GOGC:-unset}\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.join("course.yaml"),
+        "schema: v2\nnamespace: probe\nrepositories: {}\nreleases:\n  - name: probe\n    chart: ./chart\n",
+    )
+    .unwrap();
+    let course = dir.join("course.yaml");
+    let seen = |env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_strata"));
+        command
+            .args(["render", "--gitops", "flux", course.to_str().unwrap()])
+            .env("HELM", &stand_in)
+            .env_remove("GOGC")
+            .env_remove("GOMEMLIMIT");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let out = command.output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let file = dir.join("manifests/releases/probe/probe/configmap_gc.yaml");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.contains("gogc:"))
+            .unwrap()
+            .to_string();
+        line.trim().to_string()
+    };
+    assert_eq!(seen(&[]), "gogc: \"400\"");
+    assert_eq!(seen(&[("GOGC", "100")]), "gogc: \"100\"");
+    assert_eq!(seen(&[("GOMEMLIMIT", "1GiB")]), "gogc: unset");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
