@@ -129,6 +129,12 @@ impl ServiceProcess {
         self.metric(&name, &[]).await
     }
 
+    /// `<service>_leader`: 1 while this replica leads, 0 while it stands by.
+    pub async fn leader(&self) -> Result<f64> {
+        let name = format!("{}_leader", self.name.replace('-', "_"));
+        self.metric(&name, &[]).await
+    }
+
     pub fn logs(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -198,6 +204,64 @@ fn unique() -> String {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::SeqCst)
     )
+}
+
+/// Starts one replica of `service` with leader election on (Leases in `lease_namespace`,
+/// identity `identity`), acting only on the objects of the test that owns `lease_namespace`:
+/// other tests run their own controllers on the same plane.
+pub fn start_replica(
+    service: &str,
+    lease_namespace: &str,
+    identity: &str,
+) -> Result<ServiceProcess> {
+    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
+    let tls = format!("127.0.0.1:{}", crate::plane::free_port()?);
+    let mut args = vec![
+        "--admin-address",
+        &admin,
+        "--lease-namespace",
+        lease_namespace,
+        "--identity",
+        identity,
+    ];
+    let selector = format!("strata-e2e/suite={lease_namespace}");
+    match service {
+        // Two replicas on one host need their own TLS ports.
+        "admission-webhook" => args.extend(["--tls-address", &tls]),
+        "rollout-operator" => args.extend(["--watch-namespace", lease_namespace]),
+        _ => args.extend([
+            "--layer-selector",
+            &selector,
+            "--default-source-namespace",
+            lease_namespace,
+        ]),
+    }
+    ServiceProcess::spawn_blocking(
+        &bin_dir().join(service),
+        crate::support::cluster().kubeconfig(),
+        &args,
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )
+}
+
+/// Starts two replicas of `service` (see [`start_replica`]) and returns them once exactly one
+/// leads: `[leader, standby]`.
+pub async fn two_replicas(service: &str, lease_namespace: &str) -> Result<[ServiceProcess; 2]> {
+    let one = start_replica(service, lease_namespace, "replica-1")?;
+    let two = start_replica(service, lease_namespace, "replica-2")?;
+    let first_leads = crate::support::eventually(
+        &format!("one {service} replica leads"),
+        Duration::from_secs(30),
+        || async {
+            Ok(match (one.leader().await.ok(), two.leader().await.ok()) {
+                (Some(1.0), Some(0.0)) => Some(true),
+                (Some(0.0), Some(1.0)) => Some(false),
+                _ => None,
+            })
+        },
+    )
+    .await?;
+    Ok(if first_leads { [one, two] } else { [two, one] })
 }
 
 /// Starts one of the workspace's layer services (`layer-controller`, `drift-observer`) for the

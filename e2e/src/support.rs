@@ -359,6 +359,41 @@ spec:
     )
 }
 
+/// Zone `zone` of rollout group `group`: StatefulSet `<group>-zone-<zone>` with `replicas` pods
+/// of `image` (OnDelete, created in parallel) on the nodes of `zone-<zone>`, at most
+/// `max_unavailable` of them down at a time, paused or not.
+pub fn rollout_zone(
+    group: &str,
+    zone: &str,
+    replicas: i32,
+    image: &str,
+    max_unavailable: u32,
+    paused: bool,
+) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {group}-zone-{zone}
+  labels: {{rollout-group: {group}}}
+  annotations:
+    rollout-max-unavailable: "{max_unavailable}"
+    grafana.com/rollout-paused: "{paused}"
+spec:
+  replicas: {replicas}
+  serviceName: {group}
+  podManagementPolicy: Parallel
+  updateStrategy: {{type: OnDelete}}
+  selector: {{matchLabels: {{name: {group}-zone-{zone}}}}}
+  template:
+    metadata: {{labels: {{name: {group}-zone-{zone}, rollout-group: {group}}}}}
+    spec:
+      nodeSelector: {{topology.kubernetes.io/zone: zone-{zone}}}
+      containers: [{{name: {group}, image: "{image}"}}]
+"#
+    )
+}
+
 /// A kubeconfig that acts as ServiceAccount `account` of `namespace` (a TokenRequest token,
 /// the plane's server and CA), for tests of what a least-privileged user can do.
 pub fn service_account_kubeconfig(namespace: &str, account: &str) -> Result<PathBuf> {

@@ -16,34 +16,13 @@ use strata_e2e::plane::{FAKE_READY_LABEL, free_port};
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{
     TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
-    pod_ready,
+    pod_ready, rollout_zone,
 };
 
 const ZONES: [&str; 3] = ["a", "b", "c"];
 
 fn zone_yaml(zone: &str, image: &str, paused: bool) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: ingester-zone-{zone}
-  labels: {{rollout-group: ingester}}
-  annotations:
-    rollout-max-unavailable: "2"
-    grafana.com/rollout-paused: "{paused}"
-spec:
-  replicas: 3
-  serviceName: ingester
-  podManagementPolicy: Parallel
-  updateStrategy: {{type: OnDelete}}
-  selector: {{matchLabels: {{name: ingester-zone-{zone}}}}}
-  template:
-    metadata: {{labels: {{name: ingester-zone-{zone}, rollout-group: ingester}}}}
-    spec:
-      nodeSelector: {{topology.kubernetes.io/zone: zone-{zone}}}
-      containers: [{{name: ingester, image: "{image}"}}]
-"#
-    )
+    rollout_zone("ingester", zone, 3, image, 2, paused)
 }
 
 fn ready(pod: &Pod) -> bool {

@@ -12,43 +12,10 @@ use anyhow::{Context as _, Result, anyhow};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use strata_e2e::flux::install_layer_crds;
-use strata_e2e::plane::free_port;
-use strata_e2e::services::{SERVICES, ServiceProcess, bin_dir};
+use strata_e2e::services::{SERVICES, ServiceProcess, start_replica as start};
 use strata_e2e::support::{
     TestNamespace, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
 };
-
-fn start(service: &str, lease_namespace: &str, identity: &str) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let tls = format!("127.0.0.1:{}", free_port()?);
-    let mut args = vec![
-        "--admin-address",
-        &admin,
-        "--lease-namespace",
-        lease_namespace,
-        "--identity",
-        identity,
-    ];
-    let selector = format!("strata-e2e/suite={lease_namespace}");
-    match service {
-        // Two replicas on one host need their own TLS ports.
-        "admission-webhook" => args.extend(["--tls-address", &tls]),
-        // Only this test's objects: other tests run their own controllers on the same plane.
-        "rollout-operator" => args.extend(["--watch-namespace", lease_namespace]),
-        _ => args.extend([
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            lease_namespace,
-        ]),
-    }
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join(service),
-        cluster().kubeconfig(),
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
-}
 
 fn admin(process: &ServiceProcess) -> Result<SocketAddr> {
     process

@@ -293,8 +293,11 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
                 dirty.extend(all_groups(&stores));
             }
         }
-        // Coalesce a burst of events (a pod deletion touches the pod and its StatefulSet).
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Coalesce what is already queued (a pod deletion touches the pod and its StatefulSet),
+        // without waiting for more: the first event of a change is acted on at once, and
+        // whatever arrives while the groups reconcile is coalesced into the next round. Pods
+        // this process deleted count as down until the cache shows it (`RecentlyDeleted`), so
+        // acting on a cache a moment behind never exceeds a budget.
         while let Ok(group) = dirty_rx.try_recv() {
             dirty.insert(group);
         }
