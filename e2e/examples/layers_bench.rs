@@ -84,16 +84,17 @@ async fn main() -> Result<()> {
     set_artifact(&client, &ns, "main@sha1:r1", &url, &digest).await?;
 
     let selector = format!("strata-e2e/suite={ns}");
-    let controller = spawn_measured(
-        "LAYER_CONTROLLER_BIN",
-        &[
-            "--leader-elect=false",
-            "--layer-selector",
-            &selector,
-            "--default-source-namespace",
-            &ns,
-        ],
-    )?;
+    // Extra controller flags for a diagnostic run (e.g. `--log-filter debug`).
+    let extra = std::env::var("BENCH_LAYER_CONTROLLER_ARGS").unwrap_or_default();
+    let mut args = vec![
+        "--leader-elect=false",
+        "--layer-selector",
+        &selector,
+        "--default-source-namespace",
+        &ns,
+    ];
+    args.extend(extra.split_whitespace());
+    let controller = spawn_measured("LAYER_CONTROLLER_BIN", &args)?;
     let api: Api<AddonsLayer> = Api::all(client.clone());
     let started = Instant::now();
     let initial = tokio::spawn(deployed_times(
@@ -142,6 +143,18 @@ async fn main() -> Result<()> {
         };
         hops.push(hop.as_secs_f64() * 1000.0);
     }
+    // In chain order, for reading where the slow hops fall (start, end, or scattered).
+    eprintln!(
+        "layers bench: hops in chain order (ms): {}",
+        hops.iter()
+            .map(|h| format!("{h:.0}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    eprintln!(
+        "layers bench: {} reconciles",
+        controller.reconciles().await.unwrap_or(-1.0)
+    );
     hops.sort_by(f64::total_cmp);
     let pid = controller.pid();
     let result = serde_json::json!({

@@ -8,10 +8,13 @@
 //!   when a test fails;
 //! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests;
 //! - [`chart`]: the Helm chart and the files generated from it (values table, schema, manifests);
-//! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles).
+//! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles);
+//! - [`fault_proxy`]: a proxy in front of kube-apiserver that answers some writes with 429 or
+//!   409, for the fault-injection tests.
 
 pub mod bench;
 pub mod chart;
+pub mod fault_proxy;
 pub mod flux;
 pub mod git;
 pub mod plane;

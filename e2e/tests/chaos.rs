@@ -550,3 +550,181 @@ async fn layer_leader_killed_mid_apply_prunes_nothing() -> Result<()> {
     );
     Ok(())
 }
+
+/// Every third write is answered 429 (`Retry-After: 1`) and every seventh 409 by a proxy in
+/// front of kube-apiserver, for a layer-controller and a rollout-operator that reach the API
+/// only through it. Invariants: the layer ends Deployed and the rollout finishes; no throttled
+/// request is sent again before the second it was told to wait; nothing hot-loops (once both
+/// are done, a 20 s window sees at most one request every two seconds through the proxy,
+/// although the zone-aware PDB CRD the rollout-operator watches is not installed: its failing
+/// list backs off).
+#[tokio::test]
+async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result<()> {
+    use strata_e2e::fault_proxy::{FaultProxy, Faults};
+    use strata_e2e::services::{ServiceProcess, bin_dir};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "chaos-throttle").await?;
+    install_layer_crds(&client, &ns.name).await?;
+    let proxy = FaultProxy::start(
+        client.clone(),
+        Faults {
+            throttle_every: 3,
+            retry_after_seconds: 1,
+            conflict_every: 7,
+        },
+    )
+    .await?;
+    let logs = std::env::temp_dir().join("strata-e2e-logs");
+    let kubeconfig = proxy.kubeconfig(&logs)?;
+    let start = |service: &str, extra: &[&str]| {
+        let admin = format!("127.0.0.1:{}", strata_e2e::plane::free_port()?);
+        let mut args = vec!["--admin-address", admin.as_str(), "--leader-elect=false"];
+        args.extend_from_slice(extra);
+        ServiceProcess::spawn_blocking(&bin_dir().join(service), &kubeconfig, &args, &logs)
+    };
+
+    // A rollout group of two zones, created directly, Ready before the operator starts.
+    const ZONES: &[&str] = &["a", "b"];
+    for z in ZONES {
+        apply_yaml(
+            &client,
+            &ns.name,
+            &rollout_zone("web", z, 2, "example.invalid/web:1", 1, false),
+        )
+        .await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let old: BTreeSet<String> = eventually("every pod up", Duration::from_secs(60), || async {
+        let list = pods.list(&Default::default()).await?.items;
+        let hashes = list
+            .iter()
+            .filter_map(|p| p.labels().get("controller-revision-hash").cloned())
+            .collect();
+        Ok((list.iter().filter(|p| up(p)).count() == 4).then_some(hashes))
+    })
+    .await?;
+
+    let selector = format!("strata-e2e/suite={}", ns.name);
+    let layers = start(
+        "layer-controller",
+        &[
+            "--layer-selector",
+            &selector,
+            "--default-source-namespace",
+            &ns.name,
+            // The periodic re-apply (default every minute) is intended traffic, not a loop.
+            "--sync-period=1h",
+        ],
+    )?;
+    let rollout = start("rollout-operator", &["--watch-namespace", &ns.name])?;
+    let items: Vec<String> = (0..20)
+        .map(|i| configmap_yaml(&ns.name, &format!("throttled-{i:02}"), ""))
+        .collect();
+    let layer = format!("{}-throttled", ns.name);
+    apply_yaml(
+        &client,
+        &ns.name,
+        &configmap_layer(
+            &ns.name,
+            "throttled",
+            "120s",
+            &[("items.yaml", items.join("---\n"))],
+        ),
+    )
+    .await?;
+    for z in ZONES {
+        apply_yaml(
+            &client,
+            &ns.name,
+            &rollout_zone("web", z, 2, "example.invalid/web:2", 1, false),
+        )
+        .await?;
+    }
+    eventually("the layer Deployed", Duration::from_secs(120), || async {
+        let s = layer_status(&client, &layer).await?;
+        Ok((s["state"] == "Deployed").then_some(()))
+    })
+    .await?;
+    eventually("the rollout finishes", Duration::from_secs(120), || async {
+        let list = pods.list(&Default::default()).await?.items;
+        let updated = list
+            .iter()
+            .filter(|p| up(p))
+            .filter(|p| {
+                p.labels()
+                    .get("controller-revision-hash")
+                    .is_some_and(|h| !old.contains(h))
+            })
+            .count();
+        Ok((updated == 4).then_some(()))
+    })
+    .await?;
+
+    // Quiet: both are done; whatever they still send is their steady state.
+    let quiet_from = std::time::Instant::now();
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let seen = proxy.seen();
+    let quiet = seen.iter().filter(|s| s.at >= quiet_from).count();
+    let mut quiet_by_target: BTreeMap<String, usize> = BTreeMap::new();
+    for s in seen.iter().filter(|s| s.at >= quiet_from) {
+        let path = s.target.split('?').next().unwrap_or_default();
+        *quiet_by_target
+            .entry(format!("{} {path} {}", s.method, s.status))
+            .or_default() += 1;
+    }
+    let throttled: Vec<_> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.injected && s.status == 429)
+        .collect();
+    let conflicts = seen
+        .iter()
+        .filter(|s| s.injected && s.status == 409)
+        .count();
+    let mut early = Vec::new();
+    for (i, first) in &throttled {
+        let again = seen[i + 1..]
+            .iter()
+            .find(|s| s.method == first.method && s.target == first.target);
+        if let Some(again) = again
+            && again.at.duration_since(first.at) < Duration::from_millis(900)
+        {
+            early.push(format!(
+                "{} {} again after {:?}",
+                first.method,
+                first.target,
+                again.at.duration_since(first.at)
+            ));
+        }
+    }
+    eprintln!(
+        "{} requests, {} answered 429, {conflicts} answered 409, {quiet} in the 20 s quiet window: {quiet_by_target:#?}",
+        seen.len(),
+        throttled.len()
+    );
+    let retried = layers
+        .metric(
+            "layer_controller_kubernetes_api_client_retried_requests_total",
+            &[],
+        )
+        .await?
+        + rollout
+            .metric(
+                "rollout_operator_kubernetes_api_client_retried_requests_total",
+                &[],
+            )
+            .await?;
+    delete_layers_then_stop(&[&layer], layers);
+    drop(rollout);
+    assert!(
+        !throttled.is_empty() && conflicts > 0,
+        "the proxy injected both faults"
+    );
+    assert!(early.is_empty(), "Retry-After not honoured: {early:#?}");
+    assert!(retried > 0.0, "the services counted their retries");
+    assert!(
+        quiet <= 10,
+        "{quiet} requests in 20 s once everything was done: a hot loop: {quiet_by_target:#?}"
+    );
+    Ok(())
+}

@@ -1,6 +1,11 @@
 //! What every request to the Kubernetes API goes through on its way out: a per-API-group
 //! token bucket (`--client-qps`/`--client-burst`), the `X-Cluster` header
-//! (`--cluster-validation-label`), and a latency histogram by resource, method and status.
+//! (`--cluster-validation-label`), a latency histogram by resource, method and status, and the
+//! answer to a throttled or overloaded API server: a 429 or 5xx carrying `Retry-After` is sent
+//! again after that many seconds, a 429/503/504 without it after an exponential back-off
+//! ([`retry_delay`]), at most [`MAX_RETRIES`] times, each attempt taking its own token and
+//! counted, instead of failing the caller's reconcile. kube's own retry layer is turned off
+//! for our clients, so there is exactly one.
 //!
 //! The names, labels and buckets are the Grafana rollout-operator's (with the service's
 //! prefix), so its dashboards read ours unchanged. As there, the clock starts after the
@@ -51,6 +56,7 @@ pub fn dskit_histogram() -> Histogram {
 pub struct ApiClientMetrics {
     pub request_duration: Family<RequestLabels, Histogram, fn() -> Histogram>,
     pub rate_limited: Family<GroupLabels, Counter>,
+    pub retried: Family<GroupLabels, Counter>,
 }
 
 impl ApiClientMetrics {
@@ -58,6 +64,7 @@ impl ApiClientMetrics {
         let metrics = Self {
             request_duration: Family::new_with_constructor(dskit_histogram),
             rate_limited: Family::default(),
+            retried: Family::default(),
         };
         registry.register(
             format!("{prefix}_kubernetes_api_client_request_duration_seconds"),
@@ -69,8 +76,49 @@ impl ApiClientMetrics {
             "Requests to the Kubernetes API given up while waiting for a client-side token of their API group, never sent",
             metrics.rate_limited.clone(),
         );
+        registry.register(
+            format!("{prefix}_kubernetes_api_client_retried_requests"),
+            "Requests to the Kubernetes API sent again because the API server answered 429 or 5xx with Retry-After",
+            metrics.retried.clone(),
+        );
         metrics
     }
+}
+
+/// How many times one request is sent again on `Retry-After` (client-go's default).
+pub const MAX_RETRIES: u32 = 10;
+
+/// The longest `Retry-After` honoured as given; a longer one is shortened to this, so a
+/// misbehaving proxy cannot park a controller for hours.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// When to send a request again after its `attempt`-th answer (0 for the first): a 429 or
+/// any 5xx that says when (`Retry-After` in whole seconds; an HTTP date is not honoured) after
+/// that, as client-go does; a 429, 503 or 504 that does not say, after an exponential back-off
+/// from 200 ms to 5 s (what kube's own retry did, which this replaces so that every attempt
+/// takes a token and is counted). Anything else is the caller's to handle.
+pub fn retry_delay(status: u16, header: Option<&HeaderValue>, attempt: u32) -> Option<Duration> {
+    let told = header
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.trim().parse::<u64>().ok());
+    match (status, told) {
+        (429 | 500..=599, Some(seconds)) => Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER)),
+        (429 | 503 | 504, None) => Some(
+            (Duration::from_millis(200) * 2u32.saturating_pow(attempt.min(8)))
+                .min(Duration::from_secs(5)),
+        ),
+        _ => None,
+    }
+}
+
+/// A copy of `request` to send again, when its body can be copied (kube's bodies are bytes).
+fn resend_copy(request: &Request<kube::client::Body>) -> Option<Request<kube::client::Body>> {
+    let mut copy = Request::new(request.body().try_clone()?);
+    *copy.method_mut() = request.method().clone();
+    *copy.uri_mut() = request.uri().clone();
+    *copy.version_mut() = request.version();
+    *copy.headers_mut() = request.headers().clone();
+    Some(copy)
 }
 
 /// The resource a request path addresses, as the anchor labels it:
@@ -248,12 +296,15 @@ pub struct Instrumented<S> {
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
-impl<S, ReqBody, ResBody> tower::Service<Request<ReqBody>> for Instrumented<S>
+impl<S, ResBody> tower::Service<Request<kube::client::Body>> for Instrumented<S>
 where
-    S: tower::Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S: tower::Service<Request<kube::client::Body>, Response = Response<ResBody>>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    ReqBody: Send + 'static,
+    ResBody: Send + 'static,
 {
     type Response = S::Response;
     type Error = S::Error;
@@ -263,38 +314,75 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: Request<ReqBody>) -> Self::Future {
+    fn call(&mut self, mut request: Request<kube::client::Body>) -> Self::Future {
+        use tower::ServiceExt as _;
         // The clone is not ready yet; keep it and send through the one that is.
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let shared = self.shared.clone();
         Box::pin(async move {
             let path = request.uri().path().to_string();
-            if let Some(limiter) = &shared.limiter {
-                limiter.acquire(&api_group(&path), &shared.metrics).await;
-            }
+            let group = api_group(&path);
             if let Some(cluster) = &shared.cluster {
                 request
                     .headers_mut()
                     .insert(CLUSTER_HEADER, cluster.clone());
             }
             let method = request.method().to_string();
-            let started = Instant::now();
-            let result = inner.call(request).await;
-            let status_code = match &result {
-                Ok(response) => response.status().as_u16().to_string(),
-                Err(_) => "error".to_string(),
-            };
-            shared
-                .metrics
-                .request_duration
-                .get_or_create(&RequestLabels {
-                    path: resource_description(&path),
-                    method,
-                    status_code,
-                })
-                .observe(started.elapsed().as_secs_f64());
-            result
+            let mut sent = 0;
+            loop {
+                let again = if sent < MAX_RETRIES {
+                    resend_copy(&request)
+                } else {
+                    None
+                };
+                if let Some(limiter) = &shared.limiter {
+                    limiter.acquire(&group, &shared.metrics).await;
+                }
+                if sent > 0 {
+                    // The first attempt went through the service made ready by the caller.
+                    inner.ready().await?;
+                }
+                let started = Instant::now();
+                let result = inner.call(request).await;
+                let status_code = match &result {
+                    Ok(response) => response.status().as_u16().to_string(),
+                    Err(_) => "error".to_string(),
+                };
+                shared
+                    .metrics
+                    .request_duration
+                    .get_or_create(&RequestLabels {
+                        path: resource_description(&path),
+                        method: method.clone(),
+                        status_code,
+                    })
+                    .observe(started.elapsed().as_secs_f64());
+                let wait = result.as_ref().ok().and_then(|response| {
+                    retry_delay(
+                        response.status().as_u16(),
+                        response.headers().get(http::header::RETRY_AFTER),
+                        sent,
+                    )
+                });
+                match (wait, again) {
+                    (Some(wait), Some(next)) => {
+                        shared
+                            .metrics
+                            .retried
+                            .get_or_create(&GroupLabels {
+                                api_group: group.clone(),
+                            })
+                            .inc();
+                        tracing::debug!(%path, %method, ?wait, "API server asked to retry later");
+                        drop(result);
+                        tokio::time::sleep(wait).await;
+                        request = next;
+                        sent += 1;
+                    }
+                    _ => return result,
+                }
+            }
         })
     }
 }
@@ -385,6 +473,167 @@ mod tests {
         assert_eq!(bucket.reserve(later, 5.0, 2.0), Duration::ZERO);
         bucket.cancel(2.0);
         assert_eq!(bucket.tokens, 2.0);
+    }
+
+    #[test]
+    fn retry_delay_follows_client_go_then_backs_off() {
+        let value = |v: &str| HeaderValue::from_str(v).unwrap();
+        let two = value("2");
+        let ms = Duration::from_millis;
+        for (status, header, attempt, want) in [
+            (429, Some(&two), 0, Some(Duration::from_secs(2))),
+            (503, Some(&two), 3, Some(Duration::from_secs(2))),
+            (500, Some(&two), 0, Some(Duration::from_secs(2))),
+            // Not told when: back off, doubling, capped.
+            (429, None, 0, Some(ms(200))),
+            (503, None, 1, Some(ms(400))),
+            (504, None, 2, Some(ms(800))),
+            (429, None, 9, Some(ms(5000))),
+            // Not a status to retry.
+            (500, None, 0, None),
+            (409, Some(&two), 0, None),
+            (404, Some(&two), 0, None),
+            (200, Some(&two), 0, None),
+        ] {
+            assert_eq!(
+                retry_delay(status, header, attempt),
+                want,
+                "{status} {header:?} {attempt}"
+            );
+        }
+        // A header that is not whole seconds counts as not told.
+        assert_eq!(retry_delay(429, Some(&value("junk")), 0), Some(ms(200)));
+        assert_eq!(
+            retry_delay(429, Some(&value("Wed, 21 Oct 2015 07:28:00 GMT")), 0),
+            Some(ms(200))
+        );
+        assert_eq!(
+            retry_delay(429, Some(&value("86400")), 0),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(retry_delay(429, Some(&value("0")), 0), Some(Duration::ZERO));
+    }
+
+    /// A scripted answer: status and `Retry-After`.
+    type Answer = (u16, Option<&'static str>);
+    /// When a request arrived, and its body.
+    type Arrival = (tokio::time::Instant, Vec<u8>);
+
+    /// An inner service answering from a script and recording each request's arrival.
+    #[derive(Clone)]
+    struct Scripted {
+        answers: Arc<Mutex<Vec<Answer>>>,
+        seen: Arc<Mutex<Vec<Arrival>>>,
+    }
+
+    impl tower::Service<Request<kube::client::Body>> for Scripted {
+        type Response = Response<String>;
+        type Error = std::convert::Infallible;
+        type Future = BoxFuture<Result<Response<String>, std::convert::Infallible>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, request: Request<kube::client::Body>) -> Self::Future {
+            let this = self.clone();
+            Box::pin(async move {
+                let body = request.into_body().collect_bytes().await.unwrap().to_vec();
+                this.seen
+                    .lock()
+                    .unwrap()
+                    .push((tokio::time::Instant::now(), body));
+                let (status, after) = {
+                    let mut answers = this.answers.lock().unwrap();
+                    if answers.is_empty() {
+                        (200, None)
+                    } else {
+                        answers.remove(0)
+                    }
+                };
+                let mut response = Response::new(String::new());
+                *response.status_mut() = http::StatusCode::from_u16(status).unwrap();
+                if let Some(after) = after {
+                    response
+                        .headers_mut()
+                        .insert(http::header::RETRY_AFTER, HeaderValue::from_static(after));
+                }
+                Ok(response)
+            })
+        }
+    }
+
+    async fn send_through(answers: Vec<Answer>) -> (u16, Vec<Arrival>, String) {
+        use tower::{Layer as _, Service as _, ServiceExt as _};
+        let mut registry = Registry::default();
+        let metrics = ApiClientMetrics::register("svc", &mut registry);
+        let scripted = Scripted {
+            answers: Arc::new(Mutex::new(answers)),
+            seen: Arc::default(),
+        };
+        let mut service = InstrumentationLayer(Arc::new(Instrumentation {
+            metrics,
+            limiter: None,
+            cluster: None,
+        }))
+        .layer(scripted.clone());
+        let request = Request::builder()
+            .method("PATCH")
+            .uri("/apis/apps/v1/namespaces/m/statefulsets/a")
+            .body(kube::client::Body::from(b"{\"spec\":{}}".to_vec()))
+            .unwrap();
+        let response = service.ready().await.unwrap().call(request).await.unwrap();
+        let seen = scripted.seen.lock().unwrap().clone();
+        let text = crate::metrics::encode(&registry).unwrap();
+        (response.status().as_u16(), seen, text)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_throttled_request_is_sent_again_after_retry_after() {
+        let started = tokio::time::Instant::now();
+        let (status, seen, text) =
+            send_through(vec![(429, Some("1")), (503, Some("2")), (200, None)]).await;
+        assert_eq!(status, 200);
+        let at: Vec<Duration> = seen.iter().map(|(t, _)| *t - started).collect();
+        assert_eq!(
+            at,
+            [
+                Duration::ZERO,
+                Duration::from_secs(1),
+                Duration::from_secs(3)
+            ]
+        );
+        assert!(
+            seen.iter().all(|(_, body)| body == b"{\"spec\":{}}"),
+            "every attempt carries the whole body"
+        );
+        assert!(
+            text.contains("svc_kubernetes_api_client_retried_requests_total{api_group=\"apps\"} 2"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_throttling_and_overload_are_retried_and_never_more_than_the_limit() {
+        // A conflict is the caller's to resolve; a 500 without Retry-After is returned.
+        for answer in [(409, Some("1")), (500, None)] {
+            let (status, seen, _) = send_through(vec![answer]).await;
+            assert_eq!((status, seen.len()), (answer.0, 1));
+        }
+        // Unavailable without saying when: sent again after the back-off.
+        let started = tokio::time::Instant::now();
+        let (status, seen, _) = send_through(vec![(503, None), (503, None)]).await;
+        let at: Vec<Duration> = seen.iter().map(|(t, _)| *t - started).collect();
+        assert_eq!(status, 200);
+        assert_eq!(
+            at,
+            [
+                Duration::ZERO,
+                Duration::from_millis(200),
+                Duration::from_millis(600)
+            ]
+        );
+        // Throttled for good: the first send and MAX_RETRIES more, then the 429 is returned.
+        let (status, seen, _) = send_through(vec![(429, Some("0")); 50]).await;
+        assert_eq!((status, seen.len()), (429, MAX_RETRIES as usize + 1));
     }
 
     #[tokio::test(start_paused = true)]

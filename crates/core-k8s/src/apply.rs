@@ -33,6 +33,33 @@ const SERVER_OWNED_METADATA: &[&str] = &[
     "selfLink",
 ];
 
+/// How many times a forced apply answered 409 is sent again, after 100, 200 and 400 ms. A
+/// forced apply never conflicts over field ownership and carries no resourceVersion, so a 409
+/// can only be a transient conflict inside the API server (or a proxy's), and sending the same
+/// apply again is always safe: server-side apply is idempotent. Failing the whole reconcile
+/// instead would throw away every other apply of the attempt.
+pub const APPLY_CONFLICT_RETRIES: u32 = 3;
+
+/// Sends `apply` again while it answers 409, at most [`APPLY_CONFLICT_RETRIES`] times.
+pub async fn retry_conflicts<T, F, Fut>(mut apply: F) -> kube::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = kube::Result<T>>,
+{
+    let mut pause = std::time::Duration::from_millis(100);
+    for _ in 0..APPLY_CONFLICT_RETRIES {
+        match apply().await {
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(message = %status.message, "apply answered 409: sending it again");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            other => return other,
+        }
+    }
+    apply().await
+}
+
 /// Splits an `apiVersion` into group and version (`v1` is the core group).
 pub fn parse_api_version(api_version: &str) -> Option<(&str, &str)> {
     match api_version.split_once('/') {
@@ -323,12 +350,9 @@ impl Applier {
         }
         let (key, body) = apply_patch_body(&manifest)?;
         let api = self.api_for::<K>(key.namespace.as_deref());
-        let applied = api
-            .patch(
-                &key.name,
-                &apply_params(&self.field_manager, true),
-                &Patch::Apply(&body),
-            )
+        let params = apply_params(&self.field_manager, true);
+        let patch = Patch::Apply(&body);
+        let applied = retry_conflicts(|| api.patch(&key.name, &params, &patch))
             .await
             .map_err(|e| Error::api(format!("apply {key}"), e))?;
         Self::typed(applied, &key)
@@ -353,13 +377,10 @@ impl Applier {
             namespace: namespace.clone(),
             name: name.clone(),
         };
-        let applied = self
-            .api_for::<K>(namespace.as_deref())
-            .patch_status(
-                &name,
-                &apply_params(&self.field_manager, true),
-                &Patch::Apply(&body),
-            )
+        let api = self.api_for::<K>(namespace.as_deref());
+        let params = apply_params(&self.field_manager, true);
+        let patch = Patch::Apply(&body);
+        let applied = retry_conflicts(|| api.patch_status(&name, &params, &patch))
             .await
             .map_err(|e| Error::api(format!("apply status of {key}"), e))?;
         Self::typed(applied, &key)
@@ -446,7 +467,8 @@ impl Applier {
         if dry_run {
             params = params.dry_run();
         }
-        api.patch(&key.name, &params, &Patch::Apply(&body))
+        let patch = Patch::Apply(&body);
+        retry_conflicts(|| api.patch(&key.name, &params, &patch))
             .await
             .map_err(|e| Error::api(format!("apply {key}"), e))
     }
@@ -457,6 +479,49 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn api_error(code: u16) -> kube::Error {
+        let mut status = kube::core::Status::failure("injected", "Conflict");
+        status.code = code;
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_conflicting_apply_is_sent_again_a_few_times() {
+        // Two 409s, then success: three sends, 100 + 200 ms apart.
+        let sends = AtomicUsize::new(0);
+        let started = tokio::time::Instant::now();
+        let result = retry_conflicts(|| async {
+            match sends.fetch_add(1, Ordering::SeqCst) {
+                0 | 1 => Err(api_error(409)),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 2);
+        assert_eq!(started.elapsed(), std::time::Duration::from_millis(300));
+        // Conflicting for good: the first send and APPLY_CONFLICT_RETRIES more, then the 409.
+        let sends = AtomicUsize::new(0);
+        let result: kube::Result<()> = retry_conflicts(|| async {
+            sends.fetch_add(1, Ordering::SeqCst);
+            Err(api_error(409))
+        })
+        .await;
+        assert!(matches!(result, Err(kube::Error::Api(s)) if s.code == 409));
+        assert_eq!(
+            sends.load(Ordering::SeqCst),
+            APPLY_CONFLICT_RETRIES as usize + 1
+        );
+        // Any other failure is returned at once.
+        let sends = AtomicUsize::new(0);
+        let result: kube::Result<()> = retry_conflicts(|| async {
+            sends.fetch_add(1, Ordering::SeqCst);
+            Err(api_error(422))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(sends.load(Ordering::SeqCst), 1);
+    }
 
     #[test]
     fn api_versions() {

@@ -138,3 +138,62 @@ pub async fn run_controller<K, F, Fut, E>(
         .await;
     tracing::info!(%cache, "controller stopped");
 }
+
+/// kube's `default_backoff` (0.8 s doubling to 30 s) for a watch stream, except that a relist's
+/// `Init` does not count as progress. kube's watcher emits `Init` before each list attempt and
+/// its backoff resets on any item that is not an error, so a list that keeps failing (a CRD
+/// that is not installed, a permission missing) was retried every 0.8–1.6 s for as long as
+/// the process ran. Here only an object, or a completed list, resets it. `Init` is dropped
+/// from the stream: use this after a reflector (which has seen it) or where nothing needs it.
+pub fn watch_backoff<S, K>(
+    stream: S,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+    K: Send,
+{
+    kube::runtime::utils::StreamBackoff::new(
+        stream.filter(|event| std::future::ready(!matches!(event, Ok(watcher::Event::Init)))),
+        watcher::DefaultBackoff::default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A list that fails for good: `Init`, error, `Init`, error, ... Ten failures must take the
+    /// doubling backoff's time, not ten times its first step.
+    #[tokio::test(start_paused = true)]
+    async fn a_relist_that_keeps_failing_backs_off() {
+        let failing = || {
+            futures::stream::iter((0..10).flat_map(|_| {
+                [
+                    Ok(watcher::Event::<()>::Init),
+                    Err(watcher::Error::NoResourceVersion),
+                ]
+            }))
+        };
+        // kube's own: every Init resets it, so it never grows past its first step.
+        let started = tokio::time::Instant::now();
+        let _: Vec<_> =
+            kube::runtime::utils::StreamBackoff::new(failing(), watcher::DefaultBackoff::default())
+                .collect()
+                .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(16),
+            "{:?}",
+            started.elapsed()
+        );
+        let started = tokio::time::Instant::now();
+        let items: Vec<_> = watch_backoff(failing()).collect().await;
+        assert_eq!(items.len(), 10, "only the errors come through");
+        // 0.8 s doubling (jittered down by at most half) capped at 30 s: nine waits are at
+        // least 0.4+0.8+1.6+3.2+6.4+12.8+15+15+15 s; without the fix they were nine × ≤ 1.6 s.
+        assert!(
+            started.elapsed() > Duration::from_secs(60),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

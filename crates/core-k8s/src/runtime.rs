@@ -271,7 +271,10 @@ impl ClientParts {
             limiter: RateLimiter::new(args.client_qps, args.client_burst),
             cluster,
         }));
-        let builder = kube::client::ClientBuilder::try_from(self.config.clone())
+        // One retry mechanism, ours: it takes a token per attempt and counts it.
+        let mut config = self.config.clone();
+        config.default_retry = false;
+        let builder = kube::client::ClientBuilder::try_from(config)
             .map_err(|e| Error::Kubeconfig(format!("building client: {e}")))?;
         Ok(builder
             .with_layer(&tower::buffer::BufferLayer::new(1024))

@@ -113,6 +113,11 @@ fn registered() -> BTreeSet<String> {
                 api_group: "core".into(),
             })
             .inc();
+        api.retried
+            .get_or_create(&GroupLabels {
+                api_group: "core".into(),
+            })
+            .inc();
         let http = HttpMetrics::register(&prefix, &mut registry);
         let route = RouteLabels {
             method: "GET".into(),

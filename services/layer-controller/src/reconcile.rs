@@ -315,9 +315,11 @@ fn spawn_source_watchers(
     // ConfigMap sources: only labelled ones are watched (watching every ConfigMap of a
     // cluster would cost more than the feature is worth).
     let api: Api<ConfigMap> = Api::all(ctx.client.clone());
-    let events = watcher(api, watcher::Config::default().labels(SOURCE_LABEL))
-        .default_backoff()
-        .touched_objects();
+    let events = core_k8s::controller::watch_backoff(watcher(
+        api,
+        watcher::Config::default().labels(SOURCE_LABEL),
+    ))
+    .touched_objects();
     tokio::spawn(
         wakeups
             .clone()
@@ -339,9 +341,9 @@ fn spawn_source_watchers(
                 }
             };
             let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resolved.resource);
-            let events = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .touched_objects();
+            let events =
+                core_k8s::controller::watch_backoff(watcher(api, watcher::Config::default()))
+                    .touched_objects();
             wakeups.forward(kind, events, ctx.shutdown.clone()).await;
         });
     }

@@ -120,23 +120,21 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
 
     let sts_api: Api<StatefulSet> = ctx.watched_api();
     let (sts_reader, sts_writer) = reflector::store();
-    let sts_stream = reflector(
+    let sts_stream = core_k8s::controller::watch_backoff(reflector(
         sts_writer,
         watcher(
             sts_api,
             watcher::Config::default().labels(keys::ROLLOUT_GROUP),
         )
         .modify(slim_stateful_set),
-    )
-    .default_backoff()
+    ))
     .touched_objects();
     let pod_api: Api<Pod> = ctx.watched_api();
     let (pod_reader, pod_writer) = reflector::store();
-    let pod_stream = reflector(
+    let pod_stream = core_k8s::controller::watch_backoff(reflector(
         pod_writer,
         watcher(pod_api, watcher::Config::default()).modify(slim_pod),
-    )
-    .default_backoff()
+    ))
     .touched_objects();
     // ZPDBs are optional: a missing CRD only means no zone-aware budget (the anchor never
     // became ready without it, §19.10).
@@ -148,8 +146,12 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     };
     let zpdb_writer = reflector::store::Writer::new(zpdb_resource.clone());
     let zpdb_reader = zpdb_writer.as_reader();
-    let zpdb_stream =
-        reflector(zpdb_writer, watcher(zpdb_api, watcher::Config::default())).default_backoff();
+    // The CRD may not be installed: without it the list fails, and is retried with a growing
+    // backoff instead of every second.
+    let zpdb_stream = core_k8s::controller::watch_backoff(reflector(
+        zpdb_writer,
+        watcher(zpdb_api, watcher::Config::default()),
+    ));
 
     report_when_synced(&ctx.readiness, "statefulsets", sts_reader.clone());
     report_when_synced(&ctx.readiness, "pods", pod_reader.clone());
