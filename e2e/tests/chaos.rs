@@ -243,6 +243,29 @@ fn up(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_none() && pod_ready(pod)
 }
 
+/// Waits until `total` pods are up on a revision other than the `old` ones.
+async fn rollout_finished(
+    pods: &Api<Pod>,
+    old: &BTreeSet<String>,
+    total: usize,
+    within: Duration,
+) -> Result<()> {
+    eventually("the rollout finishes", within, || async {
+        let list = pods.list(&Default::default()).await?.items;
+        let updated = list
+            .iter()
+            .filter(|p| up(p))
+            .filter(|p| {
+                p.labels()
+                    .get("controller-revision-hash")
+                    .is_some_and(|h| !old.contains(h))
+            })
+            .count();
+        Ok((updated == total).then_some(()))
+    })
+    .await
+}
+
 /// What a watch of every pod event saw during a rollout.
 #[derive(Debug, Default)]
 struct RolloutWatch {
@@ -422,20 +445,7 @@ async fn rollout_leader_killed_mid_rollout_keeps_the_budget() -> Result<()> {
         "takeover {:.1} s after kill -9",
         killed.elapsed().as_secs_f64()
     );
-    eventually("the rollout finishes", Duration::from_secs(180), || async {
-        let list = pods.list(&Default::default()).await?.items;
-        let updated = list
-            .iter()
-            .filter(|p| up(p))
-            .filter(|p| {
-                p.labels()
-                    .get("controller-revision-hash")
-                    .is_some_and(|h| !old.contains(h))
-            })
-            .count();
-        Ok((updated == total).then_some(()))
-    })
-    .await?;
+    rollout_finished(&pods, &old, total, Duration::from_secs(180)).await?;
     let _ = stop.send(());
     let seen = watch.await?;
     eprintln!(
@@ -645,20 +655,7 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
         Ok((s["state"] == "Deployed").then_some(()))
     })
     .await?;
-    eventually("the rollout finishes", Duration::from_secs(120), || async {
-        let list = pods.list(&Default::default()).await?.items;
-        let updated = list
-            .iter()
-            .filter(|p| up(p))
-            .filter(|p| {
-                p.labels()
-                    .get("controller-revision-hash")
-                    .is_some_and(|h| !old.contains(h))
-            })
-            .count();
-        Ok((updated == 4).then_some(()))
-    })
-    .await?;
+    rollout_finished(&pods, &old, 4, Duration::from_secs(120)).await?;
 
     // Quiet: both are done; whatever they still send is their steady state.
     let quiet_from = std::time::Instant::now();
