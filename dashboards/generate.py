@@ -124,10 +124,13 @@ def http_rows(board, service):
     ])
     api = f"{p}_kubernetes_api_client_request_duration_seconds"
     board.panel("Kubernetes API requests", "Requests per second to the API server by method and "
-                "resource, and requests given up waiting for a client-side token.", [
+                "resource, requests given up waiting for a client-side token, and requests sent again "
+                "because the API server answered 429 or was overloaded.", [
         (f"sum by (method, path) (rate({api}_count{{{SEL}}}[$__rate_interval]))", "{{method}} {{path}}"),
         (f"sum by (api_group) (rate({p}_kubernetes_api_client_rate_limited_requests_total{{{SEL}}}[$__rate_interval]))",
          "rate-limited: {{api_group}}"),
+        (f"sum by (api_group) (rate({p}_kubernetes_api_client_retried_requests_total{{{SEL}}}[$__rate_interval]))",
+         "retried (throttled/overloaded): {{api_group}}"),
     ], unit="reqps")
     board.panel("Kubernetes API latency", "Average time to an answer by method and resource.", [
         (f"sum by (method, path) (rate({api}_sum{{{SEL}}}[$__rate_interval])) / "

@@ -158,7 +158,19 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         Some(selector) => watcher::Config::default().labels(selector),
         None => watcher::Config::default(),
     };
-    let controller = Controller::new(api.clone(), layer_config.clone());
+    // A layer is reconciled when what its owner controls changes: spec (generation), labels,
+    // annotations (a reconcile request), finalizers or deletion, as Flux's controllers filter
+    // theirs; never for a change of its status alone, which is this controller's own write.
+    // Otherwise every status write of a blocked layer queued a reconcile of that layer, and
+    // the wake-up from its dependency turning Deployed waited behind it: right after a new
+    // revision, while all layers re-check at once, the first hops of a chain took 0.3–0.9 s.
+    let (reader, writer) = kube::runtime::reflector::store();
+    let intents = watcher(api.clone(), layer_config.clone())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(layer_intent, Default::default());
+    let controller = Controller::for_stream(intents, reader);
     let store = controller.store();
     let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
     let index = store.clone();
@@ -200,6 +212,22 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         reconcile(layer, ctx, shared.clone())
     })
     .await;
+}
+
+/// A hash of what a layer's owner controls (see [`run`]): everything but its status.
+fn layer_intent(layer: &AddonsLayer) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    layer.metadata.generation.hash(&mut hasher);
+    layer.labels().hash(&mut hasher);
+    layer.annotations().hash(&mut hasher);
+    layer.finalizers().hash(&mut hasher);
+    layer
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 /// Whether a layer changed in a way its dependents' gates can see: spec, state, deployed
@@ -1417,4 +1445,58 @@ async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result
     );
     write_status(ctx, shared, layer, report).await?;
     Ok(Action::requeue(Duration::from_secs(2)))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    fn layer() -> AddonsLayer {
+        serde_json::from_value(json!({
+            "apiVersion": "strata.dev/v1alpha1",
+            "kind": "AddonsLayer",
+            "metadata": {"name": "apps", "generation": 3, "labels": {"a": "b"}},
+            "spec": {"version": "1.0.0", "source": {"name": "repo", "path": "./apps"}},
+            "status": {"state": "Deployed"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_what_the_owner_controls_wakes_a_layer() {
+        let base = layer_intent(&layer());
+        // Our own status writes do not.
+        let mut status_only = layer();
+        status_only.status = Some(AddonsLayerStatus {
+            state: Some("Applying".into()),
+            ..Default::default()
+        });
+        status_only.metadata.resource_version = Some("99".into());
+        assert_eq!(layer_intent(&status_only), base);
+        // Spec, labels, a reconcile request, finalizers and deletion do.
+        let mut changes: Vec<AddonsLayer> = Vec::new();
+        let mut spec = layer();
+        spec.metadata.generation = Some(4);
+        changes.push(spec);
+        let mut labels = layer();
+        labels.labels_mut().insert("c".into(), "d".into());
+        changes.push(labels);
+        let mut requested = layer();
+        requested
+            .annotations_mut()
+            .insert(RECONCILE_REQUESTED_AT.into(), "now".into());
+        changes.push(requested);
+        let mut finalized = layer();
+        finalized.finalizers_mut().push(FINALIZER.into());
+        changes.push(finalized);
+        let mut deleted = layer();
+        deleted.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        changes.push(deleted);
+        for changed in &changes {
+            assert_ne!(layer_intent(changed), base, "{:?}", changed.metadata);
+        }
+    }
 }
