@@ -52,7 +52,7 @@ test: lint unit e2e
 # within `make test`'s end-to-end tier.
 chaos: build plane-build
 	$(CARGO) test -p strata-e2e --no-run
-	scripts/with-plane.sh $(CARGO) test -p strata-e2e --test chaos --test services --test webhook_robustness --test webhook --test layer_guarantees -- --test-threads=2
+	scripts/with-plane.sh $(CARGO) test -p strata-e2e --test chaos --test plane_restart --test memory --test services --test webhook_robustness --test webhook --test layer_guarantees -- --test-threads=2
 
 demo: build plane-build
 	$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR)

@@ -9,6 +9,7 @@
 //! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests;
 //! - [`chart`]: the Helm chart and the files generated from it (values table, schema, manifests);
 //! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles);
+//! - [`rollout_watch`]: a rollout checked on every pod event, for the fault-injection tests;
 //! - [`fault_proxy`]: a proxy in front of kube-apiserver that answers some writes with 429 or
 //!   409, for the fault-injection tests.
 
@@ -18,5 +19,6 @@ pub mod fault_proxy;
 pub mod flux;
 pub mod git;
 pub mod plane;
+pub mod rollout_watch;
 pub mod services;
 pub mod support;

@@ -86,6 +86,8 @@ pub struct Plane {
     binaries: Binaries,
     api_server: String,
     children: Vec<(String, Child)>,
+    /// How each component was started (binary, arguments), to start it again in place.
+    commands: Vec<(String, PathBuf, Vec<String>)>,
     /// Seconds from `start` to a plane with Ready nodes.
     pub startup: Duration,
 }
@@ -254,6 +256,7 @@ impl Plane {
             binaries: binaries.clone(),
             api_server: api_server.clone(),
             children: Vec::new(),
+            commands: Vec::new(),
             startup: Duration::ZERO,
         };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -277,6 +280,8 @@ impl Plane {
         plane.wait_tcp("etcd", etcd_port, Duration::from_secs(30))?;
 
         let kc = kubeconfig.display().to_string();
+        let audit_policy = dir.join("audit-policy.yaml");
+        write_file(&audit_policy, AUDIT_POLICY)?;
         plane.spawn(
             "kube-apiserver",
             &binaries.kube.join("kube-apiserver"),
@@ -301,6 +306,14 @@ impl Plane {
                 // Webhooks referenced by Service are reached through its endpoints (there is no
                 // kube-proxy here), as the drop-in test's anchor-style install needs.
                 "--enable-aggregator-routing=true".into(),
+                // Pod deletions only, with who asked and what was deleted: the fault tests
+                // tell the rollout-operator's deletions from the fake kubelet's by it.
+                format!("--audit-policy-file={}", audit_policy.display()),
+                format!(
+                    "--audit-log-path={}",
+                    dir.join("logs").join("audit.log").display()
+                ),
+                "--audit-log-format=json".into(),
                 "--profiling=false".into(),
                 "--v=1".into(),
             ],
@@ -412,9 +425,23 @@ impl Plane {
     }
 
     fn spawn(&mut self, name: &str, binary: &Path, args: &[String]) -> Result<()> {
-        let log = fs::File::create(self.dir.join("logs").join(format!("{name}.log")))?;
+        let child = self.launch(name, binary, args, false)?;
+        self.children.push((name.to_string(), child));
+        self.commands
+            .push((name.to_string(), binary.to_path_buf(), args.to_vec()));
+        Ok(())
+    }
+
+    /// Starts one component; its output goes to `logs/<name>.log` (appended to on a restart).
+    fn launch(&self, name: &str, binary: &Path, args: &[String], append: bool) -> Result<Child> {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(self.dir.join("logs").join(format!("{name}.log")))?;
         // setpriv sets a parent-death signal and execs the component: if we die, it dies.
-        let child = Command::new("setpriv")
+        Command::new("setpriv")
             .arg("--pdeathsig=KILL")
             .arg("--")
             .arg(binary)
@@ -423,9 +450,49 @@ impl Plane {
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("starting {name} ({})", binary.display()))?;
-        self.children.push((name.to_string(), child));
-        Ok(())
+            .with_context(|| format!("starting {name} ({})", binary.display()))
+    }
+
+    /// Kills one component (`etcd`, `kube-apiserver`, …) with SIGKILL, as a crash or an OOM
+    /// kill would, leaves it down for `down`, then starts it again with the same command line
+    /// and data, and waits until it serves again (etcd: its client port; kube-apiserver:
+    /// `/readyz`). Returns how long it was unreachable in all.
+    pub fn restart(&mut self, name: &str, down: Duration) -> Result<Duration> {
+        let (_, binary, args) = self
+            .commands
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .cloned()
+            .ok_or_else(|| anyhow!("no plane component named {name}"))?;
+        let index = self
+            .children
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| anyhow!("{name} is not running"))?;
+        let killed = Instant::now();
+        {
+            let child = &mut self.children[index].1;
+            child.kill().with_context(|| format!("killing {name}"))?;
+            child.wait()?;
+        }
+        std::thread::sleep(down);
+        let child = self.launch(name, &binary, &args, true)?;
+        self.children[index].1 = child;
+        match name {
+            "kube-apiserver" => self.wait_api_ready(Duration::from_secs(90))?,
+            "etcd" => {
+                let port = args
+                    .iter()
+                    .find_map(|a| a.strip_prefix("--listen-client-urls=http://127.0.0.1:"))
+                    .and_then(|p| p.parse().ok())
+                    .ok_or_else(|| anyhow!("etcd's client port"))?;
+                self.wait_tcp("etcd", port, Duration::from_secs(30))?;
+                // The API server reconnects on its own; ready means it reached etcd again.
+                self.wait_api_ready(Duration::from_secs(90))?;
+            }
+            _ => {}
+        }
+        Ok(killed.elapsed())
     }
 
     fn check_alive(&mut self) -> Result<()> {
@@ -547,6 +614,65 @@ impl Drop for Plane {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// What kube-apiserver records in `logs/audit.log`: every pod deletion with its request (the
+/// delete options and their preconditions) and answer (the pod as deleted), nothing else.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: RequestResponse
+  verbs: [delete]
+  resources: [{group: \"\", resources: [pods]}]
+- level: None
+";
+
+/// One pod deletion from the API server's audit log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodDeletion {
+    pub namespace: String,
+    pub name: String,
+    /// The deleted pod's UID and `controller-revision-hash` label, from the answer.
+    pub uid: String,
+    pub revision: String,
+    /// The client's User-Agent (Strata's services send `strata-<service>/<version>`).
+    pub user_agent: String,
+    pub code: u16,
+}
+
+impl Plane {
+    /// Every pod deletion the API server answered so far, in order (see [`AUDIT_POLICY`]).
+    pub fn pod_deletions(&self) -> Result<Vec<PodDeletion>> {
+        pod_deletions(&self.dir.join("logs").join("audit.log"))
+    }
+}
+
+/// The pod deletions of an audit log written under [`AUDIT_POLICY`].
+pub fn pod_deletions(log: &Path) -> Result<Vec<PodDeletion>> {
+    let text = fs::read_to_string(log).with_context(|| log.display().to_string())?;
+    let mut deletions = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let event: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{}: {line}", log.display()))?;
+        if event["verb"] != "delete" || event["objectRef"]["resource"] != "pods" {
+            continue;
+        }
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        let pod = &event["responseObject"];
+        deletions.push(PodDeletion {
+            namespace: text(&event["objectRef"]["namespace"]),
+            name: text(&event["objectRef"]["name"]),
+            uid: text(&pod["metadata"]["uid"]),
+            revision: text(&pod["metadata"]["labels"]["controller-revision-hash"]),
+            user_agent: text(&event["userAgent"]),
+            code: event["responseStatus"]["code"]
+                .as_u64()
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or_default(),
+        });
+    }
+    Ok(deletions)
 }
 
 /// The last `lines` lines of a file, for error messages.

@@ -86,6 +86,13 @@ impl TestCluster {
         Ok(core_k8s::client::client_from(Some(&self.kubeconfig), None).await?)
     }
 
+    /// The API server's audit log when the cluster is a local plane (it lives next to the
+    /// kubeconfig, see `plane::AUDIT_POLICY`); `None` for any other cluster.
+    pub fn audit_log(&self) -> Option<PathBuf> {
+        let log = self.kubeconfig.parent()?.join("logs").join("audit.log");
+        log.exists().then_some(log)
+    }
+
     /// kubectl pointed at the cluster.
     pub fn kubectl(&self) -> Command {
         let mut cmd = Command::new(&self.kubectl);
@@ -441,5 +448,97 @@ metadata: {{name: {name}, namespace: {ns}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: {name}}}
 subjects: [{{kind: ServiceAccount, name: {name}, namespace: {ns}}}]
 "
+    )
+}
+
+/// This host's first non-loopback IPv4 address (endpoints may not be loopback).
+pub fn host_address() -> Result<String> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
+    // No packet is sent: connecting a UDP socket only picks the outgoing interface.
+    socket.connect("192.0.2.1:9")?;
+    let ip = socket.local_addr()?.ip();
+    anyhow::ensure!(!ip.is_loopback(), "no non-loopback address on this host");
+    Ok(ip.to_string())
+}
+
+/// A webhook configuration of `kind` (Validating or Mutating) with one webhook
+/// `<hook>.strata.dev` called at `client_config` (a `clientConfig` in flow style: `{url: ...}`
+/// or `{service: {...}}`) for the `rules` (YAML list items indented by two spaces) in
+/// namespace `ns` only, `failurePolicy: Fail`, labelled for the admission-webhook's CA
+/// injection in `ns` and created without a caBundle.
+pub fn webhook_configuration(
+    kind: &str,
+    name: &str,
+    ns: &str,
+    hook: &str,
+    client_config: &str,
+    rules: &str,
+) -> String {
+    let side_effects = if kind == "MutatingWebhookConfiguration" {
+        "NoneOnDryRun"
+    } else {
+        "None"
+    };
+    format!(
+        r#"apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
+metadata:
+  name: {name}
+  labels:
+    grafana.com/inject-rollout-operator-ca: "true"
+    grafana.com/namespace: {ns}
+webhooks:
+- name: {hook}.strata.dev
+  admissionReviewVersions: ["v1"]
+  sideEffects: {side_effects}
+  failurePolicy: Fail
+  timeoutSeconds: 10
+  clientConfig: {client_config}
+  namespaceSelector:
+    matchLabels: {{kubernetes.io/metadata.name: {ns}}}
+  rules:
+{rules}
+"#
+    )
+}
+
+/// StatefulSet updates (the object and its `/scale`), as webhook rules.
+pub const STATEFULSET_UPDATE_RULES: &str = r#"  - apiGroups: [apps]
+    apiVersions: [v1]
+    operations: [UPDATE]
+    resources: [statefulsets, statefulsets/scale]"#;
+
+/// The no-downscale webhook for StatefulSet updates in `ns`, at `client_config` (see
+/// [`webhook_configuration`]).
+pub fn no_downscale_configuration(name: &str, ns: &str, client_config: &str) -> String {
+    webhook_configuration(
+        "ValidatingWebhookConfiguration",
+        name,
+        ns,
+        "no-downscale",
+        client_config,
+        STATEFULSET_UPDATE_RULES,
+    )
+}
+
+/// StatefulSet `guarded`, labelled no-downscale, whose pods never schedule (no node matches
+/// them): only its replica count matters to the tests that use it.
+pub fn guarded_stateful_set(replicas: i32) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: guarded
+  labels: {{grafana.com/no-downscale: "true"}}
+spec:
+  replicas: {replicas}
+  serviceName: guarded
+  selector: {{matchLabels: {{name: guarded}}}}
+  template:
+    metadata: {{labels: {{name: guarded}}}}
+    spec:
+      nodeSelector: {{strata-e2e/no-such-node: "true"}}
+      containers: [{{name: c, image: example.invalid/guarded:1}}]
+"#
     )
 }

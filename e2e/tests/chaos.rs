@@ -26,10 +26,9 @@ use strata_e2e::flux::{
     ArtifactServer, configmap_layer, configmap_yaml, create_gitrepository, gitrepository_layer,
     install_layer_crds, inventory_names, layer_status, ready_reason, set_artifact,
 };
+use strata_e2e::rollout_watch::{judge_operator_deletions, rollout_finished, up, watch_rollout};
 use strata_e2e::services::{delete_layers_then_stop, start_layer_service, two_replicas};
-use strata_e2e::support::{
-    TestNamespace, apply_yaml, cluster, eventually, pod_ready, rollout_zone,
-};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually, rollout_zone};
 
 fn cm(ns: &str, name: &str) -> String {
     configmap_yaml(ns, name, "")
@@ -238,146 +237,6 @@ async fn hostile_and_broken_artifacts_fail_precisely_and_change_nothing() -> Res
     Ok(())
 }
 
-/// Whether a pod counts as up: Ready and not terminating.
-fn up(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none() && pod_ready(pod)
-}
-
-/// Waits until `total` pods are up on a revision other than the `old` ones.
-async fn rollout_finished(
-    pods: &Api<Pod>,
-    old: &BTreeSet<String>,
-    total: usize,
-    within: Duration,
-) -> Result<()> {
-    eventually("the rollout finishes", within, || async {
-        let list = pods.list(&Default::default()).await?.items;
-        let updated = list
-            .iter()
-            .filter(|p| up(p))
-            .filter(|p| {
-                p.labels()
-                    .get("controller-revision-hash")
-                    .is_some_and(|h| !old.contains(h))
-            })
-            .count();
-        Ok((updated == total).then_some(()))
-    })
-    .await
-}
-
-/// What a watch of every pod event saw during a rollout.
-#[derive(Debug, Default)]
-struct RolloutWatch {
-    /// Most zones with a pod down at once, and most pods down in one zone, over every event.
-    most_zones_down: usize,
-    most_down_in_a_zone: usize,
-    /// Every pod deletion seen: (pod name, uid, revision hash).
-    deleted: Vec<(String, String, String)>,
-    /// Events that broke an invariant, with what the watch saw then.
-    violations: Vec<String>,
-}
-
-/// Follows every pod event in `ns` until `stop` fires, checking the rollout invariants after
-/// each one: pods down per zone of `group` (`replicas` each), and that a pod is deleted only
-/// while on one of the `old` revisions. `deletions` counts deletions as they happen.
-fn watch_rollout(
-    pods: Api<Pod>,
-    group: &'static str,
-    zones: &'static [&'static str],
-    replicas: usize,
-    old: BTreeSet<String>,
-    deletions: tokio::sync::watch::Sender<usize>,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
-) -> tokio::task::JoinHandle<RolloutWatch> {
-    tokio::spawn(async move {
-        let mut seen = RolloutWatch::default();
-        let mut current: BTreeMap<String, Pod> = BTreeMap::new();
-        let mut listing: BTreeMap<String, Pod> = BTreeMap::new();
-        let mut events = std::pin::pin!(watcher(pods, watcher::Config::default()).boxed());
-        loop {
-            let event = tokio::select! {
-                _ = &mut stop => return seen,
-                next = events.next() => match next {
-                    Some(Ok(event)) => event,
-                    Some(Err(_)) => continue,
-                    None => return seen,
-                },
-            };
-            let hash = |p: &Pod| {
-                p.labels()
-                    .get("controller-revision-hash")
-                    .cloned()
-                    .unwrap_or_default()
-            };
-            let record_deletion = |p: &Pod, seen: &mut RolloutWatch| {
-                let revision = hash(p);
-                if !old.contains(&revision) {
-                    seen.violations.push(format!(
-                        "{} (uid {}) deleted on the new revision {revision}",
-                        p.name_any(),
-                        p.uid().unwrap_or_default()
-                    ));
-                }
-                seen.deleted
-                    .push((p.name_any(), p.uid().unwrap_or_default(), revision));
-                deletions.send_modify(|n| *n += 1);
-            };
-            match event {
-                // A (re)list: judged once complete, not pod by pod (half a list would show
-                // whole zones missing).
-                watcher::Event::Init => {
-                    listing.clear();
-                    continue;
-                }
-                watcher::Event::InitApply(p) => {
-                    listing.insert(p.name_any(), p);
-                    continue;
-                }
-                watcher::Event::InitDone => current = std::mem::take(&mut listing),
-                watcher::Event::Apply(p) => {
-                    let before = current.get(&p.name_any());
-                    let same_pod = before.is_some_and(|b| b.uid() == p.uid());
-                    let was_terminating =
-                        same_pod && before.is_some_and(|b| b.metadata.deletion_timestamp.is_some());
-                    if p.metadata.deletion_timestamp.is_some() && !was_terminating {
-                        record_deletion(&p, &mut seen);
-                    }
-                    current.insert(p.name_any(), p);
-                }
-                watcher::Event::Delete(p) => {
-                    let terminating = current.get(&p.name_any()).is_some_and(|b| {
-                        b.uid() == p.uid() && b.metadata.deletion_timestamp.is_some()
-                    });
-                    if !terminating {
-                        record_deletion(&p, &mut seen);
-                    }
-                    current.remove(&p.name_any());
-                }
-            }
-            let down: Vec<usize> = zones
-                .iter()
-                .map(|zone| {
-                    let prefix = format!("{group}-zone-{zone}-");
-                    let ready = current
-                        .values()
-                        .filter(|p| p.name_any().starts_with(&prefix) && up(p))
-                        .count();
-                    replicas.saturating_sub(ready)
-                })
-                .collect();
-            let zones_down = down.iter().filter(|d| **d > 0).count();
-            let most = down.iter().copied().max().unwrap_or(0);
-            seen.most_zones_down = seen.most_zones_down.max(zones_down);
-            seen.most_down_in_a_zone = seen.most_down_in_a_zone.max(most);
-            if zones_down > 1 {
-                seen.violations
-                    .push(format!("pods down in {zones_down} zones at once: {down:?}"));
-            }
-        }
-    })
-}
-
 /// The leader of two rollout-operator replicas is SIGKILLed right after its first pod
 /// deletion of a three-zone rollout. Checked on every pod event of a watch opened before the
 /// change (not by sampling): never two zones with a pod down, never more than max-unavailable
@@ -416,17 +275,8 @@ async fn rollout_leader_killed_mid_rollout_keeps_the_budget() -> Result<()> {
     })
     .await?;
 
-    let (deletions_tx, mut deletions) = tokio::sync::watch::channel(0usize);
-    let (stop, stopped) = tokio::sync::oneshot::channel();
-    let watch = watch_rollout(
-        pods.clone(),
-        GROUP,
-        ZONES,
-        REPLICAS,
-        old.clone(),
-        deletions_tx,
-        stopped,
-    );
+    let watch = watch_rollout(pods.clone(), GROUP, ZONES, REPLICAS, old.clone());
+    let mut deletions = watch.deletions.clone();
     let [leader, standby] = two_replicas("rollout-operator", &ns.name).await?;
 
     for z in ZONES {
@@ -446,8 +296,7 @@ async fn rollout_leader_killed_mid_rollout_keeps_the_budget() -> Result<()> {
         killed.elapsed().as_secs_f64()
     );
     rollout_finished(&pods, &old, total, Duration::from_secs(180)).await?;
-    let _ = stop.send(());
-    let seen = watch.await?;
+    let seen = watch.finish().await?;
     eprintln!(
         "most zones down {}, most down in a zone {}, {} deletions",
         seen.most_zones_down,
@@ -461,14 +310,30 @@ async fn rollout_leader_killed_mid_rollout_keeps_the_budget() -> Result<()> {
         "never more than max-unavailable down: {}",
         seen.most_down_in_a_zone
     );
-    let uids: BTreeSet<&String> = seen.deleted.iter().map(|(_, uid, _)| uid).collect();
-    let names: BTreeSet<&String> = seen.deleted.iter().map(|(name, _, _)| name).collect();
-    assert_eq!(
-        (seen.deleted.len(), uids.len(), names.len()),
-        (total, total, total),
-        "each old pod deleted exactly once: {:?}",
-        seen.deleted
-    );
+    // Who deleted which pod: from the API server's audit log where the plane writes one (the
+    // fake kubelet sometimes deletes a pod's replacement by name: not the operator's doing),
+    // else from the watch.
+    match cluster().audit_log() {
+        Some(log) => {
+            let deletions = strata_e2e::plane::pod_deletions(&log)?;
+            let summary = judge_operator_deletions(&deletions, &ns.name, GROUP, &old, total)?;
+            eprintln!("{summary}");
+        }
+        None => {
+            assert!(
+                seen.deleted_on_a_new_revision.is_empty(),
+                "{:#?}",
+                seen.deleted_on_a_new_revision
+            );
+            let uids: BTreeSet<&String> = seen.deleted.iter().map(|(_, uid, _)| uid).collect();
+            assert_eq!(
+                (seen.deleted.len(), uids.len()),
+                (total, total),
+                "each old pod deleted exactly once: {:?}",
+                seen.deleted
+            );
+        }
+    }
     Ok(())
 }
 
@@ -724,4 +589,222 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
         "{quiet} requests in 20 s once everything was done: a hot loop: {quiet_by_target:#?}"
     );
     Ok(())
+}
+
+/// Two admission-webhook replicas behind one Service, as the chart deploys them (the processes
+/// run on this host, so the test writes the Service's EndpointSlices as the EndpointSlice
+/// controller would for two pods); kube-apiserver reaches them through the Service. 500 reviews a second
+/// are sent for 20 s: dry-run updates of a StatefulSet labelled no-downscale, every other one a
+/// downscale that must be refused and the rest upscales that must be allowed. After 6 s the
+/// replica carrying the traffic is terminated as happens to a deleted pod: its endpoint marked
+/// terminating (not ready) and SIGTERM sent at the same moment. Invariant: zero failed admissions
+/// (every downscale refused by the policy, every upscale allowed, no call failing on a closed
+/// connection), the terminated replica exits 0, and the survivor takes the traffic.
+#[tokio::test]
+async fn webhook_replica_terminated_under_500_reviews_per_second_fails_nothing() -> Result<()> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    use kube::api::{Patch, PatchParams};
+    use strata_e2e::services::{ServiceProcess, bin_dir};
+    use strata_e2e::support::{guarded_stateful_set, host_address, no_downscale_configuration};
+    const RATE: u64 = 500;
+    const SECONDS: u64 = 20;
+    const TERMINATE_AFTER: Duration = Duration::from_secs(6);
+    const SERVICE: &str = "webhook";
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "chaos-webhook-ha").await?;
+    let ns = ns.name.clone();
+    let host = host_address()?;
+    let logs = std::env::temp_dir().join("strata-e2e-logs");
+    let ports = [
+        strata_e2e::plane::free_port()?,
+        strata_e2e::plane::free_port()?,
+    ];
+    let mut replicas = Vec::new();
+    for (n, port) in ports.iter().enumerate() {
+        let admin = format!("127.0.0.1:{}", strata_e2e::plane::free_port()?);
+        let tls = format!("{host}:{port}");
+        let identity = format!("replica-{n}");
+        replicas.push(ServiceProcess::spawn_blocking(
+            &bin_dir().join("admission-webhook"),
+            cluster().kubeconfig(),
+            &[
+                "--admin-address",
+                &admin,
+                "--lease-namespace",
+                &ns,
+                "--identity",
+                &identity,
+                "--tls-address",
+                &tls,
+                "--service-name",
+                SERVICE,
+            ],
+            &logs,
+        )?);
+    }
+    // One EndpointSlice per replica, as the EndpointSlice controller writes them for two pods;
+    // `terminating` as it marks the endpoint of a pod being deleted.
+    let slice = |n: usize, terminating: bool| {
+        format!(
+            r#"apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: {SERVICE}-replica-{n}
+  namespace: {ns}
+  labels: {{kubernetes.io/service-name: {SERVICE}, endpointslice.kubernetes.io/managed-by: strata-e2e}}
+addressType: IPv4
+ports: [{{name: https, port: {port}, protocol: TCP}}]
+endpoints:
+- addresses: ["{host}"]
+  conditions: {{ready: {ready}, serving: true, terminating: {terminating}}}
+"#,
+            port = ports[n],
+            ready = !terminating,
+        )
+    };
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: {SERVICE}, namespace: {ns}}}\nspec:\n  ports: [{{name: https, port: 443, targetPort: https, protocol: TCP}}]\n"
+        ),
+    )
+    .await?;
+    for n in 0..2 {
+        apply_yaml(&client, &ns, &slice(n, false)).await?;
+    }
+    let config = no_downscale_configuration(
+        &format!("{ns}-no-downscale"),
+        &ns,
+        &format!(
+            "{{service: {{name: {SERVICE}, namespace: {ns}, port: 443, path: /admission/no-downscale}}}}"
+        ),
+    );
+    apply_yaml(&client, &ns, &config).await?;
+    let _registered = scopeguard_delete(format!("{ns}-no-downscale"));
+    apply_yaml(&client, &ns, &guarded_stateful_set(3)).await?;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let to = |n: i32| Patch::Merge(serde_json::json!({"spec": {"replicas": n}}));
+    eventually(
+        "the webhook refuses a downscale through the Service",
+        Duration::from_secs(60),
+        || async {
+            match sts.patch("guarded", &dry_run, &to(1)).await {
+                Err(e) if e.to_string().contains("is not allowed") => Ok(Some(())),
+                // Not called yet (configuration not active, CA not injected): say why.
+                Err(e) => Err(e.into()),
+                Ok(_) => Ok(None),
+            }
+        },
+    )
+    .await
+    .with_context(|| {
+        replicas
+            .iter()
+            .map(|r| r.logs())
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
+
+    let started = std::time::Instant::now();
+    let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(256));
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / RATE));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut calls = tokio::task::JoinSet::new();
+    let mut terminated: Option<(usize, std::time::Instant)> = None;
+    let mut sent = 0u64;
+    while sent < RATE * SECONDS {
+        tick.tick().await;
+        if terminated.is_none() && started.elapsed() >= TERMINATE_AFTER {
+            let counts = [served(&replicas[0]).await?, served(&replicas[1]).await?];
+            let busy = usize::from(counts[1] > counts[0]);
+            // The kubelet's part and the endpoints controller's, at the same moment.
+            apply_yaml(&client, &ns, &slice(busy, true)).await?;
+            replicas[busy].signal("TERM");
+            eprintln!("terminated replica {busy} after it served {counts:?} reviews");
+            terminated = Some((busy, std::time::Instant::now()));
+        }
+        let permit = semaphore.clone().acquire_owned().await?;
+        let (sts, dry_run) = (sts.clone(), dry_run.clone());
+        let downscale = sent % 2 == 1;
+        calls.spawn(async move {
+            let at = std::time::Instant::now();
+            let result = sts
+                .patch("guarded", &dry_run, &to(if downscale { 1 } else { 4 }))
+                .await;
+            drop(permit);
+            (at, downscale, result.map(|_| ()).map_err(|e| e.to_string()))
+        });
+        sent += 1;
+    }
+    let mut failures = Vec::new();
+    let mut after_termination = 0usize;
+    let (busy, terminated_at) = terminated.context("no replica was terminated")?;
+    while let Some(joined) = calls.join_next().await {
+        let (at, downscale, result) = joined?;
+        if at >= terminated_at {
+            after_termination += 1;
+        }
+        match (downscale, result) {
+            (true, Err(e)) if e.contains("is not allowed because it has the label") => {}
+            (false, Ok(())) => {}
+            (downscale, outcome) => failures.push(format!(
+                "{} at {:.2} s: {outcome:?}",
+                if downscale { "downscale" } else { "upscale" },
+                at.duration_since(started).as_secs_f64()
+            )),
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let survivor_count = served(&replicas[1 - busy]).await?;
+    let exit = replicas[busy].wait_exit_blocking(Duration::from_secs(10));
+    eprintln!(
+        "{sent} reviews in {elapsed:.1} s ({:.0}/s), {after_termination} sent after the termination, the survivor served {survivor_count}; {} failed",
+        sent as f64 / elapsed,
+        failures.len()
+    );
+    assert!(failures.is_empty(), "failed admissions: {failures:#?}");
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "the terminated replica exits 0 within 10 s: {exit:?}"
+    );
+    assert!(
+        after_termination > 1000,
+        "traffic went on after the termination: {after_termination}"
+    );
+    Ok(())
+}
+
+/// How many no-downscale reviews a webhook replica has answered.
+async fn served(replica: &strata_e2e::services::ServiceProcess) -> Result<f64> {
+    replica
+        .metric(
+            "admission_webhook_request_duration_seconds_count",
+            &["admission_no_downscale"],
+        )
+        .await
+}
+
+/// Deletes a cluster-scoped ValidatingWebhookConfiguration when dropped (also when the test
+/// fails half-way: a leftover configuration would guard a namespace nobody serves).
+fn scopeguard_delete(name: String) -> impl Drop {
+    struct Delete(String);
+    impl Drop for Delete {
+        fn drop(&mut self) {
+            let _ = cluster()
+                .kubectl()
+                .args([
+                    "delete",
+                    "validatingwebhookconfiguration",
+                    &self.0,
+                    "--ignore-not-found",
+                ])
+                .output();
+        }
+    }
+    Delete(name)
 }

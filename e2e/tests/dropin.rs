@@ -16,8 +16,8 @@ use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{
-    TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
-    pod_ready,
+    TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, host_address, http_get,
+    parse_openmetrics, pod_ready,
 };
 
 /// The anchor's ports: admin HTTP (no `-server.port` given) and the webhooks' TLS port.
@@ -212,16 +212,6 @@ async fn stand_in_pods() -> Result<(String, std::sync::Arc<std::sync::Mutex<Vec<
     let address = listener.local_addr()?.to_string();
     tokio::spawn(async move { axum::serve(listener, app).await });
     Ok((address, seen))
-}
-
-/// This host's first non-loopback IPv4 address (endpoints may not be loopback).
-fn host_address() -> Result<String> {
-    let socket = std::net::UdpSocket::bind("0.0.0.0:0")?;
-    // No packet is sent: connecting a UDP socket only picks the outgoing interface.
-    socket.connect("192.0.2.1:9")?;
-    let ip = socket.local_addr()?.ip();
-    anyhow::ensure!(!ip.is_loopback(), "no non-loopback address on this host");
-    Ok(ip.to_string())
 }
 
 /// A kubeconfig for the ServiceAccount's token: the operator runs with the anchor Role's

@@ -14,7 +14,8 @@ use kube::api::{Patch, PatchParams};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, start_admission_webhook};
 use strata_e2e::support::{
-    TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, pod_ready,
+    STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually,
+    pod_ready, webhook_configuration,
 };
 
 fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
@@ -23,42 +24,18 @@ fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
     start_admission_webhook(ns, &format!("127.0.0.1:{tls_port}"), &args)
 }
 
-/// A webhook configuration for `path`, labelled for CA injection, created without a caBundle.
+/// A webhook configuration for `path` of the server on `port`, labelled for CA injection,
+/// created without a caBundle.
 fn configuration(kind: &str, name: &str, ns: &str, port: u16, path: &str, rules: &str) -> String {
-    format!(
-        r#"apiVersion: admissionregistration.k8s.io/v1
-kind: {kind}
-metadata:
-  name: {name}
-  labels:
-    grafana.com/inject-rollout-operator-ca: "true"
-    grafana.com/namespace: {ns}
-webhooks:
-- name: {path_name}.strata.dev
-  admissionReviewVersions: ["v1"]
-  sideEffects: {side_effects}
-  failurePolicy: Fail
-  timeoutSeconds: 10
-  clientConfig:
-    url: https://127.0.0.1:{port}{path}
-  namespaceSelector:
-    matchLabels: {{kubernetes.io/metadata.name: {ns}}}
-  rules:
-{rules}
-"#,
-        path_name = path.trim_start_matches("/admission/"),
-        side_effects = if kind == "MutatingWebhookConfiguration" {
-            "NoneOnDryRun"
-        } else {
-            "None"
-        },
+    webhook_configuration(
+        kind,
+        name,
+        ns,
+        path.trim_start_matches("/admission/"),
+        &format!("{{url: \"https://127.0.0.1:{port}{path}\"}}"),
+        rules,
     )
 }
-
-const STS_RULES: &str = r#"  - apiGroups: [apps]
-    apiVersions: [v1]
-    operations: [UPDATE]
-    resources: [statefulsets, statefulsets/scale]"#;
 
 /// A webhook configuration registered for one test: created, waited for its injected CA, and
 /// deleted when dropped (also when the test fails half-way).
@@ -236,7 +213,7 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
         &name,
         port,
         "/admission/no-downscale",
-        STS_RULES,
+        STATEFULSET_UPDATE_RULES,
     )
     .await?;
 
@@ -369,7 +346,7 @@ async fn register_prepare_downscale(
         name,
         port,
         "/admission/prepare-downscale",
-        STS_RULES,
+        STATEFULSET_UPDATE_RULES,
     )
     .await?;
     apply_yaml(
@@ -522,7 +499,7 @@ async fn concurrent_zone_downscales_through_two_replicas_let_exactly_one_through
         let kind = "MutatingWebhookConfiguration";
         let name = format!("{}-race-{zone}", ns.name);
         let path = "/admission/prepare-downscale";
-        let mut yaml = configuration(kind, &name, &ns.name, port, path, STS_RULES);
+        let mut yaml = configuration(kind, &name, &ns.name, port, path, STATEFULSET_UPDATE_RULES);
         // Each configuration only sees its own zone (by the StatefulSet's labels, so the
         // downscales below patch the object rather than its /scale subresource).
         yaml.push_str(&format!(
@@ -649,7 +626,7 @@ async fn under_traffic(
         &name,
         port,
         "/admission/no-downscale",
-        STS_RULES,
+        STATEFULSET_UPDATE_RULES,
     )
     .await?;
     apply_yaml(&client, &ns.name, &sts("traffic", "", "")).await?;

@@ -199,7 +199,7 @@ async fn contend(
     tx.send_replace(false);
     // release() is a no-op unless we hold the Lease, so call it whatever we last observed:
     // a renewal may have succeeded in the instant before the stop.
-    match tokio::time::timeout(Duration::from_secs(3), manager.release()).await {
+    match tokio::time::timeout(Duration::from_secs(2), manager.release()).await {
         Ok(Ok(())) => tracing::info!(%lease, %identity, "stepped down"),
         Ok(Err(e)) => tracing::warn!(%lease, error = %e, "releasing leader lease failed"),
         Err(_) => tracing::warn!(%lease, "releasing leader lease timed out"),

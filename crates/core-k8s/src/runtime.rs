@@ -101,8 +101,18 @@ impl Runtime {
             });
         }
         let prefix = crate::metrics::metric_prefix(service);
+        let mut config = crate::client::config(&args).await?;
+        // Named in the API server's audit log and request metrics as `strata-<service>/<version>`
+        // (client-go names its binaries the same way); without it every request is anonymous.
+        config.headers.push((
+            http::header::USER_AGENT,
+            http::HeaderValue::from_str(&user_agent(service)).map_err(|_| Error::InvalidFlag {
+                flag: "service",
+                reason: format!("{service:?} is not a valid User-Agent"),
+            })?,
+        ));
         let client_parts = ClientParts {
-            config: crate::client::config(&args).await?,
+            config,
             metrics: ApiClientMetrics::register(&prefix, registry),
         };
         let client = client_parts.build(&args)?;
@@ -249,6 +259,11 @@ struct StartParts {
     admin_stop: CancellationToken,
     lease_task: Option<JoinHandle<()>>,
     lease_stop: CancellationToken,
+}
+
+/// The User-Agent of a service's requests: `strata-<service>/<version>`.
+pub fn user_agent(service: &str) -> String {
+    format!("strata-{service}/{}", env!("CARGO_PKG_VERSION"))
 }
 
 impl ClientParts {

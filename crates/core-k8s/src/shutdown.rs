@@ -24,8 +24,9 @@ impl Stage {
     /// The most a stage may take. Together: 9 s, under the 10 s we promise.
     pub fn budget(self) -> Duration {
         match self {
-            Stage::StopControllers => Duration::from_secs(4),
-            Stage::ReleaseLease => Duration::from_secs(3),
+            // The admission server keeps accepting for --shutdown-delay (≤ 3 s), then drains 2 s.
+            Stage::StopControllers => Duration::from_secs(5),
+            Stage::ReleaseLease => Duration::from_secs(2),
             Stage::DrainHttp => Duration::from_secs(1),
             Stage::FlushTelemetry => Duration::from_secs(1),
         }

@@ -85,6 +85,27 @@ pub struct WebhookArgs {
     /// configurations' `timeoutSeconds` (10 s by default).
     #[arg(long, default_value = "10s", value_parser = core_k8s::args::parse_duration)]
     pub request_timeout: Duration,
+    /// On SIGTERM, keep accepting reviews this long (reporting not ready on `/readyz`) before
+    /// the server stops accepting and drains: a terminating pod's endpoint leaves kube-apiserver's
+    /// view only some time after the signal, and a connection refused in between is a failed
+    /// admission under `failurePolicy: Fail`. At most 3 s (the shutdown stays within 10 s).
+    #[arg(long, default_value = "2s", value_parser = shutdown_delay)]
+    pub shutdown_delay: Duration,
+}
+
+/// The most `--shutdown-delay` may be: with the 2 s drain after it, serving stops within the
+/// controllers' 5 s share of the shutdown.
+pub const MAX_SHUTDOWN_DELAY: Duration = Duration::from_secs(3);
+
+fn shutdown_delay(value: &str) -> Result<Duration, String> {
+    let delay = core_k8s::args::parse_duration(value).map_err(|e| e.to_string())?;
+    if delay > MAX_SHUTDOWN_DELAY {
+        return Err(format!(
+            "must be at most {}s (shutdown completes within 10 s)",
+            MAX_SHUTDOWN_DELAY.as_secs()
+        ));
+    }
+    Ok(delay)
 }
 
 /// The certificate bundle from the Secret (issued or renewed as needed), retried until it is
@@ -225,7 +246,26 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         handler_timeout: server::handler_timeout(args.request_timeout),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
-    let serving = server::serve(args.tls_address, tls, app, ctx.shutdown.clone());
+    // The server outlives the shutdown signal by --shutdown-delay (see the flag), not ready
+    // from the signal on.
+    let serving_stop = tokio_util::sync::CancellationToken::new();
+    {
+        let (shutdown, serving_stop, delay) = (
+            ctx.shutdown.clone(),
+            serving_stop.clone(),
+            args.shutdown_delay,
+        );
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            ready.not_ready();
+            if !delay.is_zero() {
+                tracing::info!(?delay, "still accepting reviews before stopping");
+                tokio::time::sleep(delay).await;
+            }
+            serving_stop.cancel();
+        });
+    }
+    let serving = server::serve(args.tls_address, tls, app, serving_stop);
     let injecting = async {
         // With a provided certificate there is no CA of ours to inject.
         if args.inject_ca_bundle && args.tls_cert_file.is_none() {

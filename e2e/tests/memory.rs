@@ -1,0 +1,212 @@
+//! Memory with 5,000 watched objects: every service's peak resident memory stays under the
+//! limit the Helm chart documents for it (`helm/strata/values.yaml`,
+//! `<service>.resources.limits.memory`) while it watches 5,000 objects of its own kind:
+//!
+//! - rollout-operator: 5,000 pods in its namespace (its pod watch caches every one of them);
+//! - layer-controller: five layers of 1,000 ConfigMaps each, applied, inventoried and
+//!   health-checked (5,000 objects it owns);
+//! - drift-observer: the same 5,000 objects, each compared with its manifest;
+//! - admission-webhook: it watches only its own labelled webhook configurations, whatever the
+//!   cluster holds; measured here under the same cluster, and under hostile load in
+//!   `webhook_robustness.rs`.
+//!
+//! Peak is `VmHWM` of `/proc/<pid>/status`: the most the process ever held, not a sample.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams, PostParams};
+use strata_e2e::flux::{configmap_layer, configmap_yaml, install_layer_crds, layer_status};
+use strata_e2e::plane::free_port;
+use strata_e2e::services::{ServiceProcess, delete_layers_then_stop, start_admission_webhook};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+
+const OBJECTS: usize = 5_000;
+const LAYERS: usize = 5;
+
+/// The chart's documented memory limit of a service, in bytes.
+fn documented_limit(values_key: &str) -> Result<u64> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/strata/values.yaml");
+    let values: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)?;
+    let limit = values[values_key]["resources"]["limits"]["memory"]
+        .as_str()
+        .with_context(|| format!("{values_key}.resources.limits.memory in {}", path.display()))?;
+    let (number, unit) = limit.split_at(
+        limit
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(limit.len()),
+    );
+    let scale = match unit {
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ki" => 1 << 10,
+        other => anyhow::bail!("unexpected unit {other:?} in {limit}"),
+    };
+    Ok(number.parse::<u64>()? * scale)
+}
+
+/// Peak and current resident memory of a process, in bytes (`VmHWM`, `VmRSS`).
+fn memory(process: &ServiceProcess) -> Result<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid()))?;
+    let field = |name: &str| -> Result<u64> {
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .with_context(|| format!("{name} of {}", process.pid()))?;
+        Ok(kib * 1024)
+    };
+    Ok((field("VmHWM:")?, field("VmRSS:")?))
+}
+
+fn pod(ns: &str, i: usize) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "name": format!("watched-{i:04}"),
+            "namespace": ns,
+            "labels": {"app": "watched", "rollout-group": "watched", "index": i.to_string()},
+        },
+        "spec": {
+            // No scheduler takes it: the pod stays Pending, only its object matters.
+            "schedulerName": "strata-e2e-nobody",
+            "containers": [{"name": "app", "image": "example.invalid/watched:1"}],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn every_service_stays_under_its_documented_limit_with_5000_watched_objects() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "memory").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+
+    let selector = format!("strata-e2e/suite={ns}");
+    let logs = std::env::temp_dir().join("strata-e2e-logs");
+    let start = |service: &str, extra: &[&str]| {
+        let admin = format!("127.0.0.1:{}", free_port()?);
+        let mut args = vec!["--admin-address", admin.as_str(), "--leader-elect=false"];
+        args.extend_from_slice(extra);
+        ServiceProcess::spawn_blocking(
+            &strata_e2e::services::bin_dir().join(service),
+            cluster().kubeconfig(),
+            &args,
+            &logs,
+        )
+    };
+    let layer_args = [
+        "--layer-selector",
+        selector.as_str(),
+        "--default-source-namespace",
+        ns.as_str(),
+    ];
+    let layers = start("layer-controller", &layer_args)?;
+    let observer = start("drift-observer", &layer_args)?;
+    let rollouts = start("rollout-operator", &["--watch-namespace", &ns])?;
+    let tls = format!("127.0.0.1:{}", free_port()?);
+    let webhook = start_admission_webhook(&ns, &tls, &[])?;
+
+    // 5,000 pods for the rollout-operator's watch, 32 creations at a time.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    futures::stream::iter(0..OBJECTS)
+        .map(|i| {
+            let pods = pods.clone();
+            let pod = pod(&ns, i);
+            async move { pods.create(&PostParams::default(), &pod).await }
+        })
+        .buffer_unordered(32)
+        .try_collect::<Vec<_>>()
+        .await?;
+
+    // 5,000 ConfigMaps in five layers for the layer-controller and the drift-observer.
+    let per_layer = OBJECTS / LAYERS;
+    let names: Vec<String> = (0..LAYERS).map(|l| format!("{ns}-many-{l}")).collect();
+    for l in 0..LAYERS {
+        let items: Vec<String> = (0..per_layer)
+            .map(|i| configmap_yaml(&ns, &format!("many-{l}-{i:04}"), ""))
+            .collect();
+        apply_yaml(
+            &client,
+            &ns,
+            &configmap_layer(
+                &ns,
+                &format!("many-{l}"),
+                "300s",
+                &[("items.yaml", items.join("---\n"))],
+            ),
+        )
+        .await?;
+    }
+    for name in &names {
+        eventually(
+            &format!("{name} Deployed"),
+            Duration::from_secs(300),
+            || async {
+                Ok((layer_status(&client, name).await?["state"] == "Deployed").then_some(()))
+            },
+        )
+        .await
+        .with_context(|| layers.logs())?;
+    }
+    // The observer has compared every object; the operator has every pod in its cache (it
+    // reports each group it sees; the pods carry one).
+    eventually(
+        "the observer observes every object",
+        Duration::from_secs(120),
+        || async {
+            let observed = observer
+                .metric("drift_observer_objects_observed", &[])
+                .await?;
+            Ok((observed >= OBJECTS as f64).then_some(()))
+        },
+    )
+    .await
+    .with_context(|| observer.logs())?;
+    let listed = pods
+        .list(&ListParams::default().labels("app=watched"))
+        .await?
+        .items
+        .len();
+    ensure!(listed == OBJECTS, "{listed} pods");
+    // Let a few periodic rounds of every service go by with everything in place.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+
+    let mut report = Vec::new();
+    let mut over = Vec::new();
+    for (service, key, process) in [
+        ("layer-controller", "layerController", &layers),
+        ("drift-observer", "driftObserver", &observer),
+        ("rollout-operator", "rolloutOperator", &rollouts),
+        ("admission-webhook", "admissionWebhook", &webhook),
+    ] {
+        let limit = documented_limit(key)?;
+        let (peak, now) = memory(process)?;
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        report.push(format!(
+            "{service}: peak {:.1} MiB, now {:.1} MiB, limit {:.0} MiB",
+            mib(peak),
+            mib(now),
+            mib(limit)
+        ));
+        if peak >= limit {
+            over.push(service);
+        }
+    }
+    eprintln!("with {OBJECTS} watched objects:\n{}", report.join("\n"));
+    drop(rollouts);
+    drop(webhook);
+    drop(observer);
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    delete_layers_then_stop(&refs, layers);
+    ensure!(
+        over.is_empty(),
+        "over the documented limit: {over:?}\n{}",
+        report.join("\n")
+    );
+    Ok(())
+}
