@@ -296,3 +296,35 @@ fn non_empty(value: &str) -> Result<String, String> {
     }
     Ok(value.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        webhook: WebhookArgs,
+    }
+
+    #[test]
+    fn the_shutdown_delay_defaults_to_two_seconds_and_keeps_the_stop_within_ten() {
+        let delay = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("admission-webhook").chain(args.iter().copied()))
+                .map(|cli| cli.webhook.shutdown_delay)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(delay(&[]), Ok(Duration::from_secs(2)));
+        assert_eq!(delay(&["--shutdown-delay", "0s"]), Ok(Duration::ZERO));
+        assert_eq!(delay(&["--shutdown-delay", "3s"]), Ok(MAX_SHUTDOWN_DELAY));
+        let refused = delay(&["--shutdown-delay", "4s"]).unwrap_err();
+        assert!(refused.contains("at most 3s"), "{refused}");
+        // With the 2 s drain after it, serving ends within the controllers' share of the stop.
+        assert!(
+            MAX_SHUTDOWN_DELAY + Duration::from_secs(2)
+                <= core_k8s::shutdown::Stage::StopControllers.budget()
+        );
+    }
+}
