@@ -112,6 +112,87 @@ pub fn record_patch(holder: &StatefulSet, zpdb: &str, pod: &str, now: Timestamp)
     }})
 }
 
+/// What a successful [`claim`] decided, and the record it wrote, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claimed {
+    pub allowed: Allowed,
+    /// The entry written on the budget's holder; `None` when the pod needed no record.
+    pub record: Option<Recorded>,
+}
+
+/// One eviction entry a [`claim`] wrote: pod `pod` under budget `zpdb` on StatefulSet
+/// `holder`, at `at`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    pub holder: String,
+    pub zpdb: String,
+    pub pod: String,
+    pub at: Timestamp,
+}
+
+/// The merge patch taking `record` back off `holder` (guarded by its resourceVersion), or
+/// `None` when the entry is no longer there as written: expired, or written again since by
+/// another eviction of the same pod, which is not ours to take back.
+pub fn release_patch(holder: &StatefulSet, record: &Recorded) -> Option<Value> {
+    let mut all = holder
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(RECORD))
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .and_then(|v| v.as_object().cloned())?;
+    let entries = all.get_mut(&record.zpdb)?.as_object_mut()?;
+    if entries.get(&record.pod)?.as_str() != Some(record.at.to_string().as_str()) {
+        return None;
+    }
+    entries.remove(&record.pod);
+    if entries.is_empty() {
+        all.remove(&record.zpdb);
+    }
+    Some(json!({"metadata": {
+        "resourceVersion": holder.metadata.resource_version,
+        "annotations": {RECORD: Value::Object(all).to_string()},
+    }}))
+}
+
+/// Takes back an eviction [`claim`] recorded for a deletion that then did not happen (the pod
+/// changed since it was read, say): otherwise the still-running pod would count as evicted
+/// against its budget for up to [`TTL`], refusing other zones' evictions meanwhile.
+pub async fn release(client: &Client, namespace: &str, record: &Recorded) -> Result<(), String> {
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    for _ in 0..ATTEMPTS {
+        let holder = match sts_api.get_opt(&record.holder).await {
+            Ok(Some(holder)) => holder,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(format!("reading StatefulSet {}: {e}", record.holder)),
+        };
+        let Some(patch) = release_patch(&holder, record) else {
+            return Ok(());
+        };
+        match sts_api
+            .patch(
+                &record.holder,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(e) => {
+                return Err(format!(
+                    "taking the eviction of {} back off StatefulSet {}: {e}",
+                    record.pod, record.holder
+                ));
+            }
+        }
+    }
+    Err(format!(
+        "the eviction record on StatefulSet {} stayed contended for {ATTEMPTS} attempts",
+        record.holder
+    ))
+}
+
 /// Why a claim was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -147,8 +228,12 @@ pub async fn claim(
     mut observed: Observed,
     override_max: Option<i64>,
     own_recent: &[String],
-) -> Result<Allowed, Refusal> {
+) -> Result<Claimed, Refusal> {
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
+    let unrecorded = |allowed| Claimed {
+        allowed,
+        record: None,
+    };
     for attempt in 0..ATTEMPTS {
         if attempt > 0 {
             observed = list(client, namespace)
@@ -166,10 +251,10 @@ pub async fn claim(
             .find(|p| p.metadata.name.as_deref() == Some(pod_name))
             .cloned()
         else {
-            return Ok(Allowed::NotRunning); // gone already: nothing left to disrupt
+            return Ok(unrecorded(Allowed::NotRunning)); // gone already: nothing left to disrupt
         };
         if zpdb::not_running(&pod) {
-            return Ok(Allowed::NotRunning);
+            return Ok(unrecorded(Allowed::NotRunning));
         }
         // One budget with a holder is recorded; otherwise (out of scope, several budgets —
         // which `decide` reports — or no StatefulSet selected) there is nothing to record.
@@ -181,6 +266,7 @@ pub async fn claim(
         };
         let Some((budget, holder)) = recordable else {
             return zpdb::decide(&pod, &observed, &zpdbs, override_max, Timestamp::now())
+                .map(unrecorded)
                 .map_err(Refusal::Denied);
         };
         let now = Timestamp::now();
@@ -199,7 +285,17 @@ pub async fn claim(
             )
             .await
         {
-            Ok(_) => return Ok(allowed),
+            Ok(_) => {
+                return Ok(Claimed {
+                    allowed,
+                    record: Some(Recorded {
+                        holder: name(&holder).to_string(),
+                        zpdb: budget.name.clone(),
+                        pod: pod_name.to_string(),
+                        at: now,
+                    }),
+                });
+            }
             Err(kube::Error::Api(status)) if status.code == 409 => continue,
             Err(e) => {
                 return Err(Refusal::Unavailable(format!(
@@ -327,5 +423,65 @@ mod tests {
             json!({"ingester": {"a-1": "2026-11-23T10:01:00Z", "b-0": "2026-11-23T10:02:00Z"},
                 "other": {"x-0": "2026-11-23T10:01:00Z"}})
         );
+    }
+
+    #[test]
+    fn a_claim_not_acted_on_is_taken_back_and_nothing_else() {
+        let now = at("2026-11-23T10:02:00Z");
+        let holder = sts(
+            "ingester-zone-a",
+            Some(json!({"ingester": {"a-1": "2026-11-23T10:01:00Z"},
+                "other": {"x-0": "2026-11-23T10:01:00Z"}})),
+        );
+        let written: Value = serde_json::from_str(
+            record_patch(&holder, "ingester", "b-0", now)["metadata"]["annotations"][RECORD]
+                .as_str()
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        let claimed = sts("ingester-zone-a", Some(written));
+        let record = |pod: &str, zpdb: &str, at: Timestamp| Recorded {
+            holder: "ingester-zone-a".into(),
+            zpdb: zpdb.into(),
+            pod: pod.into(),
+            at,
+        };
+        let patch = release_patch(&claimed, &record("b-0", "ingester", now))
+            .unwrap_or_else(|| panic!("b-0 is recorded as claimed"));
+        assert_eq!(patch["metadata"]["resourceVersion"], "42");
+        let left: Value = serde_json::from_str(
+            patch["metadata"]["annotations"][RECORD]
+                .as_str()
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            left,
+            json!({"ingester": {"a-1": "2026-11-23T10:01:00Z"},
+                "other": {"x-0": "2026-11-23T10:01:00Z"}}),
+            "only the claim is taken back"
+        );
+        // Written again since (another eviction of the same pod), or never there: not ours.
+        let later = at("2026-11-23T10:02:05Z");
+        assert_eq!(
+            release_patch(&claimed, &record("b-0", "ingester", later)),
+            None
+        );
+        assert_eq!(
+            release_patch(&claimed, &record("c-0", "ingester", now)),
+            None
+        );
+        assert_eq!(
+            release_patch(&claimed, &record("b-0", "missing", now)),
+            None
+        );
+        // The last entry of a budget takes the budget's key with it.
+        let only = sts(
+            "ingester-zone-a",
+            Some(json!({"ingester": {"b-0": now.to_string()}})),
+        );
+        let patch = release_patch(&only, &record("b-0", "ingester", now))
+            .unwrap_or_else(|| panic!("b-0 is recorded"));
+        assert_eq!(patch["metadata"]["annotations"][RECORD], "{}");
     }
 }

@@ -265,7 +265,13 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             serving_stop.cancel();
         });
     }
-    let serving = server::serve(args.tls_address, tls, app, serving_stop);
+    let serving = server::serve(
+        args.tls_address,
+        tls,
+        app,
+        ctx.shutdown.clone(),
+        serving_stop,
+    );
     let injecting = async {
         // With a provided certificate there is no CA of ours to inject.
         if args.inject_ca_bundle && args.tls_cert_file.is_none() {

@@ -426,11 +426,25 @@ pub fn router(app: Arc<App>) -> Router {
     core_k8s::http_metrics::instrument(routes, app.http_metrics.clone())
 }
 
-/// Serves until `stop`, draining in-flight requests for up to 2 s.
+/// Marks an HTTP/1.1 answer as the last on its connection.
+fn close_after(response: &mut Response) {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+}
+
+/// Serves until `stop`, draining in-flight requests for up to 2 s. Once `draining` fires
+/// (the shutdown signal, before `stop`), every HTTP/1.1 answer says `Connection: close`: the
+/// client (kube-apiserver keeps a pool of keep-alive connections to each webhook) closes that
+/// connection after reading it and dials again, through the endpoints, which no longer list this
+/// replica. Closing idle connections only at `stop` instead would race a request sent on one
+/// at that instant, which fails as a broken pipe (a POST is not resent).
 pub async fn serve(
     address: SocketAddr,
     tls: RustlsConfig,
     app: Arc<App>,
+    draining: tokio_util::sync::CancellationToken,
     stop: tokio_util::sync::CancellationToken,
 ) -> std::io::Result<()> {
     let handle = axum_server::Handle::new();
@@ -446,6 +460,22 @@ pub async fn serve(
     axum_server::bind(address)
         .acceptor(acceptor)
         .handle(handle)
-        .serve(router(app).into_make_service())
+        .serve(
+            router(app)
+                .layer(axum::middleware::from_fn(
+                    move |request: axum::extract::Request, next: axum::middleware::Next| {
+                        let draining = draining.clone();
+                        async move {
+                            let http1 = request.version() < axum::http::Version::HTTP_2;
+                            let mut response = next.run(request).await;
+                            if http1 && draining.is_cancelled() {
+                                close_after(&mut response);
+                            }
+                            response
+                        }
+                    },
+                ))
+                .into_make_service(),
+        )
         .await
 }

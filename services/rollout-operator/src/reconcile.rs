@@ -654,6 +654,7 @@ async fn execute(
             .find(|p| p.metadata.name.as_deref() == Some(name))
             .map(|p| &p.metadata);
         let uid = seen.and_then(|m| m.uid.clone());
+        let mut claimed = None;
         if let Some(override_max) = plan.budget_overrides.get(key) {
             // The plan judged the budget on cached state; the claim judges it again against
             // every eviction recorded meanwhile (drains, other replicas) and records this one.
@@ -667,7 +668,10 @@ async fn execute(
             )
             .await
             {
-                Ok(allowed) => metrics.zpdb.observe_eviction(allowed.reason(), 200),
+                Ok(claim) => {
+                    metrics.zpdb.observe_eviction(claim.allowed.reason(), 200);
+                    claimed = claim.record;
+                }
                 Err(refusal) => {
                     let denial = refusal.into_denial();
                     metrics.zpdb.observe_eviction(denial.reason, denial.code);
@@ -680,7 +684,16 @@ async fn execute(
         // the next reconcile decides again on fresh state).
         let resource_version = seen.and_then(|m| m.resource_version.clone());
         let params = core_k8s::leader::conditional_delete(uid.clone(), resource_version, None);
-        match pod_api.delete(name, &params).await {
+        let deleted = pod_api.delete(name, &params).await;
+        if let (Err(e), Some(record)) = (&deleted, &claimed)
+            && !matches!(e, kube::Error::Api(status) if status.code == 404)
+        {
+            // Not deleted after all: the pod must not count against its budget as evicted.
+            if let Err(reason) = evictions::release(&ctx.client, namespace, record).await {
+                tracing::warn!(pod = %key, %reason, "the eviction record stays until it expires");
+            }
+        }
+        match deleted {
             Ok(_) => {}
             Err(kube::Error::Api(status)) if status.code == 404 => {}
             Err(kube::Error::Api(status)) if status.code == 409 => {
