@@ -354,6 +354,16 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// The record a patch writes.
+    fn record_of(patch: &Value) -> Value {
+        serde_json::from_str(
+            patch["metadata"]["annotations"][RECORD]
+                .as_str()
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default()
+    }
+
     fn at(t: &str) -> Timestamp {
         t.parse().unwrap_or_default()
     }
@@ -412,12 +422,7 @@ mod tests {
         );
         let patch = record_patch(&holder, "ingester", "b-0", now);
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        let written: Value = serde_json::from_str(
-            patch["metadata"]["annotations"][RECORD]
-                .as_str()
-                .unwrap_or_default(),
-        )
-        .unwrap_or_default();
+        let written: Value = record_of(&patch);
         assert_eq!(
             written,
             json!({"ingester": {"a-1": "2026-11-23T10:01:00Z", "b-0": "2026-11-23T10:02:00Z"},
@@ -433,12 +438,7 @@ mod tests {
             Some(json!({"ingester": {"a-1": "2026-11-23T10:01:00Z"},
                 "other": {"x-0": "2026-11-23T10:01:00Z"}})),
         );
-        let written: Value = serde_json::from_str(
-            record_patch(&holder, "ingester", "b-0", now)["metadata"]["annotations"][RECORD]
-                .as_str()
-                .unwrap_or_default(),
-        )
-        .unwrap_or_default();
+        let written: Value = record_of(&record_patch(&holder, "ingester", "b-0", now));
         let claimed = sts("ingester-zone-a", Some(written));
         let record = |pod: &str, zpdb: &str, at: Timestamp| Recorded {
             holder: "ingester-zone-a".into(),
@@ -449,12 +449,7 @@ mod tests {
         let patch = release_patch(&claimed, &record("b-0", "ingester", now))
             .unwrap_or_else(|| panic!("b-0 is recorded as claimed"));
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        let left: Value = serde_json::from_str(
-            patch["metadata"]["annotations"][RECORD]
-                .as_str()
-                .unwrap_or_default(),
-        )
-        .unwrap_or_default();
+        let left: Value = record_of(&patch);
         assert_eq!(
             left,
             json!({"ingester": {"a-1": "2026-11-23T10:01:00Z"},
