@@ -40,19 +40,21 @@ pub fn holder<'a>(zpdb: &Zpdb, stateful_sets: &'a [StatefulSet]) -> Option<&'a S
         .min_by(|a, b| name(a).cmp(name(b)))
 }
 
-/// The unexpired evictions recorded for `zpdb` on `holder`.
-pub fn recorded(holder: &StatefulSet, zpdb: &str, now: Timestamp) -> BTreeMap<String, Timestamp> {
-    let Some(text) = holder
+/// Every budget's entries recorded on `holder`, as written (expired ones included).
+fn record_of(holder: &StatefulSet) -> serde_json::Map<String, Value> {
+    holder
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(RECORD))
-    else {
-        return BTreeMap::new();
-    };
-    let Ok(Value::Object(all)) = serde_json::from_str::<Value>(text) else {
-        return BTreeMap::new();
-    };
+        .and_then(|t| serde_json::from_str::<Value>(t).ok())
+        .and_then(|v| v.as_object().cloned())
+        .unwrap_or_default()
+}
+
+/// The unexpired evictions recorded for `zpdb` on `holder`.
+pub fn recorded(holder: &StatefulSet, zpdb: &str, now: Timestamp) -> BTreeMap<String, Timestamp> {
+    let all = record_of(holder);
     let ttl = jiff::SignedDuration::try_from(TTL).unwrap_or(jiff::SignedDuration::ZERO);
     all.get(zpdb)
         .and_then(Value::as_object)
@@ -89,27 +91,25 @@ pub fn still_evicted(record: &BTreeMap<String, Timestamp>, pods: &[Pod]) -> Vec<
         .collect()
 }
 
+/// The merge patch writing `all` as `holder`'s record, guarded by its resourceVersion.
+fn guarded_record_patch(holder: &StatefulSet, all: serde_json::Map<String, Value>) -> Value {
+    json!({"metadata": {
+        "resourceVersion": holder.metadata.resource_version,
+        "annotations": {RECORD: Value::Object(all).to_string()},
+    }})
+}
+
 /// The merge patch recording `pod` for `zpdb` on `holder`: guarded by the holder's
 /// resourceVersion, expired entries dropped.
 pub fn record_patch(holder: &StatefulSet, zpdb: &str, pod: &str, now: Timestamp) -> Value {
-    let mut all = holder
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(RECORD))
-        .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .and_then(|v| v.as_object().cloned())
-        .unwrap_or_default();
+    let mut all = record_of(holder);
     let mut entries: serde_json::Map<String, Value> = recorded(holder, zpdb, now)
         .into_iter()
         .map(|(p, at)| (p, json!(at.to_string())))
         .collect();
     entries.insert(pod.to_string(), json!(now.to_string()));
     all.insert(zpdb.to_string(), Value::Object(entries));
-    json!({"metadata": {
-        "resourceVersion": holder.metadata.resource_version,
-        "annotations": {RECORD: Value::Object(all).to_string()},
-    }})
+    guarded_record_patch(holder, all)
 }
 
 /// What a successful [`claim`] decided, and the record it wrote, if any.
@@ -134,13 +134,7 @@ pub struct Recorded {
 /// `None` when the entry is no longer there as written: expired, or written again since by
 /// another eviction of the same pod, which is not ours to take back.
 pub fn release_patch(holder: &StatefulSet, record: &Recorded) -> Option<Value> {
-    let mut all = holder
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(RECORD))
-        .and_then(|t| serde_json::from_str::<Value>(t).ok())
-        .and_then(|v| v.as_object().cloned())?;
+    let mut all = record_of(holder);
     let entries = all.get_mut(&record.zpdb)?.as_object_mut()?;
     if entries.get(&record.pod)?.as_str() != Some(record.at.to_string().as_str()) {
         return None;
@@ -149,10 +143,7 @@ pub fn release_patch(holder: &StatefulSet, record: &Recorded) -> Option<Value> {
     if entries.is_empty() {
         all.remove(&record.zpdb);
     }
-    Some(json!({"metadata": {
-        "resourceVersion": holder.metadata.resource_version,
-        "annotations": {RECORD: Value::Object(all).to_string()},
-    }}))
+    Some(guarded_record_patch(holder, all))
 }
 
 /// Takes back an eviction [`claim`] recorded for a deletion that then did not happen (the pod
@@ -355,7 +346,7 @@ mod tests {
     }
 
     /// The record a patch writes.
-    fn record_of(patch: &Value) -> Value {
+    fn written_by(patch: &Value) -> Value {
         serde_json::from_str(
             patch["metadata"]["annotations"][RECORD]
                 .as_str()
@@ -422,7 +413,7 @@ mod tests {
         );
         let patch = record_patch(&holder, "ingester", "b-0", now);
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        let written: Value = record_of(&patch);
+        let written: Value = written_by(&patch);
         assert_eq!(
             written,
             json!({"ingester": {"a-1": "2026-11-23T10:01:00Z", "b-0": "2026-11-23T10:02:00Z"},
@@ -438,7 +429,7 @@ mod tests {
             Some(json!({"ingester": {"a-1": "2026-11-23T10:01:00Z"},
                 "other": {"x-0": "2026-11-23T10:01:00Z"}})),
         );
-        let written: Value = record_of(&record_patch(&holder, "ingester", "b-0", now));
+        let written: Value = written_by(&record_patch(&holder, "ingester", "b-0", now));
         let claimed = sts("ingester-zone-a", Some(written));
         let record = |pod: &str, zpdb: &str, at: Timestamp| Recorded {
             holder: "ingester-zone-a".into(),
@@ -449,7 +440,7 @@ mod tests {
         let patch = release_patch(&claimed, &record("b-0", "ingester", now))
             .unwrap_or_else(|| panic!("b-0 is recorded as claimed"));
         assert_eq!(patch["metadata"]["resourceVersion"], "42");
-        let left: Value = record_of(&patch);
+        let left: Value = written_by(&patch);
         assert_eq!(
             left,
             json!({"ingester": {"a-1": "2026-11-23T10:01:00Z"},
