@@ -262,7 +262,7 @@ struct StartParts {
 }
 
 /// The User-Agent of a service's requests: `strata-<service>/<version>`.
-pub fn user_agent(service: &str) -> String {
+fn user_agent(service: &str) -> String {
     format!("strata-{service}/{}", env!("CARGO_PKG_VERSION"))
 }
 

@@ -93,6 +93,9 @@ pub struct WebhookArgs {
     pub shutdown_delay: Duration,
 }
 
+/// `--shutdown-delay` unless given (also what the rollout-operator's compatibility mode uses).
+pub const DEFAULT_SHUTDOWN_DELAY: Duration = Duration::from_secs(2);
+
 /// The most `--shutdown-delay` may be: with the 2 s drain after it, serving stops within the
 /// controllers' 5 s share of the shutdown.
 pub const MAX_SHUTDOWN_DELAY: Duration = Duration::from_secs(3);

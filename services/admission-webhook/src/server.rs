@@ -426,14 +426,6 @@ pub fn router(app: Arc<App>) -> Router {
     core_k8s::http_metrics::instrument(routes, app.http_metrics.clone())
 }
 
-/// Marks an HTTP/1.1 answer as the last on its connection.
-fn close_after(response: &mut Response) {
-    response.headers_mut().insert(
-        header::CONNECTION,
-        axum::http::HeaderValue::from_static("close"),
-    );
-}
-
 /// Serves until `stop`, draining in-flight requests for up to 2 s. Once `draining` fires
 /// (the shutdown signal, before `stop`), every HTTP/1.1 answer says `Connection: close`: the
 /// client (kube-apiserver keeps a pool of keep-alive connections to each webhook) closes that
@@ -469,7 +461,11 @@ pub async fn serve(
                             let http1 = request.version() < axum::http::Version::HTTP_2;
                             let mut response = next.run(request).await;
                             if http1 && draining.is_cancelled() {
-                                close_after(&mut response);
+                                // The last answer on this connection.
+                                response.headers_mut().insert(
+                                    header::CONNECTION,
+                                    axum::http::HeaderValue::from_static("close"),
+                                );
                             }
                             response
                         }

@@ -99,7 +99,7 @@ impl CompatArgs {
             zone_tracker_config_map_name: self.zone_tracker_config_map_name.clone(),
             inject_ca_bundle: self.webhook_inject_ca_bundle,
             request_timeout: self.webhook_request_timeout,
-            shutdown_delay: std::time::Duration::from_secs(2),
+            shutdown_delay: admission_webhook::DEFAULT_SHUTDOWN_DELAY,
         }
     }
 }
