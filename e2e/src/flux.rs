@@ -7,14 +7,14 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
-use anyhow::{Result, ensure};
+use anyhow::Result;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use layer_controller::source::{pack, sha256_digest};
 use serde_json::json;
 
-use crate::support::{apply_shipped_crd, apply_upstream_crd, apply_yaml, cluster};
+use crate::support::{apply_shipped_crd, apply_upstream_crd, apply_yaml};
 
 /// Size of every artifact published in this process, by URL (`status.artifact.size`).
 static SIZES: std::sync::LazyLock<Mutex<HashMap<String, u64>>> =
@@ -133,7 +133,7 @@ pub async fn set_artifact(
 
 /// Installs the AddonsLayer CRD and Flux's GitRepository, OCIRepository and Bucket CRDs, and
 /// waits until they are Established (so the next create does not race the API server's
-/// discovery).
+/// discovery). Only through `client`: it works on any cluster, a test's own plane too.
 pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
     apply_shipped_crd(client, ns, "addonslayers.yaml").await?;
     for file in [
@@ -143,23 +143,37 @@ pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
     ] {
         apply_upstream_crd(client, file).await?;
     }
-    let out = cluster()
-        .kubectl()
-        .args([
-            "wait",
-            "--for=condition=Established",
-            "--timeout=30s",
-            "crd/addonslayers.strata.dev",
-            "crd/gitrepositories.source.toolkit.fluxcd.io",
-            "crd/ocirepositories.source.toolkit.fluxcd.io",
-            "crd/buckets.source.toolkit.fluxcd.io",
-        ])
-        .output()?;
-    ensure!(
-        out.status.success(),
-        "CRDs not Established: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    established(
+        client,
+        &[
+            "addonslayers.strata.dev",
+            "gitrepositories.source.toolkit.fluxcd.io",
+            "ocirepositories.source.toolkit.fluxcd.io",
+            "buckets.source.toolkit.fluxcd.io",
+        ],
+    )
+    .await
+}
+
+/// Waits until every CRD named is Established (30 s at most).
+async fn established(client: &Client, names: &[&str]) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in names {
+        crate::support::eventually(
+            &format!("CRD {name} Established"),
+            std::time::Duration::from_secs(30),
+            || async {
+                let crd = crds.get(name).await?;
+                let established = crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+                Ok(established.then_some(()))
+            },
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -85,11 +85,21 @@ pub struct Plane {
     kubeconfig: PathBuf,
     binaries: Binaries,
     api_server: String,
-    children: Vec<(String, Child)>,
-    /// How each component was started (binary, arguments), to start it again in place.
-    commands: Vec<(String, PathBuf, Vec<String>)>,
+    /// The running components, in start order.
+    children: Vec<Component>,
+    /// etcd's client port (what a restart of etcd waits for).
+    etcd_port: u16,
     /// Seconds from `start` to a plane with Ready nodes.
     pub startup: Duration,
+}
+
+/// One running component and how it was started, to start it again in place.
+#[derive(Debug)]
+struct Component {
+    name: String,
+    binary: PathBuf,
+    args: Vec<String>,
+    child: Child,
 }
 
 /// A free TCP port on loopback. The port is released before use, so another process could
@@ -256,7 +266,7 @@ impl Plane {
             binaries: binaries.clone(),
             api_server: api_server.clone(),
             children: Vec::new(),
-            commands: Vec::new(),
+            etcd_port,
             startup: Duration::ZERO,
         };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -426,9 +436,12 @@ impl Plane {
 
     fn spawn(&mut self, name: &str, binary: &Path, args: &[String]) -> Result<()> {
         let child = self.launch(name, binary, args, false)?;
-        self.children.push((name.to_string(), child));
-        self.commands
-            .push((name.to_string(), binary.to_path_buf(), args.to_vec()));
+        self.children.push(Component {
+            name: name.to_string(),
+            binary: binary.to_path_buf(),
+            args: args.to_vec(),
+            child,
+        });
         Ok(())
     }
 
@@ -458,35 +471,25 @@ impl Plane {
     /// and data, and waits until it serves again (etcd: its client port; kube-apiserver:
     /// `/readyz`). Returns how long it was unreachable in all.
     pub fn restart(&mut self, name: &str, down: Duration) -> Result<Duration> {
-        let (_, binary, args) = self
-            .commands
-            .iter()
-            .find(|(n, _, _)| n == name)
-            .cloned()
-            .ok_or_else(|| anyhow!("no plane component named {name}"))?;
         let index = self
             .children
             .iter()
-            .position(|(n, _)| n == name)
-            .ok_or_else(|| anyhow!("{name} is not running"))?;
+            .position(|c| c.name == name)
+            .ok_or_else(|| anyhow!("no running plane component named {name}"))?;
         let killed = Instant::now();
         {
-            let child = &mut self.children[index].1;
+            let child = &mut self.children[index].child;
             child.kill().with_context(|| format!("killing {name}"))?;
             child.wait()?;
         }
         std::thread::sleep(down);
-        let child = self.launch(name, &binary, &args, true)?;
-        self.children[index].1 = child;
+        let component = &self.children[index];
+        let child = self.launch(name, &component.binary, &component.args, true)?;
+        self.children[index].child = child;
         match name {
             "kube-apiserver" => self.wait_api_ready(Duration::from_secs(90))?,
             "etcd" => {
-                let port = args
-                    .iter()
-                    .find_map(|a| a.strip_prefix("--listen-client-urls=http://127.0.0.1:"))
-                    .and_then(|p| p.parse().ok())
-                    .ok_or_else(|| anyhow!("etcd's client port"))?;
-                self.wait_tcp("etcd", port, Duration::from_secs(30))?;
+                self.wait_tcp("etcd", self.etcd_port, Duration::from_secs(30))?;
                 // The API server reconnects on its own; ready means it reached etcd again.
                 self.wait_api_ready(Duration::from_secs(90))?;
             }
@@ -496,7 +499,7 @@ impl Plane {
     }
 
     fn check_alive(&mut self) -> Result<()> {
-        for (name, child) in &mut self.children {
+        for Component { name, child, .. } in &mut self.children {
             if let Some(status) = child.try_wait()? {
                 let log = self.dir.join("logs").join(format!("{name}.log"));
                 bail!(
@@ -586,7 +589,10 @@ impl Plane {
 
     /// Stops every component, newest first: SIGTERM, then SIGKILL after 10 s.
     pub fn stop(&mut self) {
-        while let Some((name, mut child)) = self.children.pop() {
+        while let Some(Component {
+            name, mut child, ..
+        }) = self.children.pop()
+        {
             let _ = Command::new("kill")
                 .arg("-TERM")
                 .arg(child.id().to_string())

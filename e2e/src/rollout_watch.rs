@@ -49,20 +49,15 @@ pub struct RolloutWatch {
     /// Most zones with a pod down at once, and most pods down in one zone, over every event.
     pub most_zones_down: usize,
     pub most_down_in_a_zone: usize,
-    /// Every graceful pod deletion seen (the operator's): (pod name, uid, revision hash).
+    /// Every graceful pod deletion seen: (pod name, uid, revision hash). A pod removed at
+    /// once, without a graceful phase (grace period 0), is never the operator's doing and is
+    /// left out. From a watch the deleter is unknown otherwise: kwok, the fake kubelet, deletes
+    /// terminating pods by name and now and then deletes one name twice, taking the pod just
+    /// created in its place; where that matters, the API server's audit log tells
+    /// (`Plane::pod_deletions`, [`judge_operator_deletions`]).
     pub deleted: Vec<(String, String, String)>,
-    /// Pods removed at once, without a graceful phase (grace period 0): never the operator's
-    /// doing. kwok, the fake kubelet, deletes terminating pods by name, and right after an API
-    /// server restart it sometimes deletes one name twice, taking the pod the StatefulSet
-    /// controller just created in its place.
-    pub forced: Vec<(String, String, String)>,
     /// Events that broke a zone invariant, with what the watch saw then.
     pub violations: Vec<String>,
-    /// Pods deleted while on a revision other than the old ones. From a watch, the deleter is
-    /// unknown: kwok, the fake kubelet, deletes terminating pods by name and now and then
-    /// deletes one name twice, taking the pod just created in its place; where that matters,
-    /// the API server's audit log tells (`Plane::pod_deletions`).
-    pub deleted_on_a_new_revision: Vec<String>,
 }
 
 /// A running [`watch_rollout`].
@@ -83,14 +78,12 @@ impl RolloutWatcher {
 }
 
 /// Follows every pod event of `pods` until finished, checking the rollout invariants after
-/// each one: pods down per zone of `group` (`replicas` each), and which pods were deleted while
-/// on a revision other than the `old` ones.
+/// each one (pods down per zone of `group`, `replicas` each) and recording deletions.
 pub fn watch_rollout(
     pods: Api<Pod>,
     group: &'static str,
     zones: &'static [&'static str],
     replicas: usize,
-    old: BTreeSet<String>,
 ) -> RolloutWatcher {
     let (deletions, deletions_rx) = tokio::sync::watch::channel(0usize);
     let (stop_tx, mut stop) = tokio::sync::oneshot::channel();
@@ -119,16 +112,8 @@ pub fn watch_rollout(
                     .unwrap_or_default()
             };
             let record_deletion = |p: &Pod, seen: &mut RolloutWatch| {
-                let revision = hash(p);
-                if !old.contains(&revision) {
-                    seen.deleted_on_a_new_revision.push(format!(
-                        "{} (uid {}) deleted on the new revision {revision}",
-                        p.name_any(),
-                        p.uid().unwrap_or_default()
-                    ));
-                }
                 seen.deleted
-                    .push((p.name_any(), p.uid().unwrap_or_default(), revision));
+                    .push((p.name_any(), p.uid().unwrap_or_default(), hash(p)));
                 deletions.send_modify(|n| *n += 1);
             };
             match event {
@@ -172,14 +157,9 @@ pub fn watch_rollout(
                     }
                     current.insert(p.name_any(), p);
                 }
+                // Removed: counted when it turned terminating (a removal without that phase
+                // is not the operator's, see `RolloutWatch::deleted`).
                 watcher::Event::Delete(p) => {
-                    let terminating = current.get(&p.name_any()).is_some_and(|b| {
-                        b.uid() == p.uid() && b.metadata.deletion_timestamp.is_some()
-                    });
-                    if !terminating {
-                        seen.forced
-                            .push((p.name_any(), p.uid().unwrap_or_default(), hash(&p)));
-                    }
                     current.remove(&p.name_any());
                 }
             }

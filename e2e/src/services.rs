@@ -206,6 +206,20 @@ fn unique() -> String {
     )
 }
 
+/// Starts the workspace binary `service` against `kubeconfig` with a free admin address,
+/// then `args`, logging to the e2e log directory.
+pub fn start_service(service: &str, kubeconfig: &Path, args: &[&str]) -> Result<ServiceProcess> {
+    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
+    let mut all = vec!["--admin-address", admin.as_str()];
+    all.extend_from_slice(args);
+    ServiceProcess::spawn_blocking(
+        &bin_dir().join(service),
+        kubeconfig,
+        &all,
+        &std::env::temp_dir().join("strata-e2e-logs"),
+    )
+}
+
 /// Starts one replica of `service` with leader election on (Leases in `lease_namespace`,
 /// identity `identity`), acting only on the objects of the test that owns `lease_namespace`:
 /// other tests run their own controllers on the same plane.
@@ -214,16 +228,8 @@ pub fn start_replica(
     lease_namespace: &str,
     identity: &str,
 ) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
     let tls = format!("127.0.0.1:{}", crate::plane::free_port()?);
-    let mut args = vec![
-        "--admin-address",
-        &admin,
-        "--lease-namespace",
-        lease_namespace,
-        "--identity",
-        identity,
-    ];
+    let mut args = vec!["--lease-namespace", lease_namespace, "--identity", identity];
     let selector = format!("strata-e2e/suite={lease_namespace}");
     match service {
         // Two replicas on one host need their own TLS ports.
@@ -236,12 +242,7 @@ pub fn start_replica(
             lease_namespace,
         ]),
     }
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join(service),
-        crate::support::cluster().kubeconfig(),
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
+    start_service(service, crate::support::cluster().kubeconfig(), &args)
 }
 
 /// Starts two replicas of `service` (see [`start_replica`]) and returns them once exactly one
@@ -268,11 +269,8 @@ pub async fn two_replicas(service: &str, lease_namespace: &str) -> Result<[Servi
 /// layers of one test: a free admin address, leader election off, only layers labelled
 /// `strata-e2e/suite=<ns>`, sources defaulting to `ns`, then `extra`.
 pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
     let selector = format!("strata-e2e/suite={ns}");
     let mut args = vec![
-        "--admin-address",
-        admin.as_str(),
         "--leader-elect=false",
         "--layer-selector",
         selector.as_str(),
@@ -280,12 +278,7 @@ pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<Ser
         ns,
     ];
     args.extend_from_slice(extra);
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join(binary),
-        crate::support::cluster().kubeconfig(),
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
+    start_service(binary, crate::support::cluster().kubeconfig(), &args)
 }
 
 /// Starts the admission-webhook binary for a test: its own admin port, Leases in `ns`, no
@@ -295,10 +288,7 @@ pub fn start_admission_webhook(
     tls_address: &str,
     extra: &[&str],
 ) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
     let mut args = vec![
-        "--admin-address",
-        admin.as_str(),
         "--lease-namespace",
         ns,
         "--leader-elect=false",
@@ -306,11 +296,10 @@ pub fn start_admission_webhook(
         tls_address,
     ];
     args.extend_from_slice(extra);
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join("admission-webhook"),
+    start_service(
+        "admission-webhook",
         crate::support::cluster().kubeconfig(),
         &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
     )
 }
 

@@ -150,6 +150,24 @@ impl Drop for TestNamespace {
     }
 }
 
+/// A cluster-scoped object a test created, deleted when dropped (also when the test fails
+/// half-way: a leftover webhook configuration, say, would guard a namespace nobody serves).
+#[derive(Debug)]
+pub struct DeleteOnDrop {
+    /// The resource as kubectl names it (`validatingwebhookconfiguration`, …).
+    pub resource: &'static str,
+    pub name: String,
+}
+
+impl Drop for DeleteOnDrop {
+    fn drop(&mut self) {
+        let _ = cluster()
+            .kubectl()
+            .args(["delete", self.resource, &self.name, "--ignore-not-found"])
+            .output();
+    }
+}
+
 /// Parses multi-document YAML into JSON values, skipping empty documents.
 pub fn parse_yaml(yaml: &str) -> Result<Vec<Value>> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).context("parsing YAML")?;

@@ -22,7 +22,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use strata_e2e::flux::{configmap_layer, configmap_yaml, install_layer_crds, layer_status};
 use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, delete_layers_then_stop, start_admission_webhook};
+use strata_e2e::services::{
+    ServiceProcess, delete_layers_then_stop, start_admission_webhook, start_layer_service,
+    start_service,
+};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 const OBJECTS: usize = 5_000;
@@ -86,28 +89,13 @@ async fn every_service_stays_under_its_documented_limit_with_5000_watched_object
     let ns = ns.name.clone();
     install_layer_crds(&client, &ns).await?;
 
-    let selector = format!("strata-e2e/suite={ns}");
-    let logs = std::env::temp_dir().join("strata-e2e-logs");
-    let start = |service: &str, extra: &[&str]| {
-        let admin = format!("127.0.0.1:{}", free_port()?);
-        let mut args = vec!["--admin-address", admin.as_str(), "--leader-elect=false"];
-        args.extend_from_slice(extra);
-        ServiceProcess::spawn_blocking(
-            &strata_e2e::services::bin_dir().join(service),
-            cluster().kubeconfig(),
-            &args,
-            &logs,
-        )
-    };
-    let layer_args = [
-        "--layer-selector",
-        selector.as_str(),
-        "--default-source-namespace",
-        ns.as_str(),
-    ];
-    let layers = start("layer-controller", &layer_args)?;
-    let observer = start("drift-observer", &layer_args)?;
-    let rollouts = start("rollout-operator", &["--watch-namespace", &ns])?;
+    let layers = start_layer_service("layer-controller", &ns, &[])?;
+    let observer = start_layer_service("drift-observer", &ns, &[])?;
+    let rollouts = start_service(
+        "rollout-operator",
+        cluster().kubeconfig(),
+        &["--leader-elect=false", "--watch-namespace", &ns],
+    )?;
     let tls = format!("127.0.0.1:{}", free_port()?);
     let webhook = start_admission_webhook(&ns, &tls, &[])?;
 

@@ -25,17 +25,17 @@ use anyhow::{Context as _, Result, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use strata_e2e::flux::{configmap_layer, configmap_yaml, inventory_names, layer_status};
+use strata_e2e::flux::{
+    configmap_layer, configmap_yaml, install_layer_crds, inventory_names, layer_status,
+};
 use strata_e2e::plane::{Plane, free_port};
 use strata_e2e::rollout_watch::{judge_operator_deletions, rollout_finished, up, watch_rollout};
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::services::{ServiceProcess, start_service};
 use strata_e2e::support::{
-    apply_shipped_crd, apply_yaml, eventually, guarded_stateful_set, no_downscale_configuration,
-    rollout_zone,
+    apply_yaml, eventually, guarded_stateful_set, no_downscale_configuration, rollout_zone,
 };
 
 const NS: &str = "restart";
@@ -48,15 +48,9 @@ const BULK: usize = 150;
 /// Starts one service against the plane with leader election on (Leases in [`NS`]): a
 /// restart also takes its Lease renewals away.
 fn start(kubeconfig: &Path, service: &str, extra: &[&str]) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
-    let mut args = vec!["--admin-address", admin.as_str(), "--lease-namespace", NS];
+    let mut args = vec!["--lease-namespace", NS];
     args.extend_from_slice(extra);
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join(service),
-        kubeconfig,
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
+    start_service(service, kubeconfig, &args)
 }
 
 /// Whether the admission-webhook refuses to scale the guarded StatefulSet down. Until its
@@ -152,21 +146,7 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
         || async { Ok(accounts.get_opt("default").await?.map(|_| ())) },
     )
     .await?;
-    apply_shipped_crd(&client, NS, "addonslayers.yaml").await?;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    eventually(
-        "AddonsLayer CRD established",
-        Duration::from_secs(30),
-        || async {
-            let crd = crds.get("addonslayers.strata.dev").await?;
-            let established = crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-            Ok(established.then_some(()))
-        },
-    )
-    .await?;
+    install_layer_crds(&client, NS).await?;
 
     // Every service, each with leader election on.
     let selector = format!("strata-e2e/suite={NS}");
@@ -266,7 +246,7 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
     let mut counted = 0;
     for (round, component) in ["kube-apiserver", "etcd"].into_iter().enumerate() {
         let old = settled_revisions(&pods).await.with_context(logs)?;
-        let watch = watch_rollout(pods.clone(), GROUP, ZONES, REPLICAS, old.clone());
+        let watch = watch_rollout(pods.clone(), GROUP, ZONES, REPLICAS);
         let mut deletions = watch.deletions.clone();
         // Mid-action: a rollout and a layer of BULK ConfigMaps at once.
         let image = format!("example.invalid/store:{}", round + 2);

@@ -14,8 +14,8 @@ use kube::api::{Patch, PatchParams};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, start_admission_webhook};
 use strata_e2e::support::{
-    STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually,
-    pod_ready, webhook_configuration,
+    DeleteOnDrop, STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster,
+    eventually, pod_ready, webhook_configuration,
 };
 
 fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
@@ -37,22 +37,6 @@ fn configuration(kind: &str, name: &str, ns: &str, port: u16, path: &str, rules:
     )
 }
 
-/// A webhook configuration registered for one test: created, waited for its injected CA, and
-/// deleted when dropped (also when the test fails half-way).
-struct Registered {
-    resource: &'static str,
-    name: String,
-}
-
-impl Drop for Registered {
-    fn drop(&mut self) {
-        let _ = cluster()
-            .kubectl()
-            .args(["delete", self.resource, &self.name])
-            .output();
-    }
-}
-
 /// Creates the [`configuration`] and waits until the CA is injected into it.
 async fn register(
     client: &kube::Client,
@@ -62,7 +46,7 @@ async fn register(
     port: u16,
     path: &str,
     rules: &str,
-) -> Result<Registered> {
+) -> Result<DeleteOnDrop> {
     let yaml = configuration(kind, name, ns, port, path, rules);
     register_yaml(client, ns, kind, name, &yaml).await
 }
@@ -75,9 +59,9 @@ async fn register_yaml(
     kind: &str,
     name: &str,
     yaml: &str,
-) -> Result<Registered> {
+) -> Result<DeleteOnDrop> {
     apply_yaml(client, ns, yaml).await?;
-    let registered = Registered {
+    let registered = DeleteOnDrop {
         resource: if kind == "MutatingWebhookConfiguration" {
             "mutatingwebhookconfiguration"
         } else {
@@ -338,7 +322,7 @@ async fn register_prepare_downscale(
     ns: &str,
     name: &str,
     port: u16,
-) -> Result<Registered> {
+) -> Result<DeleteOnDrop> {
     let hook = register(
         client,
         ns,
