@@ -143,7 +143,7 @@ pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
     ] {
         apply_upstream_crd(client, file).await?;
     }
-    established(
+    crate::support::crds_established(
         client,
         &[
             "addonslayers.strata.dev",
@@ -153,28 +153,6 @@ pub async fn install_layer_crds(client: &Client, ns: &str) -> Result<()> {
         ],
     )
     .await
-}
-
-/// Waits until every CRD named is Established (30 s at most).
-async fn established(client: &Client, names: &[&str]) -> Result<()> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    for name in names {
-        crate::support::eventually(
-            &format!("CRD {name} Established"),
-            std::time::Duration::from_secs(30),
-            || async {
-                let crd = crds.get(name).await?;
-                let established = crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                });
-                Ok(established.then_some(()))
-            },
-        )
-        .await?;
-    }
-    Ok(())
 }
 
 /// Creates the GitRepository `repo` (its status is set by [`set_artifact`]).

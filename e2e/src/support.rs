@@ -168,6 +168,29 @@ impl Drop for DeleteOnDrop {
     }
 }
 
+/// Waits until every CRD named is Established (30 s at most), through the API: `kubectl wait`
+/// right after a create fails outright while the CRD has no conditions yet.
+pub async fn crds_established(client: &Client, names: &[&str]) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in names {
+        eventually(
+            &format!("CRD {name} Established"),
+            std::time::Duration::from_secs(30),
+            || async {
+                let crd = crds.get(name).await?;
+                let established = crd.status.and_then(|s| s.conditions).is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                });
+                Ok(established.then_some(()))
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Parses multi-document YAML into JSON values, skipping empty documents.
 pub fn parse_yaml(yaml: &str) -> Result<Vec<Value>> {
     let docs: Vec<Value> = serde_saphyr::from_multiple(yaml).context("parsing YAML")?;

@@ -16,7 +16,7 @@ use kube::api::Api;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
 use strata_e2e::services::{bin_dir, delete_layers_then_stop, start_layer_service};
-use strata_e2e::support::{TestNamespace, cluster, eventually, upstream_crds};
+use strata_e2e::support::{TestNamespace, cluster, crds_established, eventually, upstream_crds};
 
 fn samples() -> PathBuf {
     Path::new(
@@ -95,13 +95,14 @@ async fn rendered_objects_pass_upstream_schemas_and_the_strata_output_deploys() 
             &crds.join(file).to_string_lossy(),
         ])?;
     }
-    kubectl(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=30s",
-        "crd/applications.argoproj.io",
-        "crd/kustomizations.kustomize.toolkit.fluxcd.io",
-    ])?;
+    crds_established(
+        &client,
+        &[
+            "applications.argoproj.io",
+            "kustomizations.kustomize.toolkit.fluxcd.io",
+        ],
+    )
+    .await?;
     // The namespaces the GitOps objects live in (Argo CD's own; Flux's is the test's).
     kubectl(&[
         "create",
@@ -204,12 +205,7 @@ releases:
                 &file.to_string_lossy(),
             ])?;
         }
-        kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=30s",
-            "crd/crontabs.render.e2e.strata.dev",
-        ])?;
+        crds_established(&client, &["crontabs.render.e2e.strata.dev"]).await?;
         for file in &files {
             kubectl(&[
                 "apply",
