@@ -17,12 +17,13 @@ CARGO ?= cargo
 # cargo never rebuilds a service just for a different feature set.
 TEST_FEATURES := --features admission-webhook/test-hooks,rollout-operator/test-hooks
 
-.PHONY: all build demo test lint unit e2e chaos plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
+.PHONY: all build demo demo-check test lint unit e2e chaos plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
 
 all: build
 
 help:
-	@echo "make demo   start the local control plane, run every service, apply a sample"
+	@echo "make demo   start the local control plane, install Strata, take the guided tour"
+	@echo "make demo-check   the same tour headless: exits non-zero at the first step that fails"
 	@echo "make test   lint + unit tests + end-to-end tests on the local control plane"
 	@echo "make lint | unit | e2e | chaos | bench | crds | dashboards | manifests | images | fmt"
 
@@ -54,8 +55,15 @@ chaos: build plane-build
 	$(CARGO) test -p strata-e2e --no-run
 	scripts/with-plane.sh $(CARGO) test -p strata-e2e --test chaos --test plane_restart --test memory --test services --test webhook_robustness --test webhook --test layer_guarantees -- --test-threads=2
 
+# The guided tour (e2e/src/demo.rs). `demo` keeps everything running until Ctrl-C;
+# `demo-check` runs the same tour headless and exits non-zero at the first step whose outcome
+# does not happen (`make test` runs it too, as e2e/tests/demo.rs).
+DEMO_ARGS ?=
 demo: build plane-build
-	$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR)
+	@$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR) $(DEMO_ARGS)
+
+demo-check: build plane-build
+	@$(STRATA_BIN_DIR)/strata-plane demo --check --dir $(CARGO_TARGET_DIR)/strata-demo-check --bin-dir $(STRATA_BIN_DIR) $(DEMO_ARGS)
 
 # Benchmarks against the Go anchors, built and measured in the same run; results are written
 # to docs/benchmarks.md. Never part of `make test`.

@@ -12,7 +12,13 @@ export GOFLAGS="${GOFLAGS:--buildvcs=false}"
 export CGO_ENABLED=0
 log() { echo "build-plane: $*" >&2; }
 
-command -v go >/dev/null || { log "go toolchain not found (needed only to build the test control plane)"; exit 1; }
+# Go is needed only while something is missing from the cache; a warm cache runs without it.
+# The error is one line saying what to do; `strata-plane` shows it as its own error.
+need_go() {
+  command -v go >/dev/null && return 0
+  log "error: the Go toolchain (go) is not on PATH: it is needed once, to build the local control plane into $cache/bin; install Go 1.24 or newer (https://go.dev/dl) and run again"
+  exit 3
+}
 
 k8s_dir="$cache/bin/kubernetes-$KUBERNETES_VERSION"
 etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
@@ -25,6 +31,7 @@ build_kubernetes() {
   local missing=0
   for b in "${bins[@]}"; do [[ -x "$k8s_dir/$b" ]] || missing=1; done
   [[ $missing == 0 ]] && return 0
+  need_go
   log "building kubernetes $KUBERNETES_VERSION (cold: several minutes)"
   local work="$cache/src/kubernetes-$KUBERNETES_VERSION"
   rm -rf "$work" && mkdir -p "$work" "$k8s_dir"
@@ -54,6 +61,7 @@ build_kubernetes() {
 
 build_etcd() {
   [[ -x "$etcd_dir/etcd" ]] && return 0
+  need_go
   log "building etcd $ETCD_VERSION"
   local work="$cache/src/etcd-$ETCD_VERSION"
   rm -rf "$work" && mkdir -p "$work" "$etcd_dir"
@@ -76,6 +84,7 @@ build_etcd() {
 
 build_installable() { # dir binary module@version
   [[ -x "$1/$2" ]] && return 0
+  need_go
   log "building $3"
   mkdir -p "$1"
   GOBIN="$1" go install -ldflags "-s -w" "$3"
@@ -88,6 +97,7 @@ cg_dir="$cache/bin/controller-gen-$CONTROLLER_TOOLS_VERSION"
 # Kustomization CRD is generated from its published API types, as Flux itself does.
 build_upstream_crds() {
   [[ -f "$crds_dir/application-crd.yaml" && -f "$crds_dir/kustomization-crd.yaml" && -f "$crds_dir/gitrepository-crd.yaml" ]] && return 0
+  need_go
   build_installable "$cg_dir" controller-gen "sigs.k8s.io/controller-tools/cmd/controller-gen@$CONTROLLER_TOOLS_VERSION"
   log "fetching Argo CD $ARGO_CD_VERSION's Application CRD; generating Flux's Kustomization ($KUSTOMIZE_CONTROLLER_API_VERSION) and source ($SOURCE_CONTROLLER_API_VERSION) CRDs"
   local work="$cache/src/upstream-crds"

@@ -23,7 +23,8 @@ pub fn repo_root() -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest.join("..")
+    let root = manifest.join("..");
+    root.canonicalize().unwrap_or(root)
 }
 
 pub fn chart_dir() -> PathBuf {

@@ -7,6 +7,9 @@
 //! - [`services`]: running Strata's service binaries as child processes whose logs are printed
 //!   when a test fails;
 //! - [`flux`]: a minimal Flux `GitRepository` and an artifact server, for layer tests;
+//! - [`release`]: the chart rendered and installed as a user would, services run as their
+//!   ServiceAccounts;
+//! - [`demo`]: the guided tour of `make demo` / `make demo-check`;
 //! - [`chart`]: the Helm chart and the files generated from it (values table, schema, manifests);
 //! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles);
 //! - [`rollout_watch`]: a rollout checked on every pod event, for the fault-injection tests;
@@ -15,10 +18,12 @@
 
 pub mod bench;
 pub mod chart;
+pub mod demo;
 pub mod fault_proxy;
 pub mod flux;
 pub mod git;
 pub mod plane;
+pub mod release;
 pub mod rollout_watch;
 pub mod services;
 pub mod support;

@@ -48,16 +48,40 @@ impl Binaries {
     /// Builds whatever is missing from the cache (cold: minutes; warm: instant) and returns
     /// the paths. The build's progress goes to our stderr.
     pub fn build() -> Result<Self> {
+        use std::io::{BufRead as _, Read as _};
         let script = plane_source_dir().join("build.sh");
-        let output = Command::new("bash")
+        let mut child = Command::new("bash")
             .arg(&script)
-            .stderr(Stdio::inherit())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .with_context(|| format!("running {}", script.display()))?;
-        if !output.status.success() {
-            bail!("{} failed ({})", script.display(), output.status);
+        // The build's progress is passed on as it comes; its own error line (a missing Go
+        // toolchain, say) becomes our error instead, so it is said once.
+        let mut error_line = None;
+        if let Some(stderr) = child.stderr.take() {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let line = line?;
+                match line.strip_prefix("build-plane: error: ") {
+                    Some(error) => error_line = Some(error.to_string()),
+                    None => eprintln!("{line}"),
+                }
+            }
         }
-        let stdout = String::from_utf8_lossy(&output.stdout);
+        let mut stdout = String::new();
+        if let Some(mut out) = child.stdout.take() {
+            out.read_to_string(&mut stdout)?;
+        }
+        let status = child.wait()?;
+        if let Some(error) = error_line {
+            bail!("{error}");
+        }
+        if !status.success() {
+            bail!(
+                "building the local control plane failed ({status}): see the build-plane lines above, or run `bash {}`",
+                script.display()
+            );
+        }
         let get = |key: &str| -> Result<PathBuf> {
             stdout
                 .lines()

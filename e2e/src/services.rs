@@ -67,6 +67,29 @@ impl ServiceProcess {
         env: &[(String, String)],
         log_dir: &Path,
     ) -> Result<Self> {
+        Self::spawn_inner(binary, args, env, log_dir, false)
+    }
+
+    /// Like [`Self::spawn_with_env_blocking`], but the process is killed when the calling
+    /// thread ends, even if the owner is killed without a chance to clean up (the demo: a
+    /// `kill -9` of it must not leave services holding its ports). Only for the main thread
+    /// of a long-lived program: the signal follows the thread, not the process.
+    pub fn spawn_tied_blocking(
+        binary: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        log_dir: &Path,
+    ) -> Result<Self> {
+        Self::spawn_inner(binary, args, env, log_dir, true)
+    }
+
+    fn spawn_inner(
+        binary: &Path,
+        args: &[&str],
+        env: &[(String, String)],
+        log_dir: &Path,
+        tied: bool,
+    ) -> Result<Self> {
         let name = binary
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -79,7 +102,15 @@ impl ServiceProcess {
             .position(|a| *a == "--admin-address")
             .and_then(|i| args.get(i + 1))
             .and_then(|a| a.parse().ok());
-        let child = Command::new(binary)
+        // setpriv sets a parent-death signal and execs the binary (same pid).
+        let mut command = if tied {
+            let mut c = Command::new("setpriv");
+            c.arg("--pdeathsig=KILL").arg("--").arg(binary);
+            c
+        } else {
+            Command::new(binary)
+        };
+        let child = command
             .args(args)
             .env(
                 "RUST_LOG",
@@ -133,6 +164,10 @@ impl ServiceProcess {
     pub async fn leader(&self) -> Result<f64> {
         let name = format!("{}_leader", self.name.replace('-', "_"));
         self.metric(&name, &[]).await
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
     }
 
     pub fn logs(&self) -> String {
@@ -206,9 +241,144 @@ fn unique() -> String {
     )
 }
 
-/// Starts the workspace binary `service` against `kubeconfig` with a free admin address,
-/// then `args`, logging to the e2e log directory.
-pub fn start_service(service: &str, kubeconfig: &Path, args: &[&str]) -> Result<ServiceProcess> {
+/// The value of `--flag VALUE` or `--flag=VALUE` in `args` (the last one given).
+fn flag<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
+    let mut found = None;
+    for (i, arg) in args.iter().enumerate() {
+        if *arg == flag {
+            found = args.get(i + 1).copied();
+        } else if let Some(value) = arg.strip_prefix(flag).and_then(|v| v.strip_prefix('=')) {
+            found = Some(value);
+        }
+    }
+    found
+}
+
+/// The chart values that decide what RBAC the chart renders for a service started with
+/// `args`: the same choices a user makes in values, read from the flags the chart would pass.
+fn rbac_values(service: &str, args: &[&str]) -> Result<Vec<String>> {
+    let mut sets = crate::release::alone(service);
+    match service {
+        "rollout-operator" => {
+            // The chart's rollout-operator manages one namespace, with a Role there.
+            let watch = flag(args, "--watch-namespace").context(
+                "the chart's rollout-operator watches one namespace: pass --watch-namespace",
+            )?;
+            sets.push(format!("rolloutOperator.watchNamespace={watch}"));
+        }
+        "admission-webhook" => {
+            if let Some(secret) = flag(args, "--tls-secret-name") {
+                sets.push(format!("admissionWebhook.tls.secretName={secret}"));
+            }
+            if args.contains(&"--use-zone-tracker") {
+                sets.push("admissionWebhook.useZoneTracker=true".into());
+            }
+            if let Some(name) = flag(args, "--zone-tracker-config-map-name") {
+                sets.push(format!("admissionWebhook.zoneTrackerConfigMapName={name}"));
+            }
+        }
+        _ => {}
+    }
+    Ok(sets)
+}
+
+/// The namespace a service started with `args` lives in, as its chart release would: where
+/// its Lease is, else the one it watches or takes sources from.
+fn release_namespace<'a>(args: &[&'a str]) -> Result<&'a str> {
+    [
+        "--lease-namespace",
+        "--watch-namespace",
+        "--default-source-namespace",
+    ]
+    .iter()
+    .find_map(|f| flag(args, f))
+    .context("the service's namespace: pass --lease-namespace")
+}
+
+/// Identities already made, by (cluster kubeconfig, namespace, service): the values they were
+/// rendered with and the ServiceAccount's kubeconfig.
+type Identities = std::collections::HashMap<(PathBuf, String, String), (Vec<String>, PathBuf)>;
+static IDENTITIES: std::sync::Mutex<Option<Identities>> = std::sync::Mutex::new(None);
+
+/// The kubeconfig `service` runs with in the tests: a token of the ServiceAccount the chart
+/// creates for it, bound by exactly the RBAC `helm template` renders for a release in its
+/// namespace (see [`rbac_values`]), applied to the cluster `admin_kubeconfig` reaches. Made
+/// once per cluster, namespace and service; the cluster-scoped roles carry the release's
+/// instance label (the namespace), by which [`crate::support::TestNamespace`] removes them.
+pub fn chart_identity(admin_kubeconfig: &Path, service: &str, args: &[&str]) -> Result<PathBuf> {
+    let namespace = release_namespace(args)?.to_string();
+    let sets = rbac_values(service, args)?;
+    let key = (
+        admin_kubeconfig.to_path_buf(),
+        namespace.clone(),
+        service.to_string(),
+    );
+    let mut identities = IDENTITIES.lock().unwrap_or_else(|e| e.into_inner());
+    let identities = identities.get_or_insert_with(Default::default);
+    if let Some((made_with, kubeconfig)) = identities.get(&key) {
+        // The namespaced Roles have fixed names: a second set of rights would replace the first.
+        anyhow::ensure!(
+            *made_with == sets,
+            "{service} already runs in {namespace} with other RBAC values ({made_with:?}, now {sets:?})"
+        );
+        return Ok(kubeconfig.clone());
+    }
+    let kubectl = crate::release::Kubectl {
+        binary: crate::support::kubectl_binary(),
+        kubeconfig: admin_kubeconfig.to_path_buf(),
+    };
+    let rendered =
+        crate::release::Rendered::template(&crate::chart::helm(), &namespace, &namespace, &sets)?;
+    kubectl.apply(&rendered.of_kinds(&crate::release::RBAC_KINDS))?;
+    let account = rendered
+        .container_command(service, service, &bin_dir())?
+        .service_account;
+    let path = std::env::temp_dir().join(format!(
+        "strata-e2e-{}-{namespace}-{account}.kubeconfig",
+        std::process::id()
+    ));
+    let kubeconfig = kubectl.token_kubeconfig(&namespace, &account, "6h", &path)?;
+    // RBAC reaches the API server's authorizer through its informers: wait until the account
+    // holds a right every service's Role grants, so the service does not start forbidden.
+    let as_account = crate::release::Kubectl {
+        binary: kubectl.binary.clone(),
+        kubeconfig: kubeconfig.clone(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while as_account
+        .run(&["auth", "can-i", "get", "leases", "-n", &namespace], None)
+        .map(|out| out.trim() != "yes")
+        .unwrap_or(true)
+    {
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "{namespace}/{account} was not granted its Role within 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    identities.insert(key, (sets, kubeconfig.clone()));
+    Ok(kubeconfig)
+}
+
+/// Starts the workspace binary `service` on the cluster `admin_kubeconfig` reaches, as the
+/// ServiceAccount the chart makes for it ([`chart_identity`]), with a free admin address, then
+/// `args`, logging to the e2e log directory.
+pub fn start_service(
+    service: &str,
+    admin_kubeconfig: &Path,
+    args: &[&str],
+) -> Result<ServiceProcess> {
+    let kubeconfig = chart_identity(admin_kubeconfig, service, args)?;
+    start_service_with(service, &kubeconfig, args)
+}
+
+/// Starts the workspace binary `service` with exactly this kubeconfig (a ServiceAccount's
+/// from [`chart_identity`] behind a proxy, say), a free admin address and `args`.
+pub fn start_service_with(
+    service: &str,
+    kubeconfig: &Path,
+    args: &[&str],
+) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
     let mut all = vec!["--admin-address", admin.as_str()];
     all.extend_from_slice(args);

@@ -76,6 +76,11 @@ fn start_or_reuse() -> Result<TestCluster> {
     })
 }
 
+/// The kubectl binary the tests use (`$KUBECTL`, the plane's, else `kubectl` on `PATH`).
+pub fn kubectl_binary() -> PathBuf {
+    cluster().kubectl.clone()
+}
+
 impl TestCluster {
     pub fn kubeconfig(&self) -> &Path {
         &self.kubeconfig
@@ -143,6 +148,21 @@ impl Drop for TestNamespace {
                 &self.name,
                 "--wait=false",
                 "--ignore-not-found",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        // The cluster-scoped RBAC of services the test ran as their chart ServiceAccounts
+        // (`services::chart_identity`: the release is named after the namespace).
+        let _ = cluster()
+            .kubectl()
+            .args([
+                "delete",
+                "clusterroles,clusterrolebindings",
+                "-l",
+                &format!("app.kubernetes.io/instance={}", self.name),
+                "--ignore-not-found",
+                "--wait=false",
             ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

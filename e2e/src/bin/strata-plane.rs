@@ -2,17 +2,21 @@
 //!
 //! `up` starts the plane, writes `<dir>/env` (KUBECONFIG, KUBECTL, HELM) and `<dir>/ready`,
 //! and keeps it running until SIGINT/SIGTERM — or, with `--exit-on-stdin-close`, until its
-//! standard input closes (so a test process that started it cannot leak it). `demo` does the
-//! same and also runs every Strata service against it and applies a sample.
+//! standard input closes (so a test process that started it cannot leak it). `demo` starts
+//! it, installs Strata the way a user would and runs the guided tour (`strata_e2e::demo`),
+//! then keeps everything running until Ctrl-C; `demo --check` runs the same tour and exits.
+//! Every error is one line naming what failed and why; no backtrace.
 
 use std::io::Read;
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
+use strata_e2e::demo::{Ports, STEPS, Tour};
 use strata_e2e::plane::Plane;
-use strata_e2e::services::{SERVICES, ServiceProcess};
+use strata_e2e::{say, say_err};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -35,24 +39,45 @@ enum Cmd {
         #[arg(long)]
         exit_on_stdin_close: bool,
     },
-    /// Start the plane, run every service against it and apply a sample.
+    /// Start the plane, install Strata and run the guided tour of every system.
     Demo {
         #[arg(long, default_value = "target/strata-demo")]
         dir: PathBuf,
-        /// Directory holding the service binaries.
+        /// Directory holding the service and `strata` binaries.
         #[arg(long)]
         bin_dir: PathBuf,
+        /// Run the tour and exit: 0 when every step's outcome happened, 1 at the first that
+        /// did not (what `make demo-check` and `make test` run).
+        #[arg(long)]
+        check: bool,
+        /// The services' ports: admin HTTP at BASE+1..BASE+4, the webhook server at BASE+5.
+        #[arg(long, default_value_t = 18080)]
+        port_base: u16,
     },
 }
 
-fn main() -> Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let result = match cli.command {
         Cmd::Up {
             dir,
             exit_on_stdin_close,
         } => up(dir, exit_on_stdin_close),
-        Cmd::Demo { dir, bin_dir } => demo(dir, bin_dir),
+        Cmd::Demo {
+            dir,
+            bin_dir,
+            check,
+            port_base,
+        } => demo(dir, bin_dir, check, Ports { base: port_base }),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // `{:#}` is the cause chain on one line; a backtrace is for `RUST_BACKTRACE` users
+            // debugging this binary, never for its users.
+            say_err!("strata-plane: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -71,7 +96,7 @@ fn start(dir: &std::path::Path) -> Result<Plane> {
         plane.dir().join("ready"),
         format!("{:.1}\n", plane.startup.as_secs_f64()),
     )?;
-    eprintln!(
+    say_err!(
         "plane: ready in {:.1}s at {} (kubeconfig {})",
         plane.startup.as_secs_f64(),
         plane.api_server(),
@@ -80,101 +105,122 @@ fn start(dir: &std::path::Path) -> Result<Plane> {
     Ok(plane)
 }
 
-fn up(dir: PathBuf, exit_on_stdin_close: bool) -> Result<()> {
+fn up(dir: PathBuf, exit_on_stdin_close: bool) -> Result<ExitCode> {
     let mut plane = start(&dir)?;
-    println!("ready {}", plane.kubeconfig().display());
-    wait_for_stop(exit_on_stdin_close)?;
-    eprintln!("plane: stopping");
+    say!("ready {}", plane.kubeconfig().display());
+    let runtime = runtime()?;
+    runtime.block_on(wait_for_stop(exit_on_stdin_close))?;
+    say_err!("plane: stopping");
     plane.stop();
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
-fn demo(dir: PathBuf, bin_dir: PathBuf) -> Result<()> {
-    let mut plane = start(&dir)?;
-    let mut services = Vec::new();
-    // Strata's CRDs first, so the services' caches sync and the sample's layers are served.
-    let crds = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/crds");
-    let status = plane
-        .kubectl()
-        .args(["apply", "--server-side", "-f"])
-        .arg(&crds)
-        .stdout(Stdio::inherit())
-        .status()?;
-    anyhow::ensure!(status.success(), "applying {} failed", crds.display());
-    let status = plane
-        .kubectl()
-        .args([
-            "wait",
-            "--for=condition=Established",
-            "crd",
-            "--all",
-            "--timeout=60s",
-        ])
-        .stdout(Stdio::null())
-        .status()?;
-    anyhow::ensure!(status.success(), "the CRDs did not become Established");
-    for (i, service) in SERVICES.iter().enumerate() {
-        let admin = format!("127.0.0.1:{}", 18081 + i);
-        let process = ServiceProcess::spawn_blocking(
-            &bin_dir.join(service),
-            plane.kubeconfig(),
-            &["--admin-address", &admin, "--lease-namespace", "default"],
-            &plane.dir().join("logs"),
-        )?;
-        eprintln!("demo: {service} running, admin http://{admin}/metrics");
-        services.push(process);
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    // One thread, this one: the processes the demo starts are tied to the thread that
+    // started them (a parent-death signal), which must live as long as they should.
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn demo(dir: PathBuf, bin_dir: PathBuf, check: bool, ports: Ports) -> Result<ExitCode> {
+    let started = Instant::now();
+    for binary in [
+        "strata",
+        "layer-controller",
+        "drift-observer",
+        "rollout-operator",
+        "admission-webhook",
+    ] {
+        anyhow::ensure!(
+            bin_dir.join(binary).is_file(),
+            "{} is missing: build the workspace first (`make build`, or run `make demo`)",
+            bin_dir.join(binary).display()
+        );
     }
-    let sample = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("samples/demo.yaml");
-    let status = plane
-        .kubectl()
-        .args(["apply", "--server-side", "-f"])
-        .arg(&sample)
-        .stdout(Stdio::inherit())
-        .status()?;
-    anyhow::ensure!(status.success(), "applying {} failed", sample.display());
-    println!(
-        "\nStrata demo is running.\n  export KUBECONFIG={kc}\n  {kubectl} get nodes -L topology.kubernetes.io/zone\n  {kubectl} -n demo get statefulsets,pods -o wide\n  {kubectl} get leases -n default\n  {kubectl} get addonslayers\nService logs: {logs}\nPress Ctrl-C to stop.",
-        kc = plane.kubeconfig().display(),
-        kubectl = plane.binaries().kubectl().display(),
-        logs = plane.dir().join("logs").display(),
+    ports.check_free()?;
+    let pid_file = strata_e2e::demo::claim_dir(&dir)?;
+    say!(
+        "Strata demo: a tour of every system on a local control plane ({} steps).",
+        STEPS.len()
     );
-    wait_for_stop(false)?;
-    eprintln!("demo: stopping services and the plane");
-    for service in &mut services {
+    let mut plane = Plane::start(&dir).context("starting the local control plane")?;
+    std::fs::write(&pid_file, std::process::id().to_string())?;
+    let runtime = runtime()?;
+    let mut tour = Tour::new(&plane, bin_dir, ports);
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            result = tour.run() => Some(result),
+            _ = wait_for_stop(false) => None,
+        }
+    });
+    let code = match outcome {
+        None => {
+            say_err!("demo: interrupted; stopping the services and the plane");
+            ExitCode::from(130)
+        }
+        Some(Err(failed)) => {
+            say_err!("demo: {failed}");
+            say_err!(
+                "demo: service logs and the plane's are in {}",
+                plane.dir().join("logs").display()
+            );
+            ExitCode::FAILURE
+        }
+        Some(Ok(())) if check => {
+            say!(
+                "\ndemo: all {} steps happened in {:.1} s",
+                STEPS.len(),
+                started.elapsed().as_secs_f64()
+            );
+            ExitCode::SUCCESS
+        }
+        Some(Ok(())) => {
+            say!(
+                "\nThe tour is over ({:.1} s); Strata and the plane keep running for you to explore:\n  export KUBECONFIG={} PATH={}:{}:$PATH\nService logs: {}\nPress Ctrl-C to stop.",
+                started.elapsed().as_secs_f64(),
+                plane.kubeconfig().display(),
+                plane.binaries().kube.display(),
+                tour.bin_dir.display(),
+                plane.dir().join("logs").display(),
+            );
+            runtime.block_on(wait_for_stop(false))?;
+            say_err!("demo: stopping the services and the plane");
+            ExitCode::SUCCESS
+        }
+    };
+    for service in &mut tour.services {
         service.terminate_blocking();
     }
+    drop(tour);
     plane.stop();
-    Ok(())
+    let _ = std::fs::remove_file(&pid_file);
+    Ok(code)
 }
 
-/// Blocks until SIGINT/SIGTERM, or until stdin closes when asked to.
-fn wait_for_stop(exit_on_stdin_close: bool) -> Result<()> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    runtime.block_on(async {
-        let (stdin_closed_tx, stdin_closed_rx) = tokio::sync::oneshot::channel::<()>();
+/// Returns on SIGINT/SIGTERM, or when stdin closes if asked to.
+async fn wait_for_stop(exit_on_stdin_close: bool) -> Result<()> {
+    let (stdin_closed_tx, stdin_closed_rx) = tokio::sync::oneshot::channel::<()>();
+    if exit_on_stdin_close {
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 64];
+            let mut stdin = std::io::stdin();
+            while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+            let _ = stdin_closed_tx.send(());
+        });
+    }
+    let stdin_closed = async {
         if exit_on_stdin_close {
-            std::thread::spawn(move || {
-                let mut sink = [0u8; 64];
-                let mut stdin = std::io::stdin();
-                while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-                let _ = stdin_closed_tx.send(());
-            });
+            let _ = stdin_closed_rx.await;
+        } else {
+            std::future::pending::<()>().await;
         }
-        let stdin_closed = async {
-            if exit_on_stdin_close {
-                let _ = stdin_closed_rx.await;
-            } else {
-                std::future::pending::<()>().await;
-            }
-        };
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-            _ = stdin_closed => {}
-        }
-        Ok::<_, anyhow::Error>(())
-    })
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        _ = stdin_closed => {}
+    }
+    Ok(())
 }

@@ -216,6 +216,29 @@ pub fn manager_of(live: &Value, path: &FieldPath, exclude: &str) -> Option<Strin
     best.map(|(_, _, manager)| manager.to_string())
 }
 
+/// Whether `path` holds what `manager` itself applied: it owns the whole field through a
+/// server-side apply and no other manager owns any of it. Such a difference from the deployed
+/// revision's manifest is the layer-controller's own write — a newer revision being applied
+/// before the layer's status says so — never drift (without this, every new revision raced
+/// the status write and was reported, with an Event and a needless heal request).
+pub fn applied_by(live: &Value, path: &FieldPath, manager: &str) -> bool {
+    let Some(entries) = live
+        .pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    let ours = entries.iter().any(|entry| {
+        entry.get("manager").and_then(Value::as_str) == Some(manager)
+            && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+            && entry
+                .get("fieldsV1")
+                .and_then(|owned| owned_depth(owned, live, path))
+                == Some(path.0.len())
+    });
+    ours && manager_of(live, path, manager).is_none()
+}
+
 /// How many leading segments of `path` a `fieldsV1` trie owns: the whole path when the trie
 /// reaches its end, else the deepest node on the way that has `.` (owns itself) or no children
 /// (owns an atomic value whole).
@@ -1058,6 +1081,63 @@ mod tests {
                 want,
                 "{name}"
             );
+        }
+    }
+
+    #[test]
+    fn applied_by_table() {
+        let retention =
+            |entries: Value| owned_by(entries, json!({"data": {"retention": "30d", "other": "x"}}));
+        let applied = |manager: &str, operation: &str, fields: Value| {
+            json!({"manager": manager, "operation": operation, "time": "2026-11-20T08:00:00Z",
+                   "fieldsType": "FieldsV1", "fieldsV1": fields})
+        };
+        let data = json!({"f:data": {"f:retention": {}}});
+        let layer_apply = retention(json!([applied(LAYER, "Apply", data.clone())]));
+        let hand_edit = retention(json!([
+            applied(LAYER, "Apply", json!({"f:data": {"f:other": {}}})),
+            applied("kubectl-patch", "Update", data.clone()),
+        ]));
+        let shared = retention(json!([
+            applied(LAYER, "Apply", data.clone()),
+            applied("someone", "Apply", data.clone()),
+        ]));
+        let our_update = retention(json!([applied(LAYER, "Update", data.clone())]));
+        let cases = [
+            (
+                "the layer-controller applied it",
+                &layer_apply,
+                "data.retention",
+                true,
+            ),
+            ("edited by hand", &hand_edit, "data.retention", false),
+            (
+                "another applier shares it",
+                &shared,
+                "data.retention",
+                false,
+            ),
+            (
+                "ours, but not through apply",
+                &our_update,
+                "data.retention",
+                false,
+            ),
+            (
+                "a field ours does not reach",
+                &layer_apply,
+                "data.other",
+                false,
+            ),
+            (
+                "no managedFields",
+                &json!({"data": {}}),
+                "data.retention",
+                false,
+            ),
+        ];
+        for (name, live, text, want) in cases {
+            assert_eq!(applied_by(live, &path(text), LAYER), want, "{name}");
         }
     }
 

@@ -192,7 +192,8 @@ pub async fn drift_of(
         Err(e) => return Err(e.into()),
     };
     let expected = serde_json::to_value(expected).unwrap_or_default();
-    let drifts = compare::compare(&expected, live, &rules.fields, &rules.ignore);
+    let mut drifts = compare::compare(&expected, live, &rules.fields, &rules.ignore);
+    drifts.retain(|d| !compare::applied_by(live, &d.path, layer_applier.field_manager()));
     Ok((
         state::findings(kind, &drifts, live, layer_applier.field_manager()),
         "dry_run",
