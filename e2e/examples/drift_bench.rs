@@ -151,6 +151,7 @@ async fn main() -> Result<()> {
     }
     let controller = spawn_measured(
         "LAYER_CONTROLLER_BIN",
+        "layer-controller",
         &[
             "--leader-elect=false",
             "--sync-period",
@@ -179,6 +180,7 @@ async fn main() -> Result<()> {
 
     let observer = spawn_measured(
         "DRIFT_OBSERVER_BIN",
+        "drift-observer",
         &[
             "--leader-elect=false",
             "--layer-selector",

@@ -94,7 +94,7 @@ async fn main() -> Result<()> {
         &ns,
     ];
     args.extend(extra.split_whitespace());
-    let controller = spawn_measured("LAYER_CONTROLLER_BIN", &args)?;
+    let controller = spawn_measured("LAYER_CONTROLLER_BIN", "layer-controller", &args)?;
     let api: Api<AddonsLayer> = Api::all(client.clone());
     let started = Instant::now();
     let initial = tokio::spawn(deployed_times(

@@ -230,6 +230,7 @@ async fn main() -> Result<()> {
     } else {
         spawn_measured(
             "ROLLOUT_OPERATOR_BIN",
+            "rollout-operator",
             &[
                 "--watch-namespace",
                 &ns,

@@ -454,6 +454,7 @@ async fn main() -> Result<()> {
     } else {
         let server = spawn_measured(
             "WEBHOOK_BIN",
+            "admission-webhook",
             &[
                 "--leader-elect=false",
                 "--lease-namespace",

@@ -10,16 +10,18 @@ use crate::plane::free_port;
 use crate::services::ServiceProcess;
 use crate::support::cluster;
 
-/// Starts the binary named by `$variable` against the test cluster, with a free admin
-/// address and `args`; logs go to the temp dir's `strata-bench-logs`.
-pub fn spawn_measured(variable: &str, args: &[&str]) -> Result<ServiceProcess> {
+/// Starts the binary of `service` named by `$variable` against the test cluster, as the
+/// ServiceAccount the chart makes for it (as every test does), with a free admin address and
+/// `args`; logs go to the temp dir's `strata-bench-logs`.
+pub fn spawn_measured(variable: &str, service: &str, args: &[&str]) -> Result<ServiceProcess> {
     let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
+    let kubeconfig = crate::services::chart_identity(cluster().kubeconfig(), service, args)?;
     let admin = format!("127.0.0.1:{}", free_port()?);
     let mut all = vec!["--admin-address", admin.as_str()];
     all.extend_from_slice(args);
     ServiceProcess::spawn_blocking(
         Path::new(&binary),
-        cluster().kubeconfig(),
+        &kubeconfig,
         &all,
         &std::env::temp_dir().join("strata-bench-logs"),
     )
@@ -34,7 +36,9 @@ pub fn anchor_style() -> bool {
 
 /// Starts the binary named by `$variable` with the Grafana operator's flags for namespace
 /// `ns` (kubeconfig and API URL of the test cluster, a free admin port, log level warn) and
-/// `extra`; returns it with its admin address.
+/// `extra`; returns it with its admin address. Admin rights, beyond what the chart grants:
+/// the anchor and our compatibility mode run side by side under one identity, and the
+/// anchor's own RBAC is not ours to reproduce here.
 pub fn spawn_anchor_style(
     variable: &str,
     ns: &str,

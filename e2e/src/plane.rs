@@ -22,6 +22,10 @@ use rcgen::{
 /// The zones fake nodes are spread over.
 pub const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 
+/// The CA (under the plane's `pki/`) of the client certificate kube-apiserver presents to
+/// admission webhooks.
+pub const WEBHOOK_CLIENT_CA: &str = "webhook-client-ca.crt";
+
 /// Label that flips a pod on a kwok node to Running-but-NotReady (value `false`).
 pub const FAKE_READY_LABEL: &str = "strata.dev/fake-ready";
 
@@ -194,6 +198,28 @@ fn make_pki(dir: &Path) -> Result<Pki> {
     let admin_key = KeyPair::generate()?;
     let admin_cert = admin.signed_by(&admin_key, &ca)?;
 
+    // The client certificate kube-apiserver presents to admission webhooks (its
+    // AdmissionConfiguration, below), from a CA of its own: a webhook server started with
+    // `--client-ca-file <dir>/webhook-client-ca.crt` accepts kube-apiserver and no one else.
+    let mut webhook_ca_params = CertificateParams::new(Vec::<String>::new())?;
+    webhook_ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    webhook_ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "strata-e2e-webhook-client-ca");
+    webhook_ca_params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let webhook_ca = CertifiedIssuer::self_signed(webhook_ca_params, KeyPair::generate()?)?;
+    let mut webhook_client = CertificateParams::new(Vec::<String>::new())?;
+    webhook_client
+        .distinguished_name
+        .push(DnType::CommonName, "kube-apiserver-webhook-client");
+    webhook_client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    let webhook_client_key = KeyPair::generate()?;
+    let webhook_client_cert = webhook_client.signed_by(&webhook_client_key, &webhook_ca)?;
+
     let sa_key = KeyPair::generate()?;
 
     let pki = Pki {
@@ -214,6 +240,36 @@ fn make_pki(dir: &Path) -> Result<Pki> {
     write_file(&pki.serving_key, &serving_key.serialize_pem())?;
     write_file(&pki.admin_cert, &admin_cert.pem())?;
     write_file(&pki.admin_key, &admin_key.serialize_pem())?;
+    write_file(&dir.join(WEBHOOK_CLIENT_CA), &webhook_ca.pem())?;
+    let (client_cert, client_key) = (
+        dir.join("webhook-client.crt"),
+        dir.join("webhook-client.key"),
+    );
+    write_file(&client_cert, &webhook_client_cert.pem())?;
+    write_file(&client_key, &webhook_client_key.serialize_pem())?;
+    // kube-apiserver's credentials for webhooks: one user matching every webhook host.
+    write_file(
+        &dir.join("webhook-client.kubeconfig"),
+        &format!(
+            "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    client-certificate: {}\n    client-key: {}\n",
+            client_cert.display(),
+            client_key.display()
+        ),
+    )?;
+    let plugin = |name: &str| {
+        format!(
+            "- name: {name}\n  configuration:\n    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    kubeConfigFile: {}\n",
+            dir.join("webhook-client.kubeconfig").display()
+        )
+    };
+    write_file(
+        &dir.join("admission-config.yaml"),
+        &format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n{}{}",
+            plugin("ValidatingAdmissionWebhook"),
+            plugin("MutatingAdmissionWebhook")
+        ),
+    )?;
     Ok(pki)
 }
 
@@ -335,6 +391,11 @@ impl Plane {
                 ),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
                 "--authorization-mode=RBAC".into(),
+                // A client certificate for every admission webhook call (see make_pki).
+                format!(
+                    "--admission-control-config-file={}",
+                    dir.join("pki").join("admission-config.yaml").display()
+                ),
                 "--service-cluster-ip-range=10.96.0.0/16".into(),
                 "--allow-privileged=true".into(),
                 // Webhooks referenced by Service are reached through its endpoints (there is no

@@ -266,6 +266,11 @@ fn rbac_values(service: &str, args: &[&str]) -> Result<Vec<String>> {
             )?;
             sets.push(format!("rolloutOperator.watchNamespace={watch}"));
         }
+        "layer-controller" => {
+            if let Some(account) = flag(args, "--default-service-account") {
+                sets.push(format!("layerController.defaultServiceAccount={account}"));
+            }
+        }
         "admission-webhook" => {
             if let Some(secret) = flag(args, "--tls-secret-name") {
                 sets.push(format!("admissionWebhook.tls.secretName={secret}"));
@@ -306,8 +311,20 @@ static IDENTITIES: std::sync::Mutex<Option<Identities>> = std::sync::Mutex::new(
 /// once per cluster, namespace and service; the cluster-scoped roles carry the release's
 /// instance label (the namespace), by which [`crate::support::TestNamespace`] removes them.
 pub fn chart_identity(admin_kubeconfig: &Path, service: &str, args: &[&str]) -> Result<PathBuf> {
+    chart_identity_with(admin_kubeconfig, service, args, &[])
+}
+
+/// [`chart_identity`] for a release installed with these extra chart `values` (`--set`
+/// syntax): a deployment choice no flag carries, such as where layers may impersonate.
+pub fn chart_identity_with(
+    admin_kubeconfig: &Path,
+    service: &str,
+    args: &[&str],
+    values: &[&str],
+) -> Result<PathBuf> {
     let namespace = release_namespace(args)?.to_string();
-    let sets = rbac_values(service, args)?;
+    let mut sets = rbac_values(service, args)?;
+    sets.extend(values.iter().map(|v| v.to_string()));
     let key = (
         admin_kubeconfig.to_path_buf(),
         namespace.clone(),
@@ -437,9 +454,21 @@ pub async fn two_replicas(service: &str, lease_namespace: &str) -> Result<[Servi
 
 /// Starts one of the workspace's layer services (`layer-controller`, `drift-observer`) for the
 /// layers of one test: a free admin address, leader election off, only layers labelled
-/// `strata-e2e/suite=<ns>`, sources defaulting to `ns`, then `extra`.
+/// `strata-e2e/suite=<ns>`, sources defaulting to `ns`, then `extra`. The drift-observer
+/// dry-runs as the layer-controller of the same release, as the chart wires them.
 pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
+    start_layer_service_with(binary, ns, extra, &[])
+}
+
+/// [`start_layer_service`] of a release installed with these extra chart `values`.
+pub fn start_layer_service_with(
+    binary: &str,
+    ns: &str,
+    extra: &[&str],
+    values: &[&str],
+) -> Result<ServiceProcess> {
     let selector = format!("strata-e2e/suite={ns}");
+    let apply_as = format!("--apply-as=system:serviceaccount:{ns}:layer-controller");
     let mut args = vec![
         "--leader-elect=false",
         "--layer-selector",
@@ -447,8 +476,17 @@ pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<Ser
         "--default-source-namespace",
         ns,
     ];
+    if binary == "drift-observer" {
+        args.push(&apply_as);
+    }
     args.extend_from_slice(extra);
-    start_service(binary, crate::support::cluster().kubeconfig(), &args)
+    let kubeconfig = chart_identity_with(
+        crate::support::cluster().kubeconfig(),
+        binary,
+        &args,
+        values,
+    )?;
+    start_service_with(binary, &kubeconfig, &args)
 }
 
 /// Starts the admission-webhook binary for a test: its own admin port, Leases in `ns`, no

@@ -488,6 +488,11 @@ pub fn service_account_kubeconfig(namespace: &str, account: &str) -> Result<Path
     Ok(path)
 }
 
+/// A client acting as whoever `kubeconfig` names (a ServiceAccount's token, say).
+pub async fn kube_client(kubeconfig: &Path) -> Result<Client> {
+    Ok(core_k8s::client::client_from(Some(kubeconfig), None).await?)
+}
+
 /// A ServiceAccount `name` in `ns` with a Role of the same name holding `rules` (YAML flow
 /// mappings, one per line, e.g. `{apiGroups: [""], resources: [pods], verbs: [list]}`), bound
 /// to it: a least-privileged identity for a test.

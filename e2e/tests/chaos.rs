@@ -28,7 +28,8 @@ use strata_e2e::flux::{
 };
 use strata_e2e::rollout_watch::{judge_operator_deletions, rollout_finished, up, watch_rollout};
 use strata_e2e::services::{
-    ServiceProcess, delete_layers_then_stop, start_layer_service, start_service, two_replicas,
+    ServiceProcess, chart_identity, delete_layers_then_stop, start_layer_service, start_service,
+    start_service_with, two_replicas,
 };
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually, rollout_zone};
 
@@ -445,21 +446,27 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "chaos-throttle").await?;
     install_layer_crds(&client, &ns.name).await?;
-    let proxy = FaultProxy::start(
-        client.clone(),
-        Faults {
-            throttle_every: 3,
-            retry_after_seconds: 1,
-            conflict_every: 7,
-        },
-    )
-    .await?;
     let logs = std::env::temp_dir().join("strata-e2e-logs");
-    let kubeconfig = proxy.kubeconfig(&logs)?;
-    let start = |service: &str, extra: &[&str]| {
-        let mut args = vec!["--leader-elect=false"];
+    // One proxy per service, forwarding as that service's chart ServiceAccount: the faults
+    // land on requests made with the rights the chart grants, nothing more.
+    let mut proxies = Vec::new();
+    let mut start = async |service: &str, extra: &[&str]| -> Result<ServiceProcess> {
+        let mut args = vec!["--leader-elect=false", "--lease-namespace", &ns.name];
         args.extend_from_slice(extra);
-        start_service(service, &kubeconfig, &args)
+        let identity = chart_identity(cluster().kubeconfig(), service, &args)?;
+        let as_service = core_k8s::client::client_from(Some(&identity), None).await?;
+        let proxy = FaultProxy::start(
+            as_service,
+            Faults {
+                throttle_every: 3,
+                retry_after_seconds: 1,
+                conflict_every: 7,
+            },
+        )
+        .await?;
+        let process = start_service_with(service, &proxy.kubeconfig(&logs)?, &args)?;
+        proxies.push(proxy);
+        Ok(process)
     };
 
     // A rollout group of two zones, created directly, Ready before the operator starts.
@@ -494,8 +501,9 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
             // The periodic re-apply (default every minute) is intended traffic, not a loop.
             "--sync-period=1h",
         ],
-    )?;
-    let rollout = start("rollout-operator", &["--watch-namespace", &ns.name])?;
+    )
+    .await?;
+    let rollout = start("rollout-operator", &["--watch-namespace", &ns.name]).await?;
     let items: Vec<String> = (0..20)
         .map(|i| configmap_yaml(&ns.name, &format!("throttled-{i:02}"), ""))
         .collect();
@@ -529,7 +537,10 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
     // Quiet: both are done; whatever they still send is their steady state.
     let quiet_from = std::time::Instant::now();
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let seen = proxy.seen();
+    // Each proxy's requests in order; a throttled request is only ever retried through the
+    // same proxy (the same service).
+    let by_proxy: Vec<Vec<_>> = proxies.iter().map(|p| p.seen()).collect();
+    let seen: Vec<_> = by_proxy.iter().flatten().cloned().collect();
     let quiet = seen.iter().filter(|s| s.at >= quiet_from).count();
     let mut quiet_by_target: BTreeMap<String, usize> = BTreeMap::new();
     for s in seen.iter().filter(|s| s.at >= quiet_from) {
@@ -538,17 +549,21 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
             .entry(format!("{} {path} {}", s.method, s.status))
             .or_default() += 1;
     }
-    let throttled: Vec<_> = seen
+    let throttled: Vec<_> = by_proxy
         .iter()
-        .enumerate()
-        .filter(|(_, s)| s.injected && s.status == 429)
+        .flat_map(|seen| {
+            seen.iter()
+                .enumerate()
+                .filter(|(_, s)| s.injected && s.status == 429)
+                .map(move |(i, s)| (seen, i, s))
+        })
         .collect();
     let conflicts = seen
         .iter()
         .filter(|s| s.injected && s.status == 409)
         .count();
     let mut early = Vec::new();
-    for (i, first) in &throttled {
+    for (seen, i, first) in &throttled {
         let again = seen[i + 1..]
             .iter()
             .find(|s| s.method == first.method && s.target == first.target);
@@ -674,7 +689,7 @@ endpoints:
         apply_yaml(&client, &ns, &slice(n, false)).await?;
     }
     let config = no_downscale_configuration(
-        &format!("{ns}-no-downscale"),
+        &format!("no-downscale-{ns}"),
         &ns,
         &format!(
             "{{service: {{name: {SERVICE}, namespace: {ns}, port: 443, path: /admission/no-downscale}}}}"
@@ -683,7 +698,7 @@ endpoints:
     apply_yaml(&client, &ns, &config).await?;
     let _registered = DeleteOnDrop {
         resource: "validatingwebhookconfiguration",
-        name: format!("{ns}-no-downscale"),
+        name: format!("no-downscale-{ns}"),
     };
     apply_yaml(&client, &ns, &guarded_stateful_set(3)).await?;
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns);

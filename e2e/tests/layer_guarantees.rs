@@ -24,7 +24,9 @@ use strata_e2e::flux::{
     install_layer_crds, inventory_names, layer_status, ready_reason, set_artifact,
 };
 use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, start_admission_webhook, start_layer_service};
+use strata_e2e::services::{
+    ServiceProcess, start_admission_webhook, start_layer_service, start_layer_service_with,
+};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 fn start_controller(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
@@ -273,7 +275,8 @@ async fn a_ca_bundle_removed_by_hand_is_injected_again() -> Result<()> {
     let ns = ns.name.clone();
     let tls = format!("127.0.0.1:{}", free_port()?);
     let _server = start_admission_webhook(&ns, &tls, &[])?;
-    let name = format!("{ns}-reinject");
+    // The chart's name for it: the only kind of name the server may inject into.
+    let name = format!("no-downscale-{ns}");
     apply_yaml(
         &client,
         &ns,
@@ -372,8 +375,22 @@ async fn a_layer_acts_as_its_service_account() -> Result<()> {
         ],
     );
     apply_yaml(&client, &ns, &rbac).await?;
-    // Layers without serviceAccountName act as `tenant` (the lock-down flag).
-    let controller = start_controller(&ns, &["--default-service-account", "tenant"])?;
+    // Layers without serviceAccountName act as `tenant` (the lock-down flag); the release lets
+    // layers act as accounts of this namespace.
+    let impersonation = format!("layerController.impersonation[0].namespace={ns}");
+    let controller = start_layer_service_with(
+        "layer-controller",
+        &ns,
+        &[
+            "--orphan-grace",
+            "1s",
+            "--health-poll",
+            "500ms",
+            "--default-service-account",
+            "tenant",
+        ],
+        &[&impersonation],
+    )?;
     let layer = format!("{ns}-apps");
     let secret = format!(
         "apiVersion: v1\nkind: Secret\nmetadata: {{name: token, namespace: {ns}}}\nstringData: {{k: v}}\n"

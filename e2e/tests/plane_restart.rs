@@ -185,7 +185,7 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
         &client,
         NS,
         &no_downscale_configuration(
-            "restart-no-downscale",
+            "no-downscale-restart",
             NS,
             &format!("{{url: \"https://127.0.0.1:{tls_port}/admission/no-downscale\"}}"),
         ),

@@ -12,8 +12,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
-use strata_e2e::plane::{FAKE_READY_LABEL, free_port};
-use strata_e2e::services::{ServiceProcess, bin_dir};
+use strata_e2e::plane::FAKE_READY_LABEL;
+use strata_e2e::services::{ServiceProcess, start_service};
 use strata_e2e::support::{
     TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, http_get, parse_openmetrics,
     pod_ready, rollout_zone,
@@ -111,13 +111,10 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
     .await?;
 
     let start = |identity: &str| {
-        let admin = format!("127.0.0.1:{}", free_port().unwrap());
-        ServiceProcess::spawn_blocking(
-            &bin_dir().join("rollout-operator"),
+        start_service(
+            "rollout-operator",
             cluster().kubeconfig(),
             &[
-                "--admin-address",
-                &admin,
                 "--watch-namespace",
                 &ns.name,
                 "--lease-namespace",
@@ -125,7 +122,6 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
                 "--identity",
                 identity,
             ],
-            &std::env::temp_dir().join("strata-e2e-logs"),
         )
     };
     let one = start("op-1")?;
@@ -244,10 +240,7 @@ fn json_label(value: Option<&str>) -> serde_json::Value {
 }
 
 fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
-    let admin = format!("127.0.0.1:{}", free_port()?);
     let mut args = vec![
-        "--admin-address",
-        &admin,
         "--watch-namespace",
         ns,
         "--lease-namespace",
@@ -255,12 +248,7 @@ fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
         "--leader-elect=false",
     ];
     args.extend_from_slice(extra);
-    ServiceProcess::spawn_blocking(
-        &bin_dir().join("rollout-operator"),
-        cluster().kubeconfig(),
-        &args,
-        &std::env::temp_dir().join("strata-e2e-logs"),
-    )
+    start_service("rollout-operator", cluster().kubeconfig(), &args)
 }
 
 fn plain_zone(zone: &str, group: &str, replicas: i32, labels: &str, annotations: &str) -> String {

@@ -275,7 +275,8 @@ async fn acts_after_takeover(
             result
         }
         _ => {
-            let name = format!("{ns}-after");
+            // Named as the chart names a configuration: the only names the server may inject into.
+            let name = format!("no-downscale-{ns}");
             let config = format!(
                 "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata:\n  name: {name}\n  labels: {{grafana.com/inject-rollout-operator-ca: \"true\", grafana.com/namespace: {ns}}}\nwebhooks:\n- name: after.strata.dev\n  admissionReviewVersions: [v1]\n  sideEffects: None\n  failurePolicy: Ignore\n  clientConfig: {{url: \"https://127.0.0.1:9/none\"}}\n  namespaceSelector: {{matchLabels: {{kubernetes.io/metadata.name: {ns}}}}}\n  rules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}]\n"
             );

@@ -24,12 +24,18 @@ fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
     start_admission_webhook(ns, &format!("127.0.0.1:{tls_port}"), &args)
 }
 
+/// The name the chart gives the configuration of the webhook at `path` for a server in `ns`:
+/// the only name the server's RBAC lets it inject its CA into.
+fn configuration_name(ns: &str, path: &str) -> String {
+    format!("{}-{ns}", path.trim_start_matches("/admission/"))
+}
+
 /// A webhook configuration for `path` of the server on `port`, labelled for CA injection,
-/// created without a caBundle.
-fn configuration(kind: &str, name: &str, ns: &str, port: u16, path: &str, rules: &str) -> String {
+/// created without a caBundle, named as the chart names it.
+fn configuration(kind: &str, ns: &str, port: u16, path: &str, rules: &str) -> String {
     webhook_configuration(
         kind,
-        name,
+        &configuration_name(ns, path),
         ns,
         path.trim_start_matches("/admission/"),
         &format!("{{url: \"https://127.0.0.1:{port}{path}\"}}"),
@@ -42,13 +48,12 @@ async fn register(
     client: &kube::Client,
     ns: &str,
     kind: &str,
-    name: &str,
     port: u16,
     path: &str,
     rules: &str,
 ) -> Result<DeleteOnDrop> {
-    let yaml = configuration(kind, name, ns, port, path, rules);
-    register_yaml(client, ns, kind, name, &yaml).await
+    let yaml = configuration(kind, ns, port, path, rules);
+    register_yaml(client, ns, kind, &configuration_name(ns, path), &yaml).await
 }
 
 /// Creates a webhook configuration of `kind` written out in `yaml` and waits until the CA is
@@ -189,12 +194,10 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
     .await?;
 
     // Created after start-up: the CA still gets injected.
-    let name = format!("{}-no-downscale", ns.name);
     let _hook = register(
         &client,
         &ns.name,
         "ValidatingWebhookConfiguration",
-        &name,
         port,
         "/admission/no-downscale",
         STATEFULSET_UPDATE_RULES,
@@ -242,13 +245,11 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
 
     // ZPDB validation.
     apply_shipped_crd(&client, &ns.name, "zone-aware-pod-disruption-budget.yaml").await?;
-    let zname = format!("{}-zpdb", ns.name);
     let zrules = "  - apiGroups: [rollout-operator.grafana.com]\n    apiVersions: [v1]\n    operations: [CREATE, UPDATE]\n    resources: [zoneawarepoddisruptionbudgets]";
     let _hook = register(
         &client,
         &ns.name,
         "ValidatingWebhookConfiguration",
-        &zname,
         port,
         "/admission/zpdb-validation",
         zrules,
@@ -320,14 +321,12 @@ async fn prepare_downscale_with_the_zone_tracker_records_in_a_config_map() -> Re
 async fn register_prepare_downscale(
     client: &kube::Client,
     ns: &str,
-    name: &str,
     port: u16,
 ) -> Result<DeleteOnDrop> {
     let hook = register(
         client,
         ns,
         "MutatingWebhookConfiguration",
-        name,
         port,
         "/admission/prepare-downscale",
         STATEFULSET_UPDATE_RULES,
@@ -352,8 +351,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
         args.push("--use-zone-tracker");
     }
     let _server = start(&ns.name, port, &args)?;
-    let name = format!("{}-prepare", ns.name);
-    let _hook = register_prepare_downscale(&client, &ns.name, &name, port).await?;
+    let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
     eventually("downscale prepared", Duration::from_secs(30), || async {
         let out = kubectl_scale(&ns.name, "store", 1);
         anyhow::ensure!(
@@ -418,8 +416,7 @@ async fn pods_prepared_past_the_deadline_are_told_to_undo() -> Result<()> {
         "8s",
     ];
     let _server = start(&ns.name, port, &args)?;
-    let name = format!("{}-undo", ns.name);
-    let _hook = register_prepare_downscale(&client, &ns.name, &name, port).await?;
+    let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
     // Until the webhook serves, the scale fails for other reasons; then it must be the deadline.
     let message = eventually("a deadline denial", Duration::from_secs(30), || async {
         let out = kubectl_scale(&ns.name, "store", 1);
@@ -478,19 +475,38 @@ async fn concurrent_zone_downscales_through_two_replicas_let_exactly_one_through
     let (port_a, port_b) = (free_port()?, free_port()?);
     let _replica_a = start(&ns.name, port_a, &args)?;
     let _replica_b = start(&ns.name, port_b, &args)?;
-    let mut hooks = Vec::new();
+    // One configuration (the chart's name, the one the server may inject into) with a
+    // webhook per zone, each calling its own replica and seeing only its zone (by the
+    // StatefulSet's labels, so the downscales below patch the object, not its /scale).
+    let kind = "MutatingWebhookConfiguration";
+    let path = "/admission/prepare-downscale";
+    let mut yaml = String::new();
     for (zone, port) in [("a", port_a), ("b", port_b)] {
-        let kind = "MutatingWebhookConfiguration";
-        let name = format!("{}-race-{zone}", ns.name);
-        let path = "/admission/prepare-downscale";
-        let mut yaml = configuration(kind, &name, &ns.name, port, path, STATEFULSET_UPDATE_RULES);
-        // Each configuration only sees its own zone (by the StatefulSet's labels, so the
-        // downscales below patch the object rather than its /scale subresource).
-        yaml.push_str(&format!(
+        let mut one = configuration(kind, &ns.name, port, path, STATEFULSET_UPDATE_RULES).replace(
+            "- name: prepare-downscale.strata.dev",
+            &format!("- name: prepare-downscale-{zone}.strata.dev"),
+        );
+        one.push_str(&format!(
             "  objectSelector: {{matchLabels: {{zone: \"{zone}\"}}}}\n"
         ));
-        hooks.push(register_yaml(&client, &ns.name, kind, &name, &yaml).await?);
+        if yaml.is_empty() {
+            yaml = one;
+        } else {
+            let second = one
+                .split_once("webhooks:\n")
+                .map(|(_, w)| w)
+                .unwrap_or_default();
+            yaml.push_str(second);
+        }
     }
+    let hooks = [register_yaml(
+        &client,
+        &ns.name,
+        kind,
+        &configuration_name(&ns.name, path),
+        &yaml,
+    )
+    .await?];
     for zone in ["a", "b"] {
         apply_yaml(
             &client,
@@ -602,12 +618,11 @@ async fn under_traffic(
     let ns = TestNamespace::create(&client, prefix).await?;
     let port = free_port()?;
     let _server = start(&ns.name, port, flags)?;
-    let name = format!("{}-{prefix}", ns.name);
+    let name = configuration_name(&ns.name, "/admission/no-downscale");
     let _hook = register(
         &client,
         &ns.name,
         "ValidatingWebhookConfiguration",
-        &name,
         port,
         "/admission/no-downscale",
         STATEFULSET_UPDATE_RULES,
@@ -811,13 +826,11 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
 
     let port = free_port()?;
     let _server = start(&ns.name, port, &[])?;
-    let name = format!("{}-eviction", ns.name);
     let rules = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
     let _hook = register(
         &client,
         &ns.name,
         "ValidatingWebhookConfiguration",
-        &name,
         port,
         "/admission/pod-eviction",
         rules,
@@ -879,7 +892,6 @@ async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
     apply_shipped_crd(&client, &ns.name, "addonslayers.yaml").await?;
     let port = free_port()?;
     let _server = start(&ns.name, port, &[])?;
-    let name = format!("{}-layers", ns.name);
     let rules = "  - apiGroups: [strata.dev]\n    apiVersions: [v1alpha1]\n    operations: [CREATE, UPDATE]\n    resources: [addonslayers]";
     // Layers are cluster-scoped, so the namespace selector does not narrow this webhook; the
     // object selector (a sibling of `rules`) keeps it off other tests' layers.
@@ -891,7 +903,6 @@ async fn an_addonslayer_closing_a_dependency_cycle_is_rejected() -> Result<()> {
         &client,
         &ns.name,
         "ValidatingWebhookConfiguration",
-        &name,
         port,
         "/admission/addonslayer-validation",
         &rules,

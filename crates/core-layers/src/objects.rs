@@ -99,9 +99,118 @@ impl SourceRef {
     }
 }
 
+/// The ServiceAccount a layer acts as when it applies, reads and prunes (impersonation, like
+/// Flux's `serviceAccountName`): `spec.serviceAccountName`, else the controller's default
+/// account, in the namespace of the layer's source. `None`: the layer acts as the
+/// layer-controller itself. The layer-controller, the drift-observer's dry runs and the
+/// validation webhook's impersonation check all ask this one function.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ActingAccount {
+    pub namespace: String,
+    pub name: String,
+    /// Where the name came from: `spec.serviceAccountName` or the default.
+    pub from_spec: bool,
+}
+
+impl ActingAccount {
+    pub fn of(
+        layer: &AddonsLayer,
+        default_namespace: &str,
+        default_account: Option<&str>,
+    ) -> Option<Self> {
+        let from_spec = layer
+            .spec
+            .service_account_name
+            .as_deref()
+            .filter(|n| !n.is_empty());
+        let name = from_spec.or(default_account.filter(|n| !n.is_empty()))?;
+        Some(Self {
+            namespace: SourceRef::of(layer, default_namespace).namespace,
+            name: name.to_string(),
+            from_spec: from_spec.is_some(),
+        })
+    }
+
+    /// The user name the API server knows the account by (what impersonation sends).
+    pub fn user(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+}
+
+impl std::fmt::Display for ActingAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ServiceAccount {}/{}", self.namespace, self.name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_acting_account_of_a_layer() {
+        let layer = |account: Option<&str>, namespace: Option<&str>| {
+            let mut spec =
+                serde_json::json!({"version": "1.0.0", "source": {"name": "repo", "path": "./"}});
+            if let Some(account) = account {
+                spec["serviceAccountName"] = account.into();
+            }
+            if let Some(namespace) = namespace {
+                spec["source"]["namespace"] = namespace.into();
+            }
+            serde_json::from_value::<AddonsLayer>(serde_json::json!({
+                "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
+                "metadata": {"name": "l"}, "spec": spec}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let user = |l: &AddonsLayer, default: Option<&str>| {
+            ActingAccount::of(l, "strata-system", default).map(|a| (a.user(), a.from_spec))
+        };
+        let cases = [
+            (
+                "named, in the source's namespace",
+                layer(Some("deployer"), Some("team-a")),
+                None,
+                Some(("system:serviceaccount:team-a:deployer".to_string(), true)),
+            ),
+            (
+                "named, the default source namespace",
+                layer(Some("deployer"), None),
+                None,
+                Some((
+                    "system:serviceaccount:strata-system:deployer".to_string(),
+                    true,
+                )),
+            ),
+            (
+                "the default account",
+                layer(None, Some("team-a")),
+                Some("tenant"),
+                Some(("system:serviceaccount:team-a:tenant".to_string(), false)),
+            ),
+            (
+                "the spec wins over the default",
+                layer(Some("deployer"), Some("team-a")),
+                Some("tenant"),
+                Some(("system:serviceaccount:team-a:deployer".to_string(), true)),
+            ),
+            (
+                "an empty name is no name",
+                layer(Some(""), Some("team-a")),
+                None,
+                None,
+            ),
+            (
+                "none at all: the controller itself",
+                layer(None, Some("team-a")),
+                None,
+                None,
+            ),
+        ];
+        for (name, l, default, want) in cases {
+            assert_eq!(user(&l, default), want, "{name}");
+        }
+    }
 
     #[test]
     fn source_kinds_as_kraan_and_flux_write_them() {

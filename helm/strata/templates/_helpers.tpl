@@ -201,6 +201,14 @@ spec:
             {{- toYaml $v.resources | nindent 12 }}
           securityContext:
             {{- toYaml $v.securityContext | nindent 12 }}
+          {{- with .mounts }}
+          volumeMounts:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
+      {{- with .volumes }}
+      volumes:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
 ---
 apiVersion: v1
 kind: Service
@@ -234,8 +242,9 @@ spec:
 {{- end }}
 {{- if $root.Values.networkPolicy.enabled }}
 ---
-# Inbound traffic only to the admin port (probes, metrics) and the webhook port (kube-apiserver,
-# whose addresses are not known in advance); outbound is left open (API server, pods, sources).
+# Inbound traffic only to the admin port (probes, metrics) and the webhook port, each from the
+# peers `networkPolicy.adminFrom` / `webhookFrom` list (empty: from anywhere; kube-apiserver's
+# addresses are cluster-specific); outbound is left open (API server, pods, sources).
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
@@ -251,9 +260,18 @@ spec:
   ingress:
     - ports:
         - {port: {{ $v.ports.admin }}, protocol: TCP}
-        {{- with $v.ports.https }}
+      {{- with $root.Values.networkPolicy.adminFrom }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    {{- with $v.ports.https }}
+    - ports:
         - {port: {{ . }}, protocol: TCP}
-        {{- end }}
+      {{- with $root.Values.networkPolicy.webhookFrom }}
+      from:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    {{- end }}
 {{- end }}
 {{- if $root.Values.serviceMonitor.enabled }}
 ---
@@ -275,5 +293,44 @@ spec:
     - port: admin
       path: /metrics
       interval: {{ $root.Values.serviceMonitor.interval }}
+{{- end }}
+{{- end }}
+
+{{/*
+`impersonate` on ServiceAccounts, one Role and RoleBinding per namespace of `accounts` (a list
+of `{namespace, serviceAccounts}`), bound to ServiceAccount `sa` of the release: where layers
+may act as an account, never cluster-wide. `name` tells whose Roles they are.
+*/}}
+{{- define "strata.impersonationRoles" -}}
+{{- $ctx := .ctx -}}
+{{- $root := $ctx.root -}}
+{{- range .accounts }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: {{ $root.Release.Name }}-{{ $.name }}-impersonate
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "strata.serviceLabels" $ctx | nindent 4 }}
+rules:
+  - apiGroups: [""]
+    resources: [serviceaccounts]
+    verbs: [impersonate]
+    {{- with .serviceAccounts }}
+    resourceNames:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {{ $root.Release.Name }}-{{ $.name }}-impersonate
+  namespace: {{ .namespace }}
+  labels:
+    {{- include "strata.serviceLabels" $ctx | nindent 4 }}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{ $root.Release.Name }}-{{ $.name }}-impersonate}
+subjects:
+  - {kind: ServiceAccount, name: {{ $.sa }}, namespace: {{ $root.Release.Namespace }}}
 {{- end }}
 {{- end }}

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod policy;
 pub mod review;
 pub mod server;
+pub mod tls;
 pub mod webhooks;
 
 use std::net::SocketAddr;
@@ -37,6 +38,12 @@ pub struct WebhookArgs {
     pub tls_cert_file: Option<PathBuf>,
     #[arg(long, requires = "tls_cert_file")]
     pub tls_key_file: Option<PathBuf>,
+    /// Require every caller to present a client certificate signed by a CA in this PEM file
+    /// (give kube-apiserver one through its AdmissionConfiguration's kubeconfig, see
+    /// docs/admission-webhook.md): a review from anything else is refused at the TLS
+    /// handshake. Unset, any client that reaches the port may post a review.
+    #[arg(long)]
+    pub client_ca_file: Option<PathBuf>,
     /// Secret (in the pod's namespace) holding the self-managed CA and certificate.
     #[arg(long, default_value = "strata-admission-webhook-certificate")]
     pub tls_secret_name: String,
@@ -72,6 +79,14 @@ pub struct WebhookArgs {
     /// own update of the StatefulSet).
     #[arg(long)]
     pub use_zone_tracker: bool,
+    /// The layer-controller's `--default-source-namespace` (the namespace of a layer's source
+    /// when `spec.source.namespace` is empty): where the account a layer acts as lives.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "strata-system")]
+    pub layer_default_source_namespace: String,
+    /// The layer-controller's `--default-service-account`: the account layers that name none
+    /// act as, which their authors must then be allowed to impersonate.
+    #[arg(long)]
+    pub layer_default_service_account: Option<String>,
     /// Name of the zone-tracker ConfigMap, in the StatefulSet's namespace.
     #[arg(long, default_value = "rollout-operator-zone-tracker", value_parser = non_empty)]
     pub zone_tracker_config_map_name: String,
@@ -151,27 +166,48 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     let namespace = ctx.args.lease_namespace();
     let ready = ctx.readiness.register("certificate");
     let (ca_tx, ca_rx) = watch::channel(String::new());
-    let tls = match (&args.tls_cert_file, &args.tls_key_file) {
-        (Some(cert), Some(key)) => match RustlsConfig::from_pem_file(cert, key).await {
-            Ok(tls) => tls,
+    let trust = match &args.client_ca_file {
+        None => tls::ClientTrust::default(),
+        Some(path) => match std::fs::read(path)
+            .map_err(|e| e.to_string())
+            .and_then(|pem| tls::ClientTrust::from_pem(&pem))
+        {
+            Ok(trust) => trust,
             Err(e) => {
-                tracing::error!(error = %e, "reading --tls-cert-file/--tls-key-file");
+                tracing::error!(error = %e, file = %path.display(), "reading --client-ca-file");
                 return;
             }
         },
+    };
+    if trust.requires_client_certificates() {
+        tracing::info!("callers must present a client certificate (--client-ca-file)");
+    }
+    let tls = match (&args.tls_cert_file, &args.tls_key_file) {
+        (Some(cert), Some(key)) => {
+            match std::fs::read(cert)
+                .and_then(|c| Ok((c, std::fs::read(key)?)))
+                .map_err(|e| e.to_string())
+                .and_then(|(cert, key)| tls::server_config(&cert, &key, &trust))
+            {
+                Ok(config) => RustlsConfig::from_config(Arc::new(config)),
+                Err(e) => {
+                    tracing::error!(error = %e, "reading --tls-cert-file/--tls-key-file");
+                    return;
+                }
+            }
+        }
         _ => {
             let Some(bundle) = load_or_issue(&ctx, &args, &namespace, None).await else {
                 return;
             };
             ca_tx.send_replace(bundle.trust_pem(jiff::Timestamp::now()));
             metrics.certificate_expiry.set(bundle.not_after.as_second());
-            let tls = match RustlsConfig::from_pem(
-                bundle.cert_pem.clone().into_bytes(),
-                bundle.key_pem.clone().into_bytes(),
-            )
-            .await
-            {
-                Ok(tls) => tls,
+            let tls = match tls::server_config(
+                bundle.cert_pem.as_bytes(),
+                bundle.key_pem.as_bytes(),
+                &trust,
+            ) {
+                Ok(config) => RustlsConfig::from_config(Arc::new(config)),
                 Err(e) => {
                     tracing::error!(error = %e, "loading the serving certificate");
                     return;
@@ -180,12 +216,13 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             // Renew before expiry and hot-swap without a restart: in-flight and new
             // connections keep working; the injected caBundle changes only at CA rotation, and
             // then it trusts the new CA before any server presents a certificate of it.
-            let (ctx2, args2, tls2, ns2, metrics2) = (
+            let (ctx2, args2, tls2, ns2, metrics2, trust2) = (
                 ctx.clone(),
                 args.clone(),
                 tls.clone(),
                 namespace.clone(),
                 metrics.clone(),
+                trust.clone(),
             );
             tokio::spawn(async move {
                 let mut current = bundle;
@@ -199,14 +236,13 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
                         return;
                     };
                     if next.cert_pem != current.cert_pem {
-                        match tls2
-                            .reload_from_pem(
-                                next.cert_pem.clone().into_bytes(),
-                                next.key_pem.clone().into_bytes(),
-                            )
-                            .await
-                        {
-                            Ok(()) => {
+                        match tls::server_config(
+                            next.cert_pem.as_bytes(),
+                            next.key_pem.as_bytes(),
+                            &trust2,
+                        ) {
+                            Ok(config) => {
+                                tls2.reload_from_config(Arc::new(config));
                                 metrics2.certificate_expiry.set(next.not_after.as_second());
                                 tracing::info!(not_after = %next.not_after, "serving certificate reloaded")
                             }
@@ -247,6 +283,10 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         http_metrics: ctx.http_metrics.clone(),
         metrics: metrics.clone(),
         handler_timeout: server::handler_timeout(args.request_timeout),
+        layer_defaults: webhooks::LayerDefaults {
+            source_namespace: args.layer_default_source_namespace.clone(),
+            service_account: args.layer_default_service_account.clone(),
+        },
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     // The server outlives the shutdown signal by --shutdown-delay (see the flag), not ready

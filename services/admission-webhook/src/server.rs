@@ -51,6 +51,8 @@ pub struct App {
     pub handler_timeout: Duration,
     /// Request counts, latencies and sizes by route (shared with the admin server).
     pub http_metrics: core_k8s::http_metrics::HttpMetrics,
+    /// The layer-controller's defaults (who an AddonsLayer acts as).
+    pub layer_defaults: crate::webhooks::LayerDefaults,
 }
 
 impl std::fmt::Debug for App {
@@ -202,6 +204,24 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     }
     let mut cluster = Cluster::new(state);
     cluster.cluster_domain = app.cluster_domain.clone();
+    cluster.layer_defaults = app.layer_defaults.clone();
+    if webhook == Webhook::AddonsLayerValidation
+        && let Some(account) = crate::webhooks::impersonation_asked(review, &app.layer_defaults)
+    {
+        match may_impersonate(app, review, &account).await {
+            Ok(answer) => cluster.impersonation = Some(answer),
+            // Unknown is not allowed: the layer would act as an account nobody vouched for.
+            Err(e) => {
+                return Decision::deny_with_code(
+                    500,
+                    format!(
+                        "AddonsLayer {}: could not check whether the author may act as {account}: {e}",
+                        review.field("name")
+                    ),
+                );
+            }
+        }
+    }
     let mut tracked = None;
     if let Some(config_map) = &app.zone_tracker
         && webhook == Webhook::PrepareDownscale
@@ -258,6 +278,43 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         return prepare_detached(app, review, prefix, decision, tracked).await;
     }
     decision
+}
+
+/// Asks the API server (a SubjectAccessReview) whether the user who sent `review` may
+/// impersonate `account` — the right the layer would exercise on their behalf.
+async fn may_impersonate(
+    app: &App,
+    review: &Review,
+    account: &core_layers::objects::ActingAccount,
+) -> Result<crate::webhooks::Impersonation, kube::Error> {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    let requester = crate::webhooks::Requester::of(review);
+    let request = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(requester.username),
+            uid: Some(requester.uid).filter(|u| !u.is_empty()),
+            groups: Some(requester.groups),
+            extra: Some(requester.extra),
+            resource_attributes: Some(ResourceAttributes {
+                namespace: Some(account.namespace.clone()),
+                verb: Some("impersonate".into()),
+                resource: Some("serviceaccounts".into()),
+                name: Some(account.name.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<SubjectAccessReview> = Api::all(app.client.clone());
+    let answer = api.create(&PostParams::default(), &request).await?;
+    let status = answer.status.unwrap_or_default();
+    Ok(crate::webhooks::Impersonation {
+        allowed: status.allowed,
+        reason: status.reason.unwrap_or_default(),
+    })
 }
 
 /// Runs [`prepare`] in a task of its own. The handler's deadline drops the handler's future
@@ -352,7 +409,14 @@ async fn prepare(
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
-    let patch = json!({"metadata": {"annotations": {keys::LAST_DOWNSCALE: now}}});
+    // The uid the decision verified: were the StatefulSet replaced under the same name since,
+    // the patch fails instead of recording on another object.
+    let uid = review
+        .request
+        .pointer("/oldObject/metadata/uid")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let patch = json!({"metadata": {"uid": uid, "annotations": {keys::LAST_DOWNSCALE: now}}});
     if let Err(e) = sts
         .patch(
             review.field("name"),

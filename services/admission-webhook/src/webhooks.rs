@@ -113,6 +113,95 @@ pub struct Cluster {
     /// Zone-tracker mode of prepare-downscale: downscale times live in a ConfigMap instead
     /// of StatefulSet annotations.
     pub zone_tracker: Option<ZoneTracker>,
+    /// The layer-controller's defaults, which decide the account an AddonsLayer acts as.
+    pub layer_defaults: LayerDefaults,
+    /// What the API server answered when asked whether the author of an AddonsLayer may act
+    /// as the account it names (`None`: not asked, as offline).
+    pub impersonation: Option<Impersonation>,
+}
+
+/// The layer-controller's `--default-source-namespace` and `--default-service-account`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerDefaults {
+    pub source_namespace: String,
+    pub service_account: Option<String>,
+}
+
+impl Default for LayerDefaults {
+    fn default() -> Self {
+        Self {
+            source_namespace: "strata-system".into(),
+            service_account: None,
+        }
+    }
+}
+
+/// The answer of a SubjectAccessReview: may the review's user impersonate the account?
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Impersonation {
+    pub allowed: bool,
+    /// The authorizer's reason, when it gave one.
+    pub reason: String,
+}
+
+/// The user who sent a review, as `request.userInfo` names them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Requester {
+    pub username: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl Requester {
+    pub fn of(review: &Review) -> Self {
+        let info = review.request.get("userInfo").unwrap_or(&Value::Null);
+        let text = |key: &str| info.get(key).and_then(Value::as_str).unwrap_or_default();
+        let strings = |value: &Value| -> Vec<String> {
+            value
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect()
+        };
+        Self {
+            username: text("username").to_string(),
+            uid: text("uid").to_string(),
+            groups: strings(&info["groups"]),
+            extra: info
+                .get("extra")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), strings(v)))
+                .collect(),
+        }
+    }
+}
+
+/// The account an AddonsLayer review asks its author to be allowed to act as: on a create, or
+/// an update that changes the spec (metadata-only updates — the controllers' finalizer, the
+/// heal annotation — act as no one new), the layer's acting account, if it has one.
+pub fn impersonation_asked(
+    review: &Review,
+    defaults: &LayerDefaults,
+) -> Option<core_layers::objects::ActingAccount> {
+    let operation = review.field("operation");
+    let object = review.request.get("object")?;
+    if operation == "UPDATE" && review.request.pointer("/oldObject/spec") == object.get("spec") {
+        return None;
+    }
+    if !matches!(operation, "CREATE" | "UPDATE") {
+        return None;
+    }
+    let layer: layer_controller::crd::AddonsLayer = serde_json::from_value(object.clone()).ok()?;
+    core_layers::objects::ActingAccount::of(
+        &layer,
+        &defaults.source_namespace,
+        defaults.service_account.as_deref(),
+    )
 }
 
 impl Cluster {
@@ -121,6 +210,8 @@ impl Cluster {
             state,
             cluster_domain: "cluster.local.".into(),
             zone_tracker: None,
+            layer_defaults: LayerDefaults::default(),
+            impersonation: None,
         }
     }
 }
@@ -382,41 +473,26 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
         Ok(change) => change,
         Err(decision) => return decision,
     };
-    let old_object = review
+    let resource = review
         .request
-        .get("oldObject")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let sts: StatefulSet = if old_object.get("kind").and_then(Value::as_str) == Some("StatefulSet")
-    {
-        match serde_json::from_value(old_object) {
-            Ok(s) => s,
-            Err(e) => return Decision::allow_with_warning(format!("{e}, allowing the change")),
-        }
-    } else {
-        let resource = review
-            .request
-            .pointer("/resource/resource")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if resource != "statefulsets" {
-            return Decision::allow_with_warning(format!(
-                "unsupported resource {resource}, allowing the change"
+        .pointer("/resource/resource")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if resource != "statefulsets" {
+        return Decision::allow_with_warning(format!(
+            "unsupported resource {resource}, allowing the change"
+        ));
+    }
+    // Every side effect below (which pods are called, at which port and path, what is
+    // recorded) follows the live StatefulSet, never the review: anyone who can reach the
+    // server can post a review, and it must not be able to aim the calls.
+    let sts = match live_target(review, cluster, old) {
+        Ok(sts) => sts,
+        Err(why) => {
+            return Decision::deny(format!(
+                "{} is not allowed because {why}; nothing was prepared",
+                prefix(review, old, new)
             ));
-        }
-        match cluster
-            .state
-            .stateful_sets
-            .iter()
-            .find(|s| s.metadata.name.as_deref() == Some(review.field("name")))
-        {
-            Some(s) => s.clone(),
-            None => {
-                return Decision::allow_with_warning(format!(
-                    "statefulsets {:?} not found, allowing the change",
-                    review.field("name")
-                ));
-            }
         }
     };
     if label(&sts.metadata.labels, PREPARE_DOWNSCALE_LABEL) != Some("true") {
@@ -525,9 +601,27 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
         "{} is allowed -- all pods successfully prepared for shutdown.",
         prefix(review, old, new)
     ));
+    let uid = sts.metadata.uid.as_deref().unwrap_or_default();
     for ordinal in (new..old).rev() {
+        let pod = format!("{name}-{ordinal}");
+        // Only a pod this StatefulSet owns is called: a pod of that name owned by anything
+        // else, or none at all, is left alone.
+        let owned = cluster.state.pods.iter().any(|p| {
+            p.metadata.name.as_deref() == Some(pod.as_str())
+                && p.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid && o.kind == "StatefulSet")
+        });
+        if !owned {
+            decision.warnings.push(format!(
+                "pod {namespace}/{pod} is not a pod of statefulset {namespace}/{name}; it was not called"
+            ));
+            continue;
+        }
         decision.side_effects.push(format!(
-            "POST http://{name}-{ordinal}.{service}.{namespace}.svc.{}:{port}/{path}",
+            "POST http://{pod}.{service}.{namespace}.svc.{}:{port}/{path}",
             cluster.cluster_domain
         ));
     }
@@ -551,6 +645,76 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
         ),
     });
     decision
+}
+
+/// The StatefulSet a prepare-downscale review is about, as it lives in the cluster: found by
+/// the review's namespace and name, the same object (`uid`), at the replica count the review
+/// starts from, and — when the review carries the object rather than its `/scale` — with the
+/// same label, port, path and service name the calls would use. `Err` says, for the denial,
+/// how the review and the cluster disagree.
+fn live_target(review: &Review, cluster: &Cluster, old: i64) -> Result<StatefulSet, String> {
+    let (name, namespace) = (review.field("name"), review.field("namespace"));
+    let live = cluster
+        .state
+        .stateful_sets
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some(name))
+        .ok_or_else(|| format!("statefulset {namespace}/{name} does not exist"))?;
+    let live_uid = live.metadata.uid.as_deref().unwrap_or_default();
+    let claimed_uid = review
+        .request
+        .pointer("/oldObject/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if claimed_uid.is_empty() || claimed_uid != live_uid {
+        return Err(format!(
+            "the review's object (uid {claimed_uid:?}) is not statefulset {namespace}/{name} (uid {live_uid:?})"
+        ));
+    }
+    let live_replicas = live.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    if i64::from(live_replicas) != old {
+        return Err(format!(
+            "statefulset {namespace}/{name} has {live_replicas} replicas, not the {old} the review starts from"
+        ));
+    }
+    let old_object = review.request.get("oldObject").unwrap_or(&Value::Null);
+    if old_object.get("kind").and_then(Value::as_str) == Some("StatefulSet") {
+        let claimed = |pointer: &str| old_object.pointer(pointer).and_then(Value::as_str);
+        let escaped = |key: &str| key.replace('~', "~0").replace('/', "~1");
+        let fields = [
+            (
+                format!("label {PREPARE_DOWNSCALE_LABEL}"),
+                claimed(&format!(
+                    "/metadata/labels/{}",
+                    escaped(PREPARE_DOWNSCALE_LABEL)
+                )),
+                label(&live.metadata.labels, PREPARE_DOWNSCALE_LABEL),
+            ),
+            (
+                format!("annotation {PREPARE_PORT}"),
+                claimed(&format!("/metadata/annotations/{}", escaped(PREPARE_PORT))),
+                annotation(live, PREPARE_PORT),
+            ),
+            (
+                format!("annotation {PREPARE_PATH}"),
+                claimed(&format!("/metadata/annotations/{}", escaped(PREPARE_PATH))),
+                annotation(live, PREPARE_PATH),
+            ),
+            (
+                "spec.serviceName".to_string(),
+                claimed("/spec/serviceName"),
+                live.spec.as_ref().and_then(|s| s.service_name.as_deref()),
+            ),
+        ];
+        for (field, claimed, live) in fields {
+            if claimed != live {
+                return Err(format!(
+                    "the review's {field} ({claimed:?}) differs from statefulset {namespace}/{name}'s ({live:?})"
+                ));
+            }
+        }
+    }
+    Ok(live.clone())
 }
 
 /// `/admission/pod-eviction`: the zone-aware disruption budget.
@@ -648,9 +812,45 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
         .filter(|o| o.pointer("/metadata/name").and_then(Value::as_str) != Some(name.as_str()))
         .filter_map(|o| serde_json::from_value(o.clone()).ok())
         .collect();
-    match layer_verdict(&layer, &others) {
-        Some(message) => deny(message),
-        None => Decision::allow(),
+    if let Some(message) = layer_verdict(&layer, &others) {
+        return deny(message);
+    }
+    // A layer applies as the account it names: its author must be allowed to act as that
+    // account themselves, or creating a layer would be a way to become it.
+    let Some(account) = impersonation_asked(review, &cluster.layer_defaults) else {
+        return Decision::allow();
+    };
+    let requester = Requester::of(review);
+    let field = if account.from_spec {
+        "spec.serviceAccountName"
+    } else {
+        "the layer-controller's default service account"
+    };
+    match &cluster.impersonation {
+        Some(answer) if answer.allowed => Decision::allow(),
+        Some(answer) => Decision::deny_with_code(
+            403,
+            format!(
+                "AddonsLayer {name}: user {:?} may not act as {account} ({field}): it lacks \"impersonate\" on serviceaccounts {:?} in namespace {:?}{}",
+                requester.username,
+                account.name,
+                account.namespace,
+                if answer.reason.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", answer.reason)
+                }
+            ),
+        ),
+        // Offline: the check is a call to the API server, listed rather than made.
+        None => {
+            let mut decision = Decision::allow();
+            decision.side_effects.push(format!(
+                "SubjectAccessReview: may user {:?} impersonate serviceaccounts {:?} in namespace {:?}",
+                requester.username, account.name, account.namespace
+            ));
+            decision
+        }
     }
 }
 

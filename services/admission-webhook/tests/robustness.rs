@@ -28,6 +28,7 @@ fn app() -> Arc<App> {
             "admission_webhook",
             &mut prometheus_client::registry::Registry::default(),
         ),
+        layer_defaults: Default::default(),
     })
 }
 

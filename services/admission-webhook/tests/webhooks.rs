@@ -12,7 +12,7 @@ const NOW: &str = "2026-01-01T12:00:00Z";
 
 fn sts(name: &str, replicas: i64, labels: Value, annotations: Value, status: Value) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": "mimir", "labels": labels, "annotations": annotations},
+        "metadata": {"name": name, "namespace": "mimir", "uid": format!("uid-{name}"), "labels": labels, "annotations": annotations},
         "spec": {"replicas": replicas, "serviceName": "ingester", "selector": {"matchLabels": {"name": name}},
             "template": {"metadata": {"labels": {"name": name}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}},
         "status": status})
@@ -134,6 +134,21 @@ fn no_downscale() {
     );
 }
 
+/// What the cluster holds for a StatefulSet a review is about: the object itself and one pod
+/// per replica, owned by it (the only pods prepare-downscale calls).
+fn live(sts: &Value) -> Vec<Value> {
+    let name = sts["metadata"]["name"].as_str().unwrap();
+    let mut state = vec![sts.clone()];
+    for ordinal in 0..sts["spec"]["replicas"].as_i64().unwrap() {
+        state.push(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{name}-{ordinal}"), "namespace": "mimir",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
+                    "uid": sts["metadata"]["uid"], "controller": true}]},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}}));
+    }
+    state
+}
+
 fn prepared(labels: Value, annotations: Value) -> Value {
     sts(
         "ingester-zone-a",
@@ -156,10 +171,16 @@ fn prepare_downscale_bounds_the_pods_one_request_prepares() {
         before["status"] = json!({"replicas": old, "readyReplicas": old, "updatedReplicas": old});
         let mut after = before.clone();
         after["spec"]["replicas"] = json!(new);
+        // The pods, unless absurdly many: the bound is checked before any pod is looked at.
+        let state = if old <= 2000 {
+            live(&before)
+        } else {
+            vec![before.clone()]
+        };
         run(
             Webhook::PrepareDownscale,
             update("statefulsets", before, after),
-            vec![],
+            state,
         )
     };
     let (response, effects) = downscale(i64::from(i32::MAX), 0);
@@ -192,10 +213,14 @@ fn prepare_downscale_checks_then_lists_its_calls() {
         new["spec"]["replicas"] = json!(1);
         update("statefulsets", prepared(labels, annotations), new)
     };
+    // The review's StatefulSet as the cluster holds it, its pods, and `more` objects.
+    let cluster = |labels: &Value, annotations: &Value, more: Vec<Value>| {
+        [live(&prepared(labels.clone(), annotations.clone())), more].concat()
+    };
     let (response, effects) = run(
         Webhook::PrepareDownscale,
         review(labels.clone(), annotations.clone()),
-        vec![],
+        cluster(&labels, &annotations, vec![]),
     );
     assert_eq!(
         response,
@@ -223,7 +248,11 @@ fn prepare_downscale_checks_then_lists_its_calls() {
                 labels.clone(),
                 json!({"grafana.com/prepare-downscale-http-path": "x"})
             ),
-            vec![]
+            cluster(
+                &labels,
+                &json!({"grafana.com/prepare-downscale-http-path": "x"}),
+                vec![]
+            )
         )),
         format!(
             "{prefix}the grafana.com/prepare-downscale-http-port annotation is not set or empty."
@@ -236,7 +265,11 @@ fn prepare_downscale_checks_then_lists_its_calls() {
                 labels.clone(),
                 json!({"grafana.com/prepare-downscale-http-port": "80"})
             ),
-            vec![]
+            cluster(
+                &labels,
+                &json!({"grafana.com/prepare-downscale-http-port": "80"}),
+                vec![]
+            )
         )),
         format!(
             "{prefix}the grafana.com/prepare-downscale-http-path annotation is not set or empty."
@@ -254,7 +287,7 @@ fn prepare_downscale_checks_then_lists_its_calls() {
         msg(run(
             Webhook::PrepareDownscale,
             review(labels.clone(), annotations.clone()),
-            vec![sibling]
+            cluster(&labels, &annotations, vec![sibling])
         )),
         format!(
             "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
@@ -272,14 +305,14 @@ fn prepare_downscale_checks_then_lists_its_calls() {
         msg(run(
             Webhook::PrepareDownscale,
             review(labels.clone(), annotations.clone()),
-            vec![busy]
+            cluster(&labels, &annotations, vec![busy])
         )),
         format!(
             "{prefix}statefulset ingester-zone-b has 1 non-updated replicas and 3 non-ready replicas"
         )
     );
     // Dry runs and unlabelled StatefulSets are left alone.
-    let mut dry = review(labels, annotations.clone());
+    let mut dry = review(labels.clone(), annotations.clone());
     dry["request"]["dryRun"] = json!(true);
     assert_eq!(
         run(Webhook::PrepareDownscale, dry, vec![]),
@@ -288,11 +321,104 @@ fn prepare_downscale_checks_then_lists_its_calls() {
     assert_eq!(
         run(
             Webhook::PrepareDownscale,
-            review(json!({}), annotations),
-            vec![]
-        )
-        .1,
-        Vec::<String>::new()
+            review(json!({}), annotations.clone()),
+            cluster(&json!({}), &annotations, vec![])
+        ),
+        (json!({"uid": UID, "allowed": true}), vec![])
+    );
+    // Forged or stale reviews: nothing is called or recorded, and the denial says why.
+    let forged = |review: Value, state: Vec<Value>, why: &str| {
+        let (response, effects) = run(Webhook::PrepareDownscale, review, state);
+        assert_eq!(response["allowed"], false, "{why}: {response}");
+        assert!(effects.is_empty(), "{why}: {effects:?}");
+        let message = response["status"]["message"].as_str().unwrap().to_string();
+        assert!(
+            message.starts_with("downscale of statefulsets/ingester-zone-a in mimir from ")
+                && message.contains("is not allowed because "),
+            "{why}: {message}"
+        );
+        assert!(
+            message.ends_with("; nothing was prepared"),
+            "{why}: {message}"
+        );
+        message
+    };
+    let message = forged(
+        review(labels.clone(), annotations.clone()),
+        vec![],
+        "no such StatefulSet",
+    );
+    assert!(
+        message.contains("statefulset mimir/ingester-zone-a does not exist"),
+        "{message}"
+    );
+    let mut other_uid = review(labels.clone(), annotations.clone());
+    other_uid["request"]["oldObject"]["metadata"]["uid"] = json!("uid-forged");
+    let message = forged(
+        other_uid,
+        cluster(&labels, &annotations, vec![]),
+        "another uid",
+    );
+    assert!(
+        message.contains(r#"uid "uid-forged""#) && message.contains(r#"uid "uid-ingester-zone-a""#),
+        "{message}"
+    );
+    let mut no_uid = review(labels.clone(), annotations.clone());
+    no_uid["request"]["oldObject"]["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("uid");
+    forged(no_uid, cluster(&labels, &annotations, vec![]), "no uid");
+    // A port and path of the review's own choosing (a pod's other endpoint, say).
+    let aimed = json!({"grafana.com/prepare-downscale-http-path": "admin/shutdown", "grafana.com/prepare-downscale-http-port": "9095"});
+    let message = forged(
+        review(labels.clone(), aimed),
+        cluster(&labels, &annotations, vec![]),
+        "forged port",
+    );
+    assert!(
+        message.contains("annotation grafana.com/prepare-downscale-http-port"),
+        "{message}"
+    );
+    let mut elsewhere = review(labels.clone(), annotations.clone());
+    elsewhere["request"]["oldObject"]["spec"]["serviceName"] = json!("other");
+    let message = forged(
+        elsewhere,
+        cluster(&labels, &annotations, vec![]),
+        "forged service",
+    );
+    assert!(message.contains("spec.serviceName"), "{message}");
+    // A larger old count than the live object has: pods it does not run.
+    let mut wider = review(labels.clone(), annotations.clone());
+    wider["request"]["oldObject"]["spec"]["replicas"] = json!(9);
+    let message = forged(wider, cluster(&labels, &annotations, vec![]), "replicas");
+    assert!(message.contains("has 3 replicas, not the 9"), "{message}");
+    // A pod of the right name owned by something else is never called.
+    let mut state = cluster(&labels, &annotations, vec![]);
+    state.retain(|o| o["metadata"]["name"] != "ingester-zone-a-2");
+    state.push(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "ingester-zone-a-2", "namespace": "mimir",
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "ingester-zone-a", "uid": "uid-other", "controller": true}]},
+        "spec": {"containers": [{"name": "c", "image": "x"}]}}));
+    let (response, effects) = run(
+        Webhook::PrepareDownscale,
+        review(labels.clone(), annotations.clone()),
+        state,
+    );
+    assert_eq!(
+        effects
+            .iter()
+            .filter(|e| e.starts_with("POST "))
+            .collect::<Vec<_>>(),
+        vec![
+            "POST http://ingester-zone-a-1.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown"
+        ]
+    );
+    assert_eq!(
+        response["warnings"],
+        json!([
+            "pod mimir/ingester-zone-a-2 is not a pod of statefulset mimir/ingester-zone-a; it was not called"
+        ])
     );
 }
 
@@ -646,10 +772,10 @@ fn prepare_downscale_with_the_zone_tracker() {
     let annotations = json!({"grafana.com/prepare-downscale-http-path": "prepare", "grafana.com/prepare-downscale-http-port": "80"});
     let mut new = prepared(labels.clone(), annotations.clone());
     new["spec"]["replicas"] = json!(2);
-    let review = Review::parse(
-        &serde_json::to_vec(&update("statefulsets", prepared(labels, annotations), new)).unwrap(),
-    )
-    .unwrap();
+    let target = prepared(labels, annotations);
+    let review =
+        Review::parse(&serde_json::to_vec(&update("statefulsets", target.clone(), new)).unwrap())
+            .unwrap();
     // The sibling's annotation says "just now", but in zone-tracker mode only the ConfigMap
     // counts.
     let sibling = sts(
@@ -660,8 +786,10 @@ fn prepare_downscale_with_the_zone_tracker() {
         json!({"replicas": 0, "readyReplicas": 0, "updatedReplicas": 0}),
     );
     let decide_with = |data: Option<Vec<(&str, &str)>>| {
-        let mut cluster =
-            Cluster::new(Observed::from_documents("state", vec![(0, sibling.clone())]).unwrap());
+        let state = [live(&target), vec![sibling.clone()]].concat();
+        let mut cluster = Cluster::new(
+            Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
+        );
         cluster.zone_tracker = Some(ZoneTracker {
             config_map: "rollout-operator-zone-tracker".into(),
             data: data.map(|d| {
@@ -922,4 +1050,93 @@ fn eviction_owner_errors_and_reasons_are_the_anchors() {
         evict_with_reason("ingester-zone-a-0", out_of_scope).2,
         "pod-not-in-scope"
     );
+}
+
+/// The author of a layer must be allowed to act as the account it names: the decision takes
+/// the API server's answer (a SubjectAccessReview the server makes), and offline lists the
+/// question instead of guessing. Metadata-only updates (the controllers' finalizer, the heal
+/// annotation) ask nothing.
+#[test]
+fn addonslayer_validation_asks_whether_the_author_may_be_the_account() {
+    use admission_webhook::webhooks::{Impersonation, LayerDefaults};
+    let named = layer(
+        "apps",
+        &[],
+        json!({"serviceAccountName": "kustomize-controller", "source": {"name": "repo", "namespace": "flux-system", "path": "./"}}),
+    );
+    let mut review = layer_review(named.clone());
+    review["request"]["userInfo"] = json!({"username": "alice", "groups": ["team-a"]});
+    let decide_with = |review: &Value, answer: Option<Impersonation>, defaults: LayerDefaults| {
+        let mut cluster = Cluster::new(Observed::default());
+        cluster.impersonation = answer;
+        cluster.layer_defaults = defaults;
+        let review = Review::parse(&serde_json::to_vec(review).unwrap()).unwrap();
+        decide(
+            Webhook::AddonsLayerValidation,
+            &review,
+            &cluster,
+            NOW.parse::<Timestamp>().unwrap(),
+        )
+    };
+    let refused = decide_with(
+        &review,
+        Some(Impersonation {
+            allowed: false,
+            reason: String::new(),
+        }),
+        LayerDefaults::default(),
+    );
+    assert!(!refused.allowed);
+    assert_eq!(refused.code, Some(403));
+    assert_eq!(
+        refused.message.as_deref(),
+        Some(
+            "AddonsLayer apps: user \"alice\" may not act as ServiceAccount flux-system/kustomize-controller (spec.serviceAccountName): it lacks \"impersonate\" on serviceaccounts \"kustomize-controller\" in namespace \"flux-system\""
+        )
+    );
+    let allowed = Impersonation {
+        allowed: true,
+        reason: String::new(),
+    };
+    assert!(decide_with(&review, Some(allowed.clone()), LayerDefaults::default()).allowed);
+    // Offline: allowed, the question listed.
+    let offline = decide_with(&review, None, LayerDefaults::default());
+    assert!(offline.allowed);
+    assert_eq!(
+        offline.side_effects,
+        vec![
+            "SubjectAccessReview: may user \"alice\" impersonate serviceaccounts \"kustomize-controller\" in namespace \"flux-system\""
+        ]
+    );
+    // No account named and no default: the layer acts as the controller; nothing to ask.
+    let mut plain = layer_review(layer("apps", &[], json!({})));
+    plain["request"]["userInfo"] = json!({"username": "alice"});
+    let refusing = Some(Impersonation {
+        allowed: false,
+        reason: String::new(),
+    });
+    assert!(decide_with(&plain, refusing.clone(), LayerDefaults::default()).allowed);
+    // ...but with the controller's default account, the author must be allowed to be it.
+    let locked_down = LayerDefaults {
+        source_namespace: "team-a".into(),
+        service_account: Some("tenant".into()),
+    };
+    let message = decide_with(&plain, refusing.clone(), locked_down)
+        .message
+        .unwrap_or_default();
+    assert!(
+        message.contains(
+            "ServiceAccount team-a/tenant (the layer-controller's default service account)"
+        ),
+        "{message}"
+    );
+    // An update that leaves the spec alone (a finalizer, an annotation) asks nothing.
+    let mut finalized = review.clone();
+    finalized["request"]["operation"] = json!("UPDATE");
+    finalized["request"]["oldObject"] = named;
+    finalized["request"]["object"]["metadata"]["finalizers"] = json!(["strata.dev/teardown"]);
+    assert!(decide_with(&finalized, refusing.clone(), LayerDefaults::default()).allowed);
+    // One that changes it asks again.
+    finalized["request"]["object"]["spec"]["version"] = json!("1.1.0");
+    assert!(!decide_with(&finalized, refusing, LayerDefaults::default()).allowed);
 }

@@ -18,6 +18,7 @@ use core_k8s::apply::{Applier, ResolvedKind};
 use core_k8s::events::Severity;
 use core_layers::crd::{AddonsLayer, DriftSpec};
 use core_layers::keys::{LAYER_LABEL, RECONCILE_REQUESTED_AT, condition, state as layer_state};
+use core_layers::objects::ActingAccount;
 use core_layers::objects::{ObjectRef, SourceRef, SourceState};
 use core_layers::read::Reader;
 use core_layers::source::{self, Limits};
@@ -63,12 +64,26 @@ pub struct DriftArgs {
     /// Only observe layers matching this label selector (the layer-controller's shards).
     #[arg(long)]
     pub layer_selector: Option<String>,
+    /// The user the layer-controller applies as (e.g.
+    /// `system:serviceaccount:strata-system:layer-controller`): dry runs of layers that name
+    /// no ServiceAccount are made as it, through impersonation, so the API server authorizes
+    /// them exactly as the real apply — and the observer itself needs no write access.
+    /// Unset: the observer dry-runs as itself (it then needs `patch` on what layers apply).
+    #[arg(long)]
+    pub apply_as: Option<String>,
+    /// The layer-controller's `--default-service-account`: layers without
+    /// `spec.serviceAccountName` apply as this account of their source's namespace, and are
+    /// dry-run as it.
+    #[arg(long)]
+    pub default_service_account: Option<String>,
 }
 
 /// One object a layer applied, as the layer-controller applies it.
 #[derive(Debug)]
 struct Desired {
     layer: String,
+    /// The ServiceAccount user the layer applies as, if any (its dry runs are made as it).
+    acting_as: Option<String>,
     api_version: String,
     resolved: ResolvedKind,
     manifest: Value,
@@ -121,8 +136,10 @@ pub struct Observer {
     args: DriftArgs,
     metrics: Metrics,
     reader: Reader,
-    /// Dry runs as the layer-controller.
+    /// Dry runs as the layer-controller: as this process, or through impersonation of the
+    /// user the layer applies as (one client per user, kept).
     layer_applier: Applier,
+    dry_run_appliers: Mutex<HashMap<String, Applier>>,
     layers: Mutex<HashMap<String, LayerView>>,
     index: Mutex<HashMap<ObjectRef, Arc<Desired>>>,
     watches: Mutex<HashMap<GroupVersionKind, CancellationToken>>,
@@ -223,6 +240,7 @@ pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
     );
     let observer = Arc::new(Observer {
         layer_applier: Applier::new(ctx.client.clone(), args.layer_field_manager.clone()),
+        dry_run_appliers: Mutex::default(),
         ctx: ctx.clone(),
         args,
         metrics,
@@ -325,6 +343,12 @@ impl Observer {
             .version
             .clone()
             .unwrap_or_else(|| layer.spec.version.clone());
+        let acting_as = ActingAccount::of(
+            &layer,
+            &self.args.default_source_namespace,
+            self.args.default_service_account.as_deref(),
+        )
+        .map(|account| account.user());
         let mut objects = BTreeMap::new();
         for manifest in &manifests {
             let object = self.reader.identity(manifest).await;
@@ -354,6 +378,7 @@ impl Observer {
                 object,
                 Arc::new(Desired {
                     layer: name.clone(),
+                    acting_as: acting_as.clone(),
                     api_version: manifest.api_version.clone(),
                     resolved,
                     manifest: prepared,
@@ -609,6 +634,23 @@ impl Observer {
         }
     }
 
+    /// The applier a layer's dry runs go through: as the user it applies as (`acting_as`,
+    /// else `--apply-as`), impersonated, or as this process when neither is known.
+    fn dry_run_applier(&self, acting_as: Option<&str>) -> Result<Applier> {
+        let Some(user) = acting_as.or(self.args.apply_as.as_deref()) else {
+            return Ok(self.layer_applier.clone());
+        };
+        let mut appliers = lock(&self.dry_run_appliers);
+        if let Some(applier) = appliers.get(user) {
+            return Ok(applier.clone());
+        }
+        let applier = self
+            .layer_applier
+            .with_client(self.ctx.impersonating_client(user)?);
+        appliers.insert(user.to_string(), applier.clone());
+        Ok(applier)
+    }
+
     /// Compares one object with what its layer applies and records the result.
     async fn check(&self, object: &ObjectRef, work: Work) -> Result<()> {
         let Some(desired) = lock(&self.index).get(object).cloned() else {
@@ -636,8 +678,9 @@ impl Observer {
                     .map(|o| serde_json::to_value(o).unwrap_or_default())
             }
         };
+        let applier = self.dry_run_applier(desired.acting_as.as_deref())?;
         let (found, outcome) = drift_of(
-            &self.layer_applier,
+            &applier,
             &object.kind,
             &desired.manifest,
             live.as_ref(),

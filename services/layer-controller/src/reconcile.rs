@@ -37,6 +37,7 @@ use crate::plan::{
 };
 use crate::read::Reader;
 use crate::source::{self, CONFIGMAP_KIND, FLUX_KINDS, Files, Limits, Manifest};
+use core_layers::objects::ActingAccount;
 
 /// Flags of the layer-controller on top of the common ones.
 #[derive(Clone, Debug, clap::Args)]
@@ -82,17 +83,14 @@ struct Access {
     applier: core_k8s::apply::Applier,
 }
 
-/// The user a layer acts as: `spec.serviceAccountName`, else `--default-service-account`, in
-/// the namespace of the layer's source; `None` for the controller's own identity.
+/// The user a layer acts as (see [`ActingAccount`]); `None` for the controller's own identity.
 fn acting_user(layer: &AddonsLayer, args: &LayerArgs) -> Option<String> {
-    let account = layer
-        .spec
-        .service_account_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .or_else(|| args.default_service_account.clone())?;
-    let namespace = SourceRef::of(layer, &args.default_source_namespace).namespace;
-    Some(format!("system:serviceaccount:{namespace}:{account}"))
+    ActingAccount::of(
+        layer,
+        &args.default_source_namespace,
+        args.default_service_account.as_deref(),
+    )
+    .map(|account| account.user())
 }
 
 /// The access of a layer (impersonating clients are built once per user and kept).

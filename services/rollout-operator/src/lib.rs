@@ -86,6 +86,11 @@ impl CompatArgs {
             tls_address: self.webhook_tls_address,
             tls_cert_file: self.webhook_tls_cert_file.clone(),
             tls_key_file: self.webhook_tls_key_file.clone(),
+            // Caller certificates are a Strata flag of the native deployable only.
+            client_ca_file: None,
+            // The anchor serves no AddonsLayer validation; the defaults only matter there.
+            layer_default_source_namespace: String::new(),
+            layer_default_service_account: None,
             tls_secret_name: self.webhook_tls_secret_name.clone(),
             service_name: SERVICE.to_string(),
             tls_extra_names: self.webhook_dns_name.iter().cloned().collect(),

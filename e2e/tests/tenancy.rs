@@ -1,0 +1,253 @@
+//! No layer author can become an account they could not become themselves. A layer applies
+//! as the ServiceAccount it names, so:
+//! - the addonslayer-validation webhook refuses a layer whose author may not `impersonate` that
+//!   account (a SubjectAccessReview of the review's user), naming the user, the account and
+//!   the missing right;
+//! - without the webhook, the layer-controller still may not act as it: the chart lets it
+//!   impersonate accounts only in the namespaces the release lists, so the layer fails naming
+//!   the account and applies nothing;
+//! - a layer naming an account the author may use, in a listed namespace, deploys.
+//!
+//! The author is a ServiceAccount `alice` with rights in namespace `team-a` only (plus
+//! creating AddonsLayers); the powerful account is `kustomize-controller` in another namespace,
+//! standing for `flux-system`.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail, ensure};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use strata_e2e::flux::{install_layer_crds, layer_status, ready_reason, source_configmap};
+use strata_e2e::plane::free_port;
+use strata_e2e::services::{start_admission_webhook, start_layer_service_with};
+use strata_e2e::support::{
+    DeleteOnDrop, TestNamespace, apply_yaml, cluster, eventually, service_account_kubeconfig,
+    service_account_with_role, webhook_configuration,
+};
+
+/// An AddonsLayer `<team>-<name>` of this test (its label selects it for the test's
+/// controller and webhook) reading ConfigMap `src-<name>` of `source_ns` as `account`.
+fn layer(team: &str, name: &str, source_ns: &str, account: &str) -> String {
+    format!(
+        "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {team}-{name}, labels: {{strata-e2e/suite: {team}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  serviceAccountName: {account}
+  source: {{kind: ConfigMap, name: src-{name}, namespace: {source_ns}, path: ./}}
+"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_author_cannot_act_as_an_account_they_may_not_impersonate() -> Result<()> {
+    let admin = cluster().client().await?;
+    let team = TestNamespace::create(&admin, "team-a").await?;
+    let system = TestNamespace::create(&admin, "flux-system").await?;
+    let (team, system) = (team.name.clone(), system.name.clone());
+    install_layer_crds(&admin, &team).await?;
+
+    // The powerful account elsewhere, and the team's own deployer.
+    apply_yaml(
+        &admin,
+        &system,
+        &service_account_with_role(
+            &system,
+            "kustomize-controller",
+            &[r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#],
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &admin,
+        &team,
+        &service_account_with_role(
+            &team,
+            "deployer",
+            &[r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#],
+        ),
+    )
+    .await?;
+    // alice: may act as accounts of team-a, and create layers (cluster-scoped).
+    apply_yaml(
+        &admin,
+        &team,
+        &service_account_with_role(
+            &team,
+            "alice",
+            &[r#"{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}"#],
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &admin,
+        &team,
+        &format!(
+            "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {{name: {team}-layer-author, labels: {{app.kubernetes.io/instance: {team}}}}}
+rules: [{{apiGroups: [strata.dev], resources: [addonslayers], verbs: [get, list, watch, create, update, patch, delete]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {team}-layer-author, labels: {{app.kubernetes.io/instance: {team}}}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {team}-layer-author}}
+subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
+"
+        ),
+    )
+    .await?;
+    let alice =
+        strata_e2e::support::kube_client(&service_account_kubeconfig(&team, "alice")?).await?;
+
+    // The sources: each would create a ConfigMap in its own namespace.
+    let settings = |ns: &str, name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{a: \"1\"}}\n"
+        )
+    };
+    apply_yaml(
+        &admin,
+        &system,
+        &source_configmap(
+            &system,
+            "escalate",
+            &[("cm.yaml", settings(&system, "escalated"))],
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &admin,
+        &team,
+        &source_configmap(
+            &team,
+            "apps",
+            &[("cm.yaml", settings(&team, "team-settings"))],
+        ),
+    )
+    .await?;
+
+    // The release lets layers act as accounts of team-a only.
+    let impersonation = format!("layerController.impersonation[0].namespace={team}");
+    let _controller = start_layer_service_with(
+        "layer-controller",
+        &team,
+        &["--health-poll", "500ms"],
+        &[&impersonation],
+    )?;
+    let tls = format!("127.0.0.1:{}", free_port()?);
+    let _webhook = start_admission_webhook(
+        &team,
+        &tls,
+        &[
+            "--tls-extra-names",
+            "127.0.0.1",
+            "--layer-default-source-namespace",
+            &team,
+        ],
+    )?;
+    // Validation of this test's layers only (AddonsLayers are cluster-scoped; other tests'
+    // layers must not depend on this server).
+    let name = format!("addonslayer-validation-{team}");
+    let mut config = webhook_configuration(
+        "ValidatingWebhookConfiguration",
+        &name,
+        &team,
+        "addonslayer-validation",
+        &format!("{{url: \"https://{tls}/admission/addonslayer-validation\"}}"),
+        "  - apiGroups: [strata.dev]\n    apiVersions: [v1alpha1]\n    operations: [CREATE, UPDATE]\n    resources: [addonslayers]",
+    );
+    config.push_str(&format!(
+        "  objectSelector: {{matchLabels: {{strata-e2e/suite: {team}}}}}\n"
+    ));
+    apply_yaml(&admin, &team, &config).await?;
+    let registered = DeleteOnDrop {
+        resource: "validatingwebhookconfiguration",
+        name,
+    };
+
+    // 1. alice names the powerful account: refused, naming her, the account and the right.
+    let escalate = layer(&team, "escalate", &system, "kustomize-controller");
+    let refused = eventually(
+        "the escalating layer refused",
+        Duration::from_secs(60),
+        || async {
+            match apply_yaml(&alice, &team, &escalate).await {
+                Ok(_) => {
+                    bail!("alice's layer acting as {system}/kustomize-controller was admitted")
+                }
+                Err(e) if format!("{e:#}").contains("may not act as") => Ok(Some(format!("{e:#}"))),
+                // The server's CA is not injected and trusted yet.
+                Err(_) => Ok(None),
+            }
+        },
+    )
+    .await?;
+    for want in [
+        format!("user \"system:serviceaccount:{team}:alice\""),
+        format!("ServiceAccount {system}/kustomize-controller"),
+        "spec.serviceAccountName".to_string(),
+        "\"impersonate\" on serviceaccounts \"kustomize-controller\"".to_string(),
+    ] {
+        ensure!(refused.contains(&want), "{want:?} missing from: {refused}");
+    }
+
+    // 2. An account of team-a: admitted, and deployed as that account.
+    apply_yaml(&alice, &team, &layer(&team, "apps", &team, "deployer")).await?;
+    let apps = format!("{team}-apps");
+    eventually(
+        "the team's layer Deployed",
+        Duration::from_secs(60),
+        || async {
+            let status = layer_status(&admin, &apps).await?;
+            Ok((status["state"] == "Deployed").then_some(()))
+        },
+    )
+    .await?;
+    let team_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &team);
+    ensure!(team_maps.get_opt("team-settings").await?.is_some());
+
+    // 3. Without the webhook the layer is stored, but the controller may not act as that
+    // account: Failed, naming it, nothing applied.
+    drop(registered);
+    let escalated = format!("{team}-escalate");
+    eventually(
+        "the layer admitted without the webhook",
+        Duration::from_secs(30),
+        || async { Ok(apply_yaml(&alice, &team, &escalate).await.ok().map(drop)) },
+    )
+    .await?;
+    let failed = eventually(
+        "the escalating layer Failed",
+        Duration::from_secs(60),
+        || async {
+            let status = layer_status(&admin, &escalated).await?;
+            Ok((status["state"] == "Failed").then(|| ready_reason(&status)))
+        },
+    )
+    .await?;
+    ensure!(
+        failed.contains("kustomize-controller") && failed.contains("impersonate"),
+        "the condition names the account and the right: {failed}"
+    );
+    let system_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &system);
+    ensure!(
+        system_maps.get_opt("escalated").await?.is_none(),
+        "the layer applied as an account nobody let it use"
+    );
+    for layer in [&escalated, &apps] {
+        let _ = cluster()
+            .kubectl()
+            .args([
+                "delete",
+                "addonslayer",
+                layer,
+                "--wait=true",
+                "--timeout=60s",
+            ])
+            .output();
+    }
+    Ok(())
+}
