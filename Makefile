@@ -42,10 +42,12 @@ lint:
 unit: plane-build
 	STRATA_REQUIRE_HELM=1 $(CARGO) test --workspace --exclude strata-e2e $(TEST_FEATURES)
 
-# End-to-end tests against one shared local control plane.
+# End-to-end tests against one shared local control plane; then, on the same plane, the check
+# that every verb the chart grants was used by some test (e2e/tests/rbac_coverage.rs reads the
+# plane's audit log; `STRATA_UPDATE_DOCS=1 make e2e` rewrites the table in docs/security.md).
 e2e: build plane-build
 	$(CARGO) test -p strata-e2e --no-run
-	scripts/with-plane.sh $(CARGO) test -p strata-e2e --tests -- --test-threads=2
+	scripts/with-plane.sh bash -c '$(CARGO) test -p strata-e2e --tests -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
 
 test: lint unit e2e
 

@@ -31,11 +31,24 @@ pub fn chart_dir() -> PathBuf {
     repo_root().join("helm/strata")
 }
 
-/// The helm binary: `$HELM` (the plane build provides it), else `helm` on `PATH`.
+/// The helm binary: `$HELM` (the Makefile and `with-plane.sh` set it), else the one the plane
+/// build caches (`$STRATA_CACHE/bin/helm-<version>/helm`, so a test run by hand finds it),
+/// else `helm` on `PATH`.
 pub fn helm() -> PathBuf {
-    std::env::var_os("HELM")
-        .filter(|h| !h.is_empty())
+    if let Some(helm) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
+        return PathBuf::from(helm);
+    }
+    let versions = std::fs::read_to_string(crate::plane::plane_source_dir().join("versions.env"))
+        .unwrap_or_default();
+    let cache = std::env::var_os("STRATA_CACHE")
         .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/strata")));
+    versions
+        .lines()
+        .find_map(|l| l.strip_prefix("HELM_VERSION="))
+        .zip(cache)
+        .map(|(version, cache)| cache.join(format!("bin/helm-{}/helm", version.trim())))
+        .filter(|cached| cached.is_file())
         .unwrap_or_else(|| PathBuf::from("helm"))
 }
 

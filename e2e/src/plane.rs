@@ -152,19 +152,24 @@ fn write_file(path: &Path, contents: &str) -> Result<()> {
     fs::write(path, contents).with_context(|| format!("writing {}", path.display()))
 }
 
-fn make_pki(dir: &Path) -> Result<Pki> {
-    fs::create_dir_all(dir)?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
+/// A new self-signed CA named `common_name`.
+fn new_ca(common_name: &str) -> Result<CertifiedIssuer<'static, KeyPair>> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
         .distinguished_name
-        .push(DnType::CommonName, "strata-e2e-ca");
-    ca_params.key_usages = vec![
+        .push(DnType::CommonName, common_name);
+    params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate()?)?;
+    Ok(CertifiedIssuer::self_signed(params, KeyPair::generate()?)?)
+}
+
+fn make_pki(dir: &Path) -> Result<Pki> {
+    fs::create_dir_all(dir)?;
+    let ca = new_ca("strata-e2e-ca")?;
 
     let mut serving = CertificateParams::new(vec![
         "localhost".to_string(),
@@ -201,17 +206,7 @@ fn make_pki(dir: &Path) -> Result<Pki> {
     // The client certificate kube-apiserver presents to admission webhooks (its
     // AdmissionConfiguration, below), from a CA of its own: a webhook server started with
     // `--client-ca-file <dir>/webhook-client-ca.crt` accepts kube-apiserver and no one else.
-    let mut webhook_ca_params = CertificateParams::new(Vec::<String>::new())?;
-    webhook_ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    webhook_ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "strata-e2e-webhook-client-ca");
-    webhook_ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let webhook_ca = CertifiedIssuer::self_signed(webhook_ca_params, KeyPair::generate()?)?;
+    let webhook_ca = new_ca("strata-e2e-webhook-client-ca")?;
     let mut webhook_client = CertificateParams::new(Vec::<String>::new())?;
     webhook_client
         .distinguished_name
@@ -708,14 +703,18 @@ impl Drop for Plane {
 }
 
 /// What kube-apiserver records in `logs/audit.log`: every pod deletion with its request (the
-/// delete options and their preconditions) and answer (the pod as deleted), nothing else.
+/// delete options and their preconditions) and answer (the pod as deleted); and who did what,
+/// without bodies, for every request of a ServiceAccount (the services run as their chart
+/// ServiceAccounts: `rbac_coverage` checks each verb the chart grants was used); nothing else.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
-omitStages: [RequestReceived]
+omitStages: [RequestReceived, ResponseStarted]
 rules:
 - level: RequestResponse
   verbs: [delete]
   resources: [{group: \"\", resources: [pods]}]
+- level: Metadata
+  userGroups: [system:serviceaccounts]
 - level: None
 ";
 

@@ -491,6 +491,14 @@ async fn the_anchor_install_runs_unchanged_with_strata_as_its_process() -> Resul
     // namespace as X-Cluster, as the anchor sends it) and, in zone-tracker mode, the time is
     // recorded in the ConfigMap the anchor's Role lets it write.
     apply_yaml(&client, n, PREPARED).await?;
+    // The calls go to the StatefulSet's own pods only: wait until it has them.
+    eventually("3 store pods ready", Duration::from_secs(60), || async {
+        let list = pods
+            .list(&ListParams::default().labels("name=store"))
+            .await?;
+        Ok((list.items.iter().filter(|p| pod_ready(p)).count() == 3).then_some(()))
+    })
+    .await?;
     let scaled = cluster()
         .kubectl()
         .args(["-n", n, "scale", "statefulset", "store", "--replicas=1"])

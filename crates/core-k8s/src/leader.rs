@@ -150,7 +150,15 @@ pub async fn elect(
         lease: lease.clone(),
         identity: config.identity.clone(),
     });
-    let task = tokio::spawn(contend(manager, lease, config.identity, tx, gauge, stop));
+    let task = tokio::spawn(contend(
+        manager,
+        fence.clone(),
+        lease.clone(),
+        config.identity.clone(),
+        tx,
+        gauge,
+        stop,
+    ));
     Ok((
         Leadership {
             rx,
@@ -162,6 +170,7 @@ pub async fn elect(
 
 async fn contend(
     manager: LeaseManager,
+    fence: Arc<Fence>,
     lease: String,
     identity: String,
     tx: watch::Sender<bool>,
@@ -191,6 +200,19 @@ async fn contend(
                         tx.send_replace(false);
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
+                    // The manager reports changes only: when it renews again after the error it
+                    // still believes it leads and says nothing, so the Lease itself decides
+                    // whether to act again (without this a leader stayed idle forever after one
+                    // failed renewal — a 403 while a restarted API server warms its RBAC caches
+                    // — holding a Lease nobody else could take).
+                    if !*tx.borrow()
+                        && let Ok(Some(current)) = fence.api.get_opt(&lease).await
+                        && lease_holds(&current, &identity, jiff::Timestamp::now())
+                    {
+                        tracing::info!(%lease, %identity, "still holding the Lease; leading again");
+                        gauge.set(1);
+                        tx.send_replace(true);
+                    }
                 }
             }
         }

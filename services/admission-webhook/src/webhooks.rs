@@ -706,10 +706,13 @@ fn live_target(review: &Review, cluster: &Cluster, old: i64) -> Result<StatefulS
                 live.spec.as_ref().and_then(|s| s.service_name.as_deref()),
             ),
         ];
+        let shown = |value: Option<&str>| value.map_or("unset".to_string(), |v| format!("{v:?}"));
         for (field, claimed, live) in fields {
             if claimed != live {
                 return Err(format!(
-                    "the review's {field} ({claimed:?}) differs from statefulset {namespace}/{name}'s ({live:?})"
+                    "the review's {field} ({}) differs from statefulset {namespace}/{name}'s ({})",
+                    shown(claimed),
+                    shown(live)
                 ));
             }
         }

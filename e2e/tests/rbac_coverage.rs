@@ -1,0 +1,210 @@
+//! Every verb the chart grants a service is one some test made it use. The e2e tests run each
+//! service as the ServiceAccount the chart creates for it, and the local plane's audit log
+//! records every request of a ServiceAccount (user, verb, resource, who it impersonated). Run
+//! after the whole suite, on the same plane (`make e2e` does), this test matches each rule of
+//! each Role and ClusterRole the chart binds to a service against that log, and fails naming
+//! every verb no test exercised: such a verb is removed from the chart or gets a test.
+//!
+//! With `STRATA_UPDATE_DOCS=1` it also writes the table of docs/security.md (which test
+//! exercised each verb, by the prefix of the test namespace the service ran in).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use anyhow::{Context as _, Result, ensure};
+use serde_json::Value;
+use strata_e2e::release::Rendered;
+use strata_e2e::support::cluster;
+
+/// One use of a right: (apiGroup, resource[/subresource], verb).
+type Right = (String, String, String);
+
+/// The services' uses of rights from the audit log: service → right → test prefixes.
+fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<String>>>> {
+    let mut uses: BTreeMap<String, BTreeMap<Right, BTreeSet<String>>> = BTreeMap::new();
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        let event: Value = serde_json::from_str(line).context("an audit line")?;
+        let user = event["user"]["username"].as_str().unwrap_or_default();
+        let Some(rest) = user.strip_prefix("system:serviceaccount:") else {
+            continue;
+        };
+        let Some((namespace, account)) = rest.split_once(':') else {
+            continue;
+        };
+        if !strata_e2e::services::SERVICES.contains(&account) {
+            continue;
+        }
+        // `e2e-<prefix>-<random>` names the test; the anchor's own install (dropin) runs
+        // under the anchor's RBAC, not the chart's.
+        let test = namespace
+            .strip_prefix("e2e-")
+            .and_then(|n| n.rsplit_once('-'))
+            .map(|(prefix, _)| prefix.to_string())
+            .unwrap_or_else(|| namespace.to_string());
+        if test == "dropin" {
+            continue;
+        }
+        let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
+        let allowed = code != 401 && code != 403;
+        let service = uses.entry(account.to_string()).or_default();
+        if event.get("impersonatedUser").is_some_and(Value::is_object) {
+            // Authorized as the service before the request ran as someone else.
+            service
+                .entry(("".into(), "serviceaccounts".into(), "impersonate".into()))
+                .or_default()
+                .insert(test.clone());
+            continue;
+        }
+        if !allowed {
+            continue;
+        }
+        let object = &event["objectRef"];
+        let Some(resource) = object["resource"].as_str() else {
+            continue; // a non-resource URL (discovery, /version)
+        };
+        let resource = match object["subresource"].as_str() {
+            Some(sub) if !sub.is_empty() => format!("{resource}/{sub}"),
+            _ => resource.to_string(),
+        };
+        let group = object["apiGroup"].as_str().unwrap_or_default().to_string();
+        let verb = event["verb"].as_str().unwrap_or_default().to_string();
+        service
+            .entry((group, resource, verb))
+            .or_default()
+            .insert(test);
+    }
+    Ok(uses)
+}
+
+/// The rules the chart binds to each service's ServiceAccount: service → (role, rules).
+fn granted(rendered: &Rendered) -> BTreeMap<String, Vec<(String, Value)>> {
+    let roles: BTreeMap<(String, String), &Value> = rendered
+        .of_kinds(&["Role", "ClusterRole"])
+        .into_iter()
+        .map(|r| {
+            (
+                (
+                    r["kind"].as_str().unwrap_or_default().to_string(),
+                    r["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+                r,
+            )
+        })
+        .collect();
+    let mut granted: BTreeMap<String, Vec<(String, Value)>> = BTreeMap::new();
+    for binding in rendered.of_kinds(&["RoleBinding", "ClusterRoleBinding"]) {
+        let role_ref = &binding["roleRef"];
+        let key = (
+            role_ref["kind"].as_str().unwrap_or_default().to_string(),
+            role_ref["name"].as_str().unwrap_or_default().to_string(),
+        );
+        let Some(role) = roles.get(&key) else {
+            continue;
+        };
+        for subject in binding["subjects"].as_array().into_iter().flatten() {
+            let account = subject["name"].as_str().unwrap_or_default().to_string();
+            let label = format!("{} {}", key.0, key.1);
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                granted
+                    .entry(account.clone())
+                    .or_default()
+                    .push((label.clone(), rule.clone()));
+            }
+        }
+    }
+    granted
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+#[ignore = "run by `make e2e` after the whole suite, on its plane (it reads the audit log)"]
+fn every_verb_the_chart_grants_was_used_by_some_test() -> Result<()> {
+    let log_path = cluster()
+        .audit_log()
+        .context("no audit log: this runs on the local plane after the e2e suite")?;
+    let uses = uses(&std::fs::read_to_string(&log_path)?)?;
+    let helm = strata_e2e::chart::helm();
+    // The defaults, plus the choices that add rights: impersonation in a tenant namespace, the
+    // zone-tracker mode of prepare-downscale.
+    let variants = [
+        vec!["layerController.impersonation[0].namespace=tenant".to_string()],
+        vec!["admissionWebhook.useZoneTracker=true".to_string()],
+    ];
+    let mut table = BTreeMap::new();
+    let mut unused = Vec::new();
+    for sets in &variants {
+        let rendered = Rendered::template(&helm, "strata", "strata-system", sets)?;
+        for (service, rules) in granted(&rendered) {
+            let used = uses.get(&service).cloned().unwrap_or_default();
+            for (role, rule) in rules {
+                for group in strings(&rule["apiGroups"]) {
+                    for resource in strings(&rule["resources"]) {
+                        for verb in strings(&rule["verbs"]) {
+                            let tests: BTreeSet<String> = used
+                                .iter()
+                                .filter(|((g, r, v), _)| {
+                                    (group == "*" || *g == group)
+                                        && (resource == "*" || *r == resource)
+                                        && *v == verb
+                                })
+                                .flat_map(|(_, tests)| tests.iter().cloned())
+                                .collect();
+                            let row = (
+                                service.clone(),
+                                role.replace("strata-", "<release>-"),
+                                group.clone(),
+                                resource.clone(),
+                                verb.clone(),
+                            );
+                            if tests.is_empty() {
+                                unused.push(format!("{row:?}"));
+                            }
+                            table.insert(row, tests);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut markdown = String::from(
+        "| service | role | apiGroup | resource | verb | exercised by (test namespace prefix) |\n|---|---|---|---|---|---|\n",
+    );
+    for ((service, role, group, resource, verb), tests) in &table {
+        let group = if group.is_empty() { "\"\"" } else { group };
+        let tests: Vec<&String> = tests.iter().take(4).collect();
+        markdown.push_str(&format!(
+            "| {service} | {role} | {group} | {resource} | {verb} | {} |\n",
+            tests
+                .iter()
+                .map(|t| format!("`{t}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    println!("{markdown}");
+    if std::env::var("STRATA_UPDATE_DOCS").is_ok_and(|v| v == "1") {
+        let path = strata_e2e::chart::repo_root().join("docs/security.md");
+        let doc = std::fs::read_to_string(&path)?;
+        let (begin, end) = ("<!-- rbac-table:begin -->\n", "<!-- rbac-table:end -->");
+        let (head, rest) = doc.split_once(begin).context("the table's begin marker")?;
+        let (_, tail) = rest.split_once(end).context("the table's end marker")?;
+        std::fs::write(&path, format!("{head}{begin}{markdown}{end}{tail}"))?;
+    }
+    ensure!(
+        unused.is_empty(),
+        "granted by the chart, used by no test (remove it or test it):\n{}",
+        unused.join("\n")
+    );
+    Ok(())
+}
