@@ -90,9 +90,19 @@ impl ArtifactServer {
 }
 
 pub fn gitrepo_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    source_api(client, ns, "GitRepository")
+}
+
+/// The API of a Flux source kind (`GitRepository`, `OCIRepository`, `Bucket`; all `v1`).
+pub fn source_api(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
+    let plural = match kind {
+        "Bucket" => "buckets".to_string(),
+        // GitRepository → gitrepositories, OCIRepository → ocirepositories.
+        _ => format!("{}ies", kind.to_lowercase().trim_end_matches('y')),
+    };
     let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", "GitRepository"),
-        "gitrepositories",
+        &GroupVersionKind::gvk("source.toolkit.fluxcd.io", "v1", kind),
+        &plural,
     );
     Api::namespaced_with(client.clone(), ns, &resource)
 }
@@ -105,8 +115,22 @@ pub async fn set_artifact(
     url: &str,
     digest: &str,
 ) -> Result<()> {
-    let api = gitrepo_api(client, ns);
-    let repo = api.get("repo").await?;
+    set_source_artifact(client, ns, "GitRepository", "repo", revision, url, digest).await
+}
+
+/// Sets the status of source `kind/name` as source-controller would after storing an
+/// artifact of `revision`.
+pub async fn set_source_artifact(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    revision: &str,
+    url: &str,
+    digest: &str,
+) -> Result<()> {
+    let api = source_api(client, ns, kind);
+    let repo = api.get(name).await?;
     let generation = repo.metadata.generation.unwrap_or(1);
     // Exactly the fields of source-controller's v1 types: Artifact {path, url, revision,
     // digest, lastUpdateTime, size} and a metav1.Condition with observedGeneration; the real
@@ -123,10 +147,10 @@ pub async fn set_artifact(
             "observedGeneration": generation,
             "lastTransitionTime": now}],
         "artifact": {"url": url, "revision": revision, "digest": digest,
-            "path": format!("gitrepository/{ns}/repo/{}", url.rsplit('/').next().unwrap_or("artifact.tar.gz")),
+            "path": format!("{}/{ns}/{name}/{}", kind.to_lowercase(), url.rsplit('/').next().unwrap_or("artifact.tar.gz")),
             "lastUpdateTime": now, "size": size}
     }});
-    api.patch_status("repo", &PatchParams::default(), &Patch::Merge(&status))
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
     Ok(())
 }

@@ -67,6 +67,14 @@ fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<String>>>
         };
         let group = object["apiGroup"].as_str().unwrap_or_default().to_string();
         let verb = event["verb"].as_str().unwrap_or_default().to_string();
+        // A server-side apply that creates the object is a `patch` the API server also
+        // authorized as `create` (answered 201).
+        if verb == "patch" && code == 201 {
+            service
+                .entry((group.clone(), resource.clone(), "create".into()))
+                .or_default()
+                .insert(test.clone());
+        }
         service
             .entry((group, resource, verb))
             .or_default()

@@ -338,6 +338,15 @@ async fn register_prepare_downscale(
         &sts("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
     )
     .await?;
+    // prepare-downscale calls only pods the StatefulSet owns: wait until it has all three.
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    eventually("3 store pods ready", Duration::from_secs(60), || async {
+        let list = pods
+            .list(&kube::api::ListParams::default().labels("name=store"))
+            .await?;
+        Ok((list.items.iter().filter(|p| pod_ready(p)).count() == 3).then_some(()))
+    })
+    .await?;
     Ok(hook)
 }
 
