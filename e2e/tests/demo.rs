@@ -32,11 +32,19 @@ fn demo(dir: &Path, port_base: u16, args: &[&str]) -> Command {
     cmd
 }
 
-/// A base whose six ports (base..base+5) are free right now.
+/// A base whose six ports (base..base+5) are free right now, below Linux's ephemeral range
+/// (32768 and up), where the planes' components and every client connection take theirs: a
+/// run chosen there could be taken by one of them a moment later.
 fn free_port_base() -> Result<u16> {
-    for _ in 0..100 {
-        let base = strata_e2e::plane::free_port()?.saturating_sub(10);
-        if base > 1024 && (base..=base + 5).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos() as u16;
+    for _ in 0..200 {
+        let step = NEXT.fetch_add(1, Ordering::SeqCst);
+        let base = 20000 + (seed.wrapping_add(step.wrapping_mul(613)) % 1600) * 6;
+        if (base..=base + 5).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return Ok(base);
         }
     }
@@ -192,10 +200,13 @@ fn nothing_left(dir: &Path, base: u16, after: &str) -> Result<()> {
         std::thread::sleep(Duration::from_millis(200));
     }
     for port in base + 1..=base + 5 {
-        ensure!(
-            TcpListener::bind(("127.0.0.1", port)).is_ok(),
-            "port {port} still taken after {after}"
-        );
+        while TcpListener::bind(("127.0.0.1", port)).is_err() {
+            ensure!(
+                Instant::now() < deadline,
+                "port {port} still taken after {after}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     Ok(())
 }

@@ -145,6 +145,8 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     // Heal layer: default fields (everything the manifests declare).
     let heal_files = vec![
         ("web.yaml", deployment(&ns, "web-h")),
+        // Declared with stringData, which the API server folds into data.
+        ("secret.yaml", secret(&ns, "creds-h")),
         (
             "settings.yaml",
             format!(
@@ -157,6 +159,8 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     let warn_files = vec![
         ("web.yaml", deployment(&ns, "web-w")),
         ("secret.yaml", secret(&ns, "creds-w")),
+        // Named by no schema: every field its manifest declares is observed.
+        ("secret2.yaml", secret(&ns, "creds-w2")),
     ];
     let warn_drift = format!(
         "  drift:
@@ -422,6 +426,82 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
             !everything.contains(value) && !everything.contains(&b64),
             "secret value leaked: {everything}"
         );
+    }
+
+    // --- stringData: a Secret declared with it drifts by the data it became, in both modes
+    // (the API server never returns stringData: compared as written, it never drifted).
+    let kept = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(SECRET_VALUE)
+    };
+    let password =
+        |name: &'static str| {
+            let secrets = secrets.clone();
+            async move {
+                let secret = secrets.get(name).await?;
+                Ok::<_, anyhow::Error>(secret.data.and_then(|d| d.get("password").cloned()).map(
+                    |v| {
+                        use base64::Engine as _;
+                        base64::engine::general_purpose::STANDARD.encode(v.0)
+                    },
+                ))
+            }
+        };
+    for (layer_name, object, heals) in [(&heal, "creds-h", true), (&warn, "creds-w2", false)] {
+        secrets
+            .patch(
+                object,
+                &hand_edit,
+                &Patch::Merge(json!({"data": {"password": forged}})),
+            )
+            .await?;
+        // The Warning Event stays after a heal clears the status.
+        let notes = eventually(
+            &format!("{object}: stringData drift reported"),
+            Duration::from_secs(20),
+            || async {
+                let notes = drift_events(&client, &ns, object).await?;
+                Ok((!notes.is_empty()).then_some(notes))
+            },
+        )
+        .await?;
+        ensure!(
+            notes.iter().any(|n| n.contains("data.password")),
+            "{object}: {notes:?}"
+        );
+        let everything = format!("{notes:?}{}", layer_status(&client, layer_name).await?);
+        ensure!(
+            !everything.contains(&kept) && !everything.contains(&forged),
+            "{object}: a value leaked: {everything}"
+        );
+        if heals {
+            eventually(
+                &format!("{object} healed"),
+                Duration::from_secs(30),
+                || async { Ok((password(object).await? == Some(kept.clone())).then_some(())) },
+            )
+            .await?;
+        } else {
+            eventually(
+                &format!("{object}: in the status"),
+                Duration::from_secs(20),
+                || async {
+                    let s = layer_status(&client, layer_name).await?;
+                    Ok(drift_entries(&s)
+                        .iter()
+                        .any(|e| {
+                            e["object"] == format!("Secret {ns}/{object}")
+                                && e["path"] == "data.password"
+                        })
+                        .then_some(()))
+                },
+            )
+            .await?;
+            ensure!(
+                password(object).await? == Some(forged.clone()),
+                "Warn mode healed {object}"
+            );
+        }
     }
 
     // --- Observer restart: nothing lost, `since` kept; drift made while it was down found.

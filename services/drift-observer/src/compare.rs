@@ -319,6 +319,43 @@ fn element_node<'a>(
     })
 }
 
+/// A Secret's `stringData` as the API server stores it: each value base64-encoded under
+/// `data` (a `stringData` key wins over the same `data` key, as on write), `stringData`
+/// removed. The API server never returns `stringData`, so a manifest compared with it as
+/// written would observe a field no live object has and never see that value drift.
+pub fn fold_string_data(manifest: &mut Value) {
+    use base64::Engine as _;
+    if manifest.get("kind").and_then(Value::as_str) != Some("Secret")
+        || manifest.get("apiVersion").and_then(Value::as_str) != Some("v1")
+    {
+        return;
+    }
+    let Some(Value::Object(strings)) = manifest.get("stringData").cloned() else {
+        return;
+    };
+    // A value that is not a string is left where it is: the API server refuses it, and the
+    // dry run reports that.
+    if strings.values().any(|v| !v.is_string()) {
+        return;
+    }
+    let Some(object) = manifest.as_object_mut() else {
+        return;
+    };
+    object.remove("stringData");
+    let data = object
+        .entry("data")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if let Value::Object(data) = data {
+        for (key, value) in strings {
+            let text = value.as_str().unwrap_or_default();
+            data.insert(
+                key,
+                Value::String(base64::engine::general_purpose::STANDARD.encode(text)),
+            );
+        }
+    }
+}
+
 /// What a masked value shows instead.
 pub const MASKED: &str = "(masked)";
 
@@ -1138,6 +1175,50 @@ mod tests {
         ];
         for (name, live, text, want) in cases {
             assert_eq!(applied_by(live, &path(text), LAYER), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn fold_string_data_table() {
+        let secret = |extra: Value| {
+            let mut s = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}});
+            if let (Value::Object(s), Value::Object(e)) = (&mut s, extra) {
+                s.extend(e);
+            }
+            s
+        };
+        let cases = [
+            (
+                "stringData becomes data",
+                secret(json!({"stringData": {"token": "abc"}})),
+                secret(json!({"data": {"token": "YWJj"}})),
+            ),
+            (
+                "merged with data, stringData winning",
+                secret(
+                    json!({"data": {"a": "eA==", "token": "b2xk"}, "stringData": {"token": "abc"}}),
+                ),
+                secret(json!({"data": {"a": "eA==", "token": "YWJj"}})),
+            ),
+            (
+                "data alone is left as it is",
+                secret(json!({"data": {"a": "eA=="}})),
+                secret(json!({"data": {"a": "eA=="}})),
+            ),
+            (
+                "a value that is not a string is left for the API server to refuse",
+                secret(json!({"stringData": {"n": 1}})),
+                secret(json!({"stringData": {"n": 1}})),
+            ),
+            (
+                "not a Secret",
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "stringData": {"a": "b"}}),
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "stringData": {"a": "b"}}),
+            ),
+        ];
+        for (name, mut manifest, want) in cases {
+            fold_string_data(&mut manifest);
+            assert_eq!(manifest, want, "{name}");
         }
     }
 

@@ -365,6 +365,7 @@ impl Observer {
             };
             let mut prepared =
                 core_layers::manifest::prepare_manifest(&manifest.value, &name, &version);
+            compare::fold_string_data(&mut prepared);
             if let (true, Some(ns)) = (resolved.namespaced, &object.namespace)
                 && let Some(meta) = prepared.get_mut("metadata").and_then(Value::as_object_mut)
             {
