@@ -47,7 +47,7 @@ unit: plane-build
 # plane's audit log; `STRATA_UPDATE_DOCS=1 make e2e` rewrites the table in docs/security.md).
 e2e: build plane-build
 	$(CARGO) test -p strata-e2e --no-run
-	scripts/with-plane.sh bash -c '$(CARGO) test -p strata-e2e --tests -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
+	scripts/with-plane.sh bash -c '$(CARGO) test -p strata-e2e --tests --no-fail-fast -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
 
 test: lint unit e2e
 

@@ -210,7 +210,26 @@ pub fn judge_operator_deletions(
     let (operator, others): (Vec<&PodDeletion>, Vec<&PodDeletion>) = ours
         .into_iter()
         .partition(|d| d.user_agent.starts_with("strata-rollout-operator/"));
-    let accepted: Vec<&PodDeletion> = operator.iter().copied().filter(|d| d.code == 200).collect();
+    let mut accepted: Vec<&PodDeletion> =
+        operator.iter().copied().filter(|d| d.code == 200).collect();
+    // A delete cut off by the operator's own death (a replica SIGKILLed mid-request: the API
+    // server records 5xx, the client never read an answer) may still have been applied: the
+    // pod then went on terminating, and the fake kubelet's deletion of it, still on an old
+    // revision, is the first one after. That deletion stands for the operator's.
+    for cut in operator.iter().filter(|d| d.code >= 500) {
+        let position = deletions.iter().position(|d| std::ptr::eq(d, *cut));
+        let finished = position.and_then(|p| {
+            deletions[p + 1..]
+                .iter()
+                .find(|d| d.namespace == cut.namespace && d.name == cut.name && d.code == 200)
+        });
+        if let Some(finished) = finished
+            && !finished.user_agent.starts_with("strata-rollout-operator/")
+            && old.contains(&finished.revision)
+        {
+            accepted.push(finished);
+        }
+    }
     let not_old: Vec<&PodDeletion> = accepted
         .iter()
         .copied()
@@ -235,4 +254,52 @@ pub fn judge_operator_deletions(
             .map(|d| d.user_agent.as_str())
             .collect::<BTreeSet<_>>()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deletion(name: &str, uid: &str, revision: &str, agent: &str, code: u16) -> PodDeletion {
+        PodDeletion {
+            namespace: "ns".into(),
+            name: name.into(),
+            uid: uid.into(),
+            revision: revision.into(),
+            user_agent: agent.into(),
+            code,
+        }
+    }
+
+    #[test]
+    fn a_delete_cut_off_by_the_operators_death_counts_once_the_pod_went() {
+        let old: BTreeSet<String> = ["r1".to_string()].into();
+        let operator = "strata-rollout-operator/0.1.0";
+        let kwok = "kwok/v0.8.0";
+        let applied_then_cut = vec![
+            deletion("g-zone-a-0", "u0", "r1", operator, 200),
+            deletion("g-zone-a-1", "", "", operator, 504),
+            deletion("g-zone-a-1", "u1", "r1", kwok, 200),
+        ];
+        assert!(judge_operator_deletions(&applied_then_cut, "ns", "g", &old, 2).is_ok());
+        // Cut off and never applied: the pod is still there, nothing stands for it.
+        let never_applied = vec![
+            deletion("g-zone-a-0", "u0", "r1", operator, 200),
+            deletion("g-zone-a-1", "", "", operator, 504),
+        ];
+        assert!(judge_operator_deletions(&never_applied, "ns", "g", &old, 2).is_err());
+        // A refused delete (409) never stands for anything.
+        let refused = vec![
+            deletion("g-zone-a-0", "u0", "r1", operator, 200),
+            deletion("g-zone-a-1", "", "", operator, 409),
+            deletion("g-zone-a-1", "u1", "r1", kwok, 200),
+        ];
+        assert!(judge_operator_deletions(&refused, "ns", "g", &old, 2).is_err());
+        // The same pod deleted twice by the operator is still a failure.
+        let twice = vec![
+            deletion("g-zone-a-0", "u0", "r1", operator, 200),
+            deletion("g-zone-a-0", "u0", "r1", operator, 200),
+        ];
+        assert!(judge_operator_deletions(&twice, "ns", "g", &old, 2).is_err());
+    }
 }
