@@ -150,7 +150,7 @@ fn every_verb_the_chart_grants_was_used_by_some_test() -> Result<()> {
         vec!["admissionWebhook.useZoneTracker=true".to_string()],
     ];
     let mut table = BTreeMap::new();
-    let mut unused = Vec::new();
+    let mut unused = BTreeSet::new();
     for sets in &variants {
         let rendered = Rendered::template(&helm, "strata", "strata-system", sets)?;
         for (service, rules) in granted(&rendered) {
@@ -176,7 +176,7 @@ fn every_verb_the_chart_grants_was_used_by_some_test() -> Result<()> {
                                 verb.clone(),
                             );
                             if tests.is_empty() {
-                                unused.push(format!("{row:?}"));
+                                unused.insert(format!("{row:?}"));
                             }
                             table.insert(row, tests);
                         }
@@ -212,7 +212,7 @@ fn every_verb_the_chart_grants_was_used_by_some_test() -> Result<()> {
     ensure!(
         unused.is_empty(),
         "granted by the chart, used by no test (remove it or test it):\n{}",
-        unused.join("\n")
+        unused.into_iter().collect::<Vec<_>>().join("\n")
     );
     Ok(())
 }

@@ -558,3 +558,71 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     .await?;
     Ok(())
 }
+
+/// The pods a ZoneAwarePodDisruptionBudget covers carry `grafana.com/ready-time` (what its
+/// `crossZoneEvictionDelay` reads), written by the operator's leader once a pod is ready and
+/// removed while it is not; pods outside every budget are left alone.
+#[tokio::test]
+async fn pods_covered_by_a_zpdb_carry_their_ready_time() -> Result<()> {
+    const READY_TIME: &str = "grafana.com/ready-time";
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "ready-time").await?;
+    apply_shipped_crd(&client, &ns.name, "zone-aware-pod-disruption-budget.yaml").await?;
+    let zpdb = "apiVersion: rollout-operator.grafana.com/v1\nkind: ZoneAwarePodDisruptionBudget\nmetadata: {name: store}\nspec: {maxUnavailable: 1, selector: {matchLabels: {rollout-group: store}}}\n";
+    eventually("ZPDB served", Duration::from_secs(30), || async {
+        Ok(apply_yaml(&client, &ns.name, zpdb).await.ok())
+    })
+    .await?;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &rollout_zone("store", "a", 2, "example.invalid/store:1", 1, false),
+    )
+    .await?;
+    // Outside every budget: same namespace, no rollout-group label.
+    apply_yaml(
+        &client,
+        &ns.name,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: loner}\nspec: {containers: [{name: c, image: x}]}\n",
+    )
+    .await?;
+    let _operator = start_operator(&ns.name, &[])?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let stamp = |pod: &Pod| pod.annotations().get(READY_TIME).cloned();
+    eventually("both pods stamped", Duration::from_secs(60), || async {
+        let list = pods
+            .list(&ListParams::default().labels("rollout-group=store"))
+            .await?;
+        let stamped = list
+            .items
+            .iter()
+            .filter(|p| ready(p) && stamp(p).is_some_and(|t| t.parse::<jiff::Timestamp>().is_ok()))
+            .count();
+        Ok((stamped == 2).then_some(()))
+    })
+    .await?;
+    let first = stamp(&pods.get("store-zone-a-0").await?);
+    pods.patch(
+        "store-zone-a-1",
+        &PatchParams::default(),
+        &Patch::Merge(json_label(Some("false"))),
+    )
+    .await?;
+    eventually(
+        "the NotReady pod unstamped",
+        Duration::from_secs(60),
+        || async {
+            let pod = pods.get("store-zone-a-1").await?;
+            Ok((!pod_ready(&pod) && stamp(&pod).is_none()).then_some(()))
+        },
+    )
+    .await?;
+    // A stamp already there is never moved.
+    assert_eq!(stamp(&pods.get("store-zone-a-0").await?), first);
+    assert_eq!(
+        stamp(&pods.get("loner").await?),
+        None,
+        "a pod outside every budget"
+    );
+    Ok(())
+}

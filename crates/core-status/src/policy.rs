@@ -1,4 +1,4 @@
-//! Stricter, opt-in judgements on top of kstatus' rules (the anchor note's §13). The default
+//! Stricter, opt-in judgements on top of kstatus' rules (docs/core-status.md lists them). The default
 //! [`Policy`] changes nothing; each switch only ever makes a result *less* ready, so turning
 //! one on can delay a wait but never end it early with a wrong Current.
 

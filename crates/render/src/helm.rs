@@ -1,5 +1,5 @@
 //! Runs the real `helm template`, the only faithful Helm renderer (no Rust engine covers
-//! Helm's template functions, see the render anchor §4.5). Releases render in parallel, a
+//! Helm's template functions: Sprig, `lookup`, `tpl`, subcharts). Releases render in parallel, a
 //! bounded number at a time; the output keeps course order.
 
 use std::path::{Path, PathBuf};

@@ -436,7 +436,8 @@ async fn prepare(
 /// on the ConfigMap being unchanged since the decision read it (its resourceVersion, or its
 /// absence for a create), so two downscales decided at once — by this replica or another —
 /// cannot both pass the minimum-time check: the second write conflicts and is denied.
-/// FIX (anchor quirk §19.2: its in-progress marker lived in one request only).
+/// FIX (a Grafana operator bug: its in-progress marker lived in one request only, so two
+/// replicas could both pass).
 async fn record_in_zone_tracker(
     app: &App,
     review: &Review,

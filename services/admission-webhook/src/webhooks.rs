@@ -626,7 +626,7 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
         ));
     }
     decision.side_effects.push(match &cluster.zone_tracker {
-        // FIX (anchor quirk §19.3): a new ConfigMap holds only this entry; the anchor seeds
+        // FIX (a Grafana operator bug): a new ConfigMap holds only this entry; the anchor seeds
         // every zone with "now", which blocks the first downscale of every other zone.
         Some(tracker) => format!(
             "{} configmaps/{} in {namespace}: {name}={}",

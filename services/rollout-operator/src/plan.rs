@@ -265,7 +265,7 @@ fn update_pods(
 ) -> Result<Progress, String> {
     let not_ready = has_not_ready(observed, sts);
     if annotation(sts, keys::PAUSED) == Some("true") {
-        // FIX (anchor quirk §19.1): a paused StatefulSet with not-ready pods still blocks the
+        // FIX (a Grafana operator bug): a paused StatefulSet with not-ready pods still blocks the
         // others, so no two zones are ever unavailable at once.
         return Ok(if not_ready {
             Progress::Ongoing
@@ -316,7 +316,7 @@ fn update_pods(
     }
 
     let budget = max_unavailable(sts);
-    // FIX (anchor quirk §19.8): count not-ready from the pods too, so a pod that is already
+    // FIX (a Grafana operator bug): count not-ready from the pods too, so a pod that is already
     // terminating but still counted Ready in status uses up the budget.
     let status_not_ready = i64::from(status_replicas(sts) - ready_replicas(sts));
     // A pod we just deleted may still look Running and Ready in a lagging cache: it counts
@@ -413,7 +413,7 @@ fn adjust_replicas(
         let desired = match annotation(sts, keys::DOWNSCALE_LEADER) {
             Some(leader_name) => {
                 let Some(leader) = members.iter().find(|s| name(s) == leader_name) else {
-                    // FIX (anchor quirk §19.5): one bad StatefulSet no longer stops the others.
+                    // FIX (a Grafana operator bug): one bad StatefulSet no longer stops the others.
                     errors.push(format!(
                         "could not find leader for {}: {leader_name}",
                         name(sts)
@@ -428,7 +428,7 @@ fn adjust_replicas(
                     }
                 }
             }
-            // FIX (anchor quirk §19.7): force-replicas also applies to a StatefulSet with no
+            // FIX (a Grafana operator bug): force-replicas also applies to a StatefulSet with no
             // leader and no reference resource.
             None if annotation(sts, keys::MIRROR_NAME).is_none() => {
                 force_replicas(sts).unwrap_or(current)

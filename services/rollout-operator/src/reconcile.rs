@@ -137,7 +137,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     ))
     .touched_objects();
     // ZPDBs are optional: a missing CRD only means no zone-aware budget (the anchor never
-    // became ready without it, §19.10).
+    // became ready without it).
     let zpdb_resource =
         kube::core::ApiResource::erase::<crate::crd::ZoneAwarePodDisruptionBudget>(&());
     let zpdb_api: Api<DynamicObject> = match ctx.args.watch_namespace() {
@@ -715,7 +715,7 @@ async fn execute(
             .unwrap_or_default();
         // An update of the status subresource (verb `update`, all the anchor's Role grants),
         // guarded by the cached resourceVersion: unlike the anchor's unguarded UpdateStatus
-        // (quirk §19.13), a status another writer changed meanwhile is never overwritten with
+        // a status another writer changed meanwhile is never overwritten with
         // stale data — the update is refused with 409 and the next reconcile tries again.
         // The body is the object as stored now, not the slimmed cache entry: a status update
         // may carry metadata, and the cache dropped some (last-applied annotation).
