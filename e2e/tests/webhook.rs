@@ -420,6 +420,48 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
             .clone()
     };
     assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp}");
+    if zone_tracker {
+        // A later downscale of the same zone updates the ConfigMap that now exists: back up
+        // to 3 (an upscale asks nothing), then down to 2 (ordinal 2 prepared). Not to 0: a
+        // `/scale` request to 0 carries no replica count at all (omitted as a Go zero value).
+        let up = kubectl_scale(&ns.name, "store", 3);
+        assert!(
+            up.status.success(),
+            "{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
+        let pod_api: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(client.clone(), &ns.name);
+        eventually(
+            "3 store pods ready again",
+            Duration::from_secs(60),
+            || async {
+                let list = pod_api
+                    .list(&kube::api::ListParams::default().labels("name=store"))
+                    .await?;
+                Ok((list.items.iter().filter(|p| pod_ready(p)).count() == 3).then_some(()))
+            },
+        )
+        .await?;
+        let before = pods.posts.load(Ordering::SeqCst);
+        let out = kubectl_scale(&ns.name, "store", 2);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            pods.posts.load(Ordering::SeqCst) > before,
+            "ordinal 0 prepared"
+        );
+        let data = zone_tracker_data(&client, &ns.name).await?;
+        let entry: serde_json::Value = serde_json::from_str(&data["store"])?;
+        let again = entry["lastDownscaled"].as_str().unwrap_or_default();
+        assert!(
+            again.parse::<jiff::Timestamp>()? >= stamp.parse::<jiff::Timestamp>()?,
+            "{again} after {stamp}"
+        );
+    }
     Ok(())
 }
 
