@@ -465,27 +465,16 @@ spec:
 /// A kubeconfig that acts as ServiceAccount `account` of `namespace` (a TokenRequest token,
 /// the plane's server and CA), for tests of what a least-privileged user can do.
 pub fn service_account_kubeconfig(namespace: &str, account: &str) -> Result<PathBuf> {
-    let out = cluster()
-        .kubectl()
-        .args(["create", "token", account, "-n", namespace, "--duration=2h"])
-        .output()?;
-    if !out.status.success() {
-        bail!("{}", String::from_utf8_lossy(&out.stderr));
-    }
-    let token = String::from_utf8(out.stdout)?.trim().to_string();
-    let admin: Value = serde_saphyr::from_str(&std::fs::read_to_string(cluster().kubeconfig())?)?;
-    let server = admin["clusters"][0]["cluster"].clone();
-    let config = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "plane", "cluster": server}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": account, "context": {"cluster": "plane", "user": account, "namespace": namespace}}],
-        "current-context": account,
-    });
-    let path = std::env::temp_dir().join(format!("{namespace}-{account}.kubeconfig"));
-    std::fs::write(&path, serde_json::to_string(&config)?)?;
-    Ok(path)
+    let kubectl = crate::release::Kubectl {
+        binary: kubectl_binary(),
+        kubeconfig: cluster().kubeconfig().to_path_buf(),
+    };
+    kubectl.token_kubeconfig(
+        namespace,
+        account,
+        "2h",
+        &std::env::temp_dir().join(format!("{namespace}-{account}.kubeconfig")),
+    )
 }
 
 /// A client acting as whoever `kubeconfig` names (a ServiceAccount's token, say).

@@ -5,7 +5,6 @@
 //! never the admin's certificate), so the chart's RBAC is what is exercised. Each becomes ready,
 //! takes its Lease and does one job. The all-four case also upgrades and uninstalls.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -19,9 +18,11 @@ use serde_json::{Value, json};
 use strata_e2e::chart::{self, SERVICES};
 use strata_e2e::flux::{configmap_layer, install_layer_crds};
 use strata_e2e::plane::free_port;
+use strata_e2e::release::Rendered;
 use strata_e2e::services::{ServiceProcess, bin_dir};
 use strata_e2e::support::{
     TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, http_get, parse_yaml,
+    service_account_kubeconfig,
 };
 
 fn helm(args: &[&str]) -> Result<String> {
@@ -127,62 +128,40 @@ impl Release {
 
     /// Starts every enabled service as its rendered Deployment describes, as its ServiceAccount.
     async fn start_services(&self) -> Result<Vec<Started>> {
-        let objects = self.objects()?;
+        let installed = Rendered {
+            release: self.name.clone(),
+            namespace: self.ns.name.clone(),
+            objects: self.objects()?,
+        };
         let mut started = Vec::new();
         for (key, service) in SERVICES {
             if !self.enabled.contains(&key) {
                 continue;
             }
-            let deployment = objects
-                .iter()
-                .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == service)
-                .with_context(|| format!("no Deployment {service}"))?;
-            started.push(self.start(deployment)?);
+            started.push(self.start(&installed, service)?);
         }
         Ok(started)
     }
 
-    fn start(&self, deployment: &Value) -> Result<Started> {
-        let pod = &deployment["spec"]["template"]["spec"];
-        let container = &pod["containers"][0];
-        let account = pod["serviceAccountName"]
-            .as_str()
-            .context("serviceAccountName")?;
-        let command = container["command"][0].as_str().context("command")?;
-        let binary = bin_dir().join(command.trim_start_matches('/'));
-        let args: Vec<String> = container["args"]
-            .as_array()
-            .context("args")?
-            .iter()
-            .map(|a| a.as_str().unwrap_or_default().to_string())
-            .collect();
-        let pod_name = format!(
-            "{}-0",
-            deployment["metadata"]["name"].as_str().context("name")?
-        );
-        let mut env = Vec::new();
-        for var in container["env"].as_array().into_iter().flatten() {
-            let name = var["name"].as_str().context("env name")?.to_string();
-            let value = match var["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
-                Some("metadata.namespace") => self.ns.name.clone(),
-                Some("metadata.name") => pod_name.clone(),
-                Some(other) => bail!("unexpected fieldRef {other}"),
-                None => var["value"].as_str().unwrap_or_default().to_string(),
-            };
-            env.push((name, value));
-        }
+    fn start(&self, installed: &Rendered, service: &str) -> Result<Started> {
+        let pod_name = format!("{service}-0");
+        let command = installed.container_command(service, &pod_name, &bin_dir())?;
+        let mut env = command.env.clone();
         env.push((
             "KUBECONFIG".into(),
-            self.token_kubeconfig(account)?.display().to_string(),
+            service_account_kubeconfig(&self.ns.name, &command.service_account)?
+                .display()
+                .to_string(),
         ));
-        let admin_port: u16 = args
+        let admin_port: u16 = command
+            .args
             .iter()
             .find_map(|a| a.strip_prefix("--admin-address=:"))
             .context("--admin-address")?
             .parse()?;
-        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let arg_refs: Vec<&str> = command.args.iter().map(String::as_str).collect();
         let process = ServiceProcess::spawn_with_env_blocking(
-            &binary,
+            &command.binary,
             &arg_refs,
             &env,
             &std::env::temp_dir().join("strata-e2e-logs"),
@@ -191,13 +170,8 @@ impl Release {
             process,
             admin: ([127, 0, 0, 1], admin_port).into(),
             pod_name,
-            args,
+            args: command.args,
         })
-    }
-
-    /// A kubeconfig with a token of the ServiceAccount (TokenRequest API), same server and CA.
-    fn token_kubeconfig(&self, account: &str) -> Result<PathBuf> {
-        strata_e2e::support::service_account_kubeconfig(&self.ns.name, account)
     }
 }
 
