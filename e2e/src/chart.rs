@@ -266,18 +266,24 @@ pub fn values_schema(values_yaml: &str) -> Result<String> {
 
 /// Runs `helm template` of the chart with these extra arguments; the rendered YAML.
 pub fn template(args: &[&str]) -> Result<String> {
-    let output = Command::new(helm())
-        .args(["template", "strata"])
+    render(&helm(), "strata", "strata-system", args)
+}
+
+/// `helm template RELEASE helm/strata --namespace NAMESPACE ARGS...` with `helm`: the
+/// rendered YAML, `# Source:` comments included.
+pub fn render(helm: &Path, release: &str, namespace: &str, args: &[&str]) -> Result<String> {
+    let output = Command::new(helm)
+        .args(["template", release])
         .arg(chart_dir())
-        .args(["--namespace", "strata-system"])
+        .args(["--namespace", namespace])
         .args(args)
         .output()
-        .with_context(|| format!("running {}", helm().display()))?;
+        .with_context(|| format!("running {}", helm.display()))?;
     if !output.status.success() {
         bail!(
-            "helm template {}: {}",
+            "helm template {release} {}: {}",
             args.join(" "),
-            String::from_utf8_lossy(&output.stderr)
+            String::from_utf8_lossy(&output.stderr).trim()
         );
     }
     Ok(String::from_utf8(output.stdout)?)

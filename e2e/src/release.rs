@@ -152,27 +152,12 @@ pub struct ContainerCommand {
 impl Rendered {
     /// `helm template RELEASE helm/strata -n NAMESPACE --set S...` with `helm`.
     pub fn template(helm: &Path, release: &str, namespace: &str, sets: &[String]) -> Result<Self> {
-        let mut cmd = Command::new(helm);
-        cmd.args(["template", release])
-            .arg(crate::chart::chart_dir())
-            .args(["--namespace", namespace]);
-        for set in sets {
-            cmd.args(["--set", set]);
-        }
-        let out = cmd
-            .output()
-            .with_context(|| format!("running {}", helm.display()))?;
-        if !out.status.success() {
-            bail!(
-                "helm template {release}: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let objects = crate::support::parse_yaml(&String::from_utf8(out.stdout)?)?;
+        let args: Vec<&str> = sets.iter().flat_map(|s| ["--set", s.as_str()]).collect();
+        let rendered = crate::chart::render(helm, release, namespace, &args)?;
         Ok(Self {
             release: release.to_string(),
             namespace: namespace.to_string(),
-            objects,
+            objects: crate::support::parse_yaml(&rendered)?,
         })
     }
 
@@ -192,6 +177,16 @@ impl Rendered {
             .with_context(|| format!("release {} renders no Deployment {service}", self.release))
     }
 
+    /// The ServiceAccount `service`'s pods run as.
+    pub fn service_account(&self, service: &str) -> Result<String> {
+        Ok(
+            self.deployment(service)?["spec"]["template"]["spec"]["serviceAccountName"]
+                .as_str()
+                .with_context(|| format!("{service}: serviceAccountName"))?
+                .to_string(),
+        )
+    }
+
     /// The command of `service`'s container, for a pod named `pod_name`.
     pub fn container_command(
         &self,
@@ -201,10 +196,7 @@ impl Rendered {
     ) -> Result<ContainerCommand> {
         let pod = &self.deployment(service)?["spec"]["template"]["spec"];
         let container = &pod["containers"][0];
-        let service_account = pod["serviceAccountName"]
-            .as_str()
-            .with_context(|| format!("{service}: serviceAccountName"))?
-            .to_string();
+        let service_account = self.service_account(service)?;
         let command = container["command"][0]
             .as_str()
             .with_context(|| format!("{service}: command"))?;

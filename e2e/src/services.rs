@@ -347,9 +347,7 @@ pub fn chart_identity_with(
     let rendered =
         crate::release::Rendered::template(&crate::chart::helm(), &namespace, &namespace, &sets)?;
     kubectl.apply(&rendered.of_kinds(&crate::release::RBAC_KINDS))?;
-    let account = rendered
-        .container_command(service, service, &bin_dir())?
-        .service_account;
+    let account = rendered.service_account(service)?;
     let path = std::env::temp_dir().join(format!(
         "strata-e2e-{}-{namespace}-{account}.kubeconfig",
         std::process::id()

@@ -49,38 +49,17 @@ async fn a_layer_author_cannot_act_as_an_account_they_may_not_impersonate() -> R
     let (team, system) = (team.name.clone(), system.name.clone());
     install_layer_crds(&admin, &team).await?;
 
-    // The powerful account elsewhere, and the team's own deployer.
-    apply_yaml(
-        &admin,
-        &system,
-        &service_account_with_role(
-            &system,
-            "kustomize-controller",
-            &[r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#],
-        ),
-    )
-    .await?;
-    apply_yaml(
-        &admin,
-        &team,
-        &service_account_with_role(
-            &team,
-            "deployer",
-            &[r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#],
-        ),
-    )
-    .await?;
-    // alice: may act as accounts of team-a, and create layers (cluster-scoped).
-    apply_yaml(
-        &admin,
-        &team,
-        &service_account_with_role(
-            &team,
-            "alice",
-            &[r#"{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}"#],
-        ),
-    )
-    .await?;
+    // The powerful account elsewhere, the team's own deployer, and alice, who may act as
+    // accounts of team-a (and, below, create layers, which are cluster-scoped).
+    let configmaps = r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#;
+    let impersonate = r#"{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}"#;
+    for (ns, account, rule) in [
+        (&system, "kustomize-controller", configmaps),
+        (&team, "deployer", configmaps),
+        (&team, "alice", impersonate),
+    ] {
+        apply_yaml(&admin, ns, &service_account_with_role(ns, account, &[rule])).await?;
+    }
     apply_yaml(
         &admin,
         &team,

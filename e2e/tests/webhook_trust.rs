@@ -17,8 +17,8 @@ use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
 use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use serde_json::{Value, json};
 use strata_e2e::plane::{WEBHOOK_CLIENT_CA, free_port};
 use strata_e2e::services::{ServiceProcess, start_admission_webhook};
@@ -225,16 +225,15 @@ spec:
             pods.seen()
         );
     }
-    let annotations = sts
-        .get("ingester")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
-    ensure!(
-        !annotations.contains_key("grafana.com/last-downscale"),
-        "a refused review recorded a downscale"
-    );
+    let recorded = || async {
+        Ok::<_, anyhow::Error>(
+            sts.get("ingester")
+                .await?
+                .annotations()
+                .contains_key("grafana.com/last-downscale"),
+        )
+    };
+    ensure!(!recorded().await?, "a refused review recorded a downscale");
 
     // The control: the live object exactly as kube-apiserver would send it is prepared, at the
     // live object's port and path, and recorded — the stand-in sees what a real call looks like.
@@ -245,13 +244,7 @@ spec:
         "{:?}",
         pods.seen()
     );
-    let annotations = sts
-        .get("ingester")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
-    ensure!(annotations.contains_key("grafana.com/last-downscale"));
+    ensure!(recorded().await?, "the allowed downscale was recorded");
     Ok(())
 }
 

@@ -38,6 +38,8 @@ pub struct Context {
     pub http_metrics: HttpMetrics,
     /// What [`Context::dedicated_client`] builds from.
     client_parts: ClientParts,
+    /// Impersonating clients by user, built once (see [`Context::impersonating_client`]).
+    impersonating: std::sync::Mutex<std::collections::HashMap<String, Client>>,
 }
 
 /// A client's configuration and the instrumentation of its requests.
@@ -169,6 +171,7 @@ impl Runtime {
             shutdown,
             http_metrics,
             client_parts,
+            impersonating: Default::default(),
         };
         Ok(StartParts {
             ctx: Arc::new(ctx),
@@ -307,12 +310,21 @@ impl Context {
 
     /// A client that acts as `user` through Kubernetes impersonation (every request carries
     /// `Impersonate-User`, so the API server authorizes it as that user), with its own
-    /// rate-limit buckets and the process's request metrics. The process's own identity needs
-    /// the `impersonate` verb on that user.
+    /// rate-limit buckets and the process's request metrics; built once per user and kept.
+    /// The process's own identity needs the `impersonate` verb on that user.
     pub fn impersonating_client(&self, user: &str) -> Result<Client> {
+        let mut clients = self
+            .impersonating
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(client) = clients.get(user) {
+            return Ok(client.clone());
+        }
         let mut parts = self.client_parts.clone();
         parts.config.auth_info.impersonate = Some(user.to_string());
-        parts.build(&self.args)
+        let client = parts.build(&self.args)?;
+        clients.insert(user.to_string(), client.clone());
+        Ok(client)
     }
 
     /// The HTTP client for pod endpoints, timed in this process's metrics and carrying

@@ -136,10 +136,9 @@ pub struct Observer {
     args: DriftArgs,
     metrics: Metrics,
     reader: Reader,
-    /// Dry runs as the layer-controller: as this process, or through impersonation of the
-    /// user the layer applies as (one client per user, kept).
+    /// Dry runs as the layer-controller: as this process, or (see [`Observer::dry_run_applier`])
+    /// through impersonation of the user the layer applies as.
     layer_applier: Applier,
-    dry_run_appliers: Mutex<HashMap<String, Applier>>,
     layers: Mutex<HashMap<String, LayerView>>,
     index: Mutex<HashMap<ObjectRef, Arc<Desired>>>,
     watches: Mutex<HashMap<GroupVersionKind, CancellationToken>>,
@@ -240,7 +239,6 @@ pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
     );
     let observer = Arc::new(Observer {
         layer_applier: Applier::new(ctx.client.clone(), args.layer_field_manager.clone()),
-        dry_run_appliers: Mutex::default(),
         ctx: ctx.clone(),
         args,
         metrics,
@@ -638,18 +636,12 @@ impl Observer {
     /// The applier a layer's dry runs go through: as the user it applies as (`acting_as`,
     /// else `--apply-as`), impersonated, or as this process when neither is known.
     fn dry_run_applier(&self, acting_as: Option<&str>) -> Result<Applier> {
-        let Some(user) = acting_as.or(self.args.apply_as.as_deref()) else {
-            return Ok(self.layer_applier.clone());
-        };
-        let mut appliers = lock(&self.dry_run_appliers);
-        if let Some(applier) = appliers.get(user) {
-            return Ok(applier.clone());
-        }
-        let applier = self
-            .layer_applier
-            .with_client(self.ctx.impersonating_client(user)?);
-        appliers.insert(user.to_string(), applier.clone());
-        Ok(applier)
+        Ok(match acting_as.or(self.args.apply_as.as_deref()) {
+            Some(user) => self
+                .layer_applier
+                .with_client(self.ctx.impersonating_client(user)?),
+            None => self.layer_applier.clone(),
+        })
     }
 
     /// Compares one object with what its layer applies and records the result.

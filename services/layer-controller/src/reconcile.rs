@@ -93,7 +93,8 @@ fn acting_user(layer: &AddonsLayer, args: &LayerArgs) -> Option<String> {
     .map(|account| account.user())
 }
 
-/// The access of a layer (impersonating clients are built once per user and kept).
+/// The access of a layer: the controller's own, or that of the account it acts as (the
+/// impersonating client is built once per user by the context).
 fn access(ctx: &Context, shared: &Shared, layer: &AddonsLayer) -> Result<Access> {
     let Some(user) = acting_user(layer, &shared.args) else {
         return Ok(Access {
@@ -101,17 +102,11 @@ fn access(ctx: &Context, shared: &Shared, layer: &AddonsLayer) -> Result<Access>
             applier: ctx.applier.clone(),
         });
     };
-    let mut cache = lock(&shared.impersonated);
-    if let Some(access) = cache.get(&user) {
-        return Ok(access.clone());
-    }
     let client = ctx.impersonating_client(&user)?;
-    let access = Access {
+    Ok(Access {
         applier: ctx.applier.with_client(client.clone()),
         client,
-    };
-    cache.insert(user, access.clone());
-    Ok(access)
+    })
 }
 
 /// How often a layer blocked by `spec.prereqs.objects` looks at them again.
@@ -139,8 +134,6 @@ pub struct Shared {
     reader: Reader,
     memory: Mutex<HashMap<String, Memory>>,
     cluster_version: Mutex<Option<(String, Instant)>>,
-    /// Impersonating access by user (see [`access`]).
-    impersonated: Mutex<HashMap<String, Access>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -203,7 +196,6 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         reader,
         memory: Mutex::default(),
         cluster_version: Mutex::default(),
-        impersonated: Mutex::default(),
     });
     spawn_source_watchers(&ctx, shared.clone(), tx);
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {
