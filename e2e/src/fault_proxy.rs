@@ -1,8 +1,9 @@
 //! A fault-injecting proxy in front of kube-apiserver, for the throttling and conflict
 //! scenario of `make chaos`. A service under test gets a kubeconfig naming the proxy (plain
 //! HTTP on 127.0.0.1, no credentials of its own); the proxy forwards each request with the
-//! plane's admin client, except that it answers some writes itself: every
-//! `throttle_every`-th write with 429 and `Retry-After`, every `conflict_every`-th with 409.
+//! plane's admin client, except that it answers some requests itself: every
+//! `throttle_every`-th write with 429 and `Retry-After`, every `conflict_every`-th with 409,
+//! and chosen reads with 500.
 //! Every request is recorded, so a test can bound the request rate and check that a throttled
 //! request did not come back before it was told to.
 
@@ -36,6 +37,9 @@ pub struct Faults {
     /// Lease writes are never answered with a conflict: on a Lease a 409 means another replica
     /// took it, which the failover scenarios cover with real replicas.
     pub conflict_every: usize,
+    /// Every read (GET) of a path ending in this is answered 500, an error no client retries
+    /// by itself (`""`: none).
+    pub failing_reads: &'static str,
 }
 
 #[derive(Debug)]
@@ -111,6 +115,15 @@ fn is_write(method: &Method) -> bool {
     [Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(method)
 }
 
+/// The fault for a read of `target` (path and query), if any.
+fn read_fault(method: &Method, faults: &Faults, target: &str) -> Option<StatusCode> {
+    let path = target.split('?').next().unwrap_or_default();
+    (*method == Method::GET
+        && !faults.failing_reads.is_empty()
+        && path.ends_with(faults.failing_reads))
+    .then_some(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
 /// The fault for the `n`-th write (1-based), if any.
 fn fault_for(n: usize, faults: &Faults, target: &str) -> Option<StatusCode> {
     let every = |k: usize| k > 0 && n.is_multiple_of(k);
@@ -145,13 +158,14 @@ async fn forward(shared: &Shared, request: axum::extract::Request) -> Response<B
     };
     let fault = is_write(&method)
         .then(|| shared.writes.fetch_add(1, Ordering::SeqCst) + 1)
-        .and_then(|n| fault_for(n, &shared.faults, &target));
+        .and_then(|n| fault_for(n, &shared.faults, &target))
+        .or_else(|| read_fault(&method, &shared.faults, &target));
     if let Some(code) = fault {
         record(code.as_u16(), true);
-        let reason = if code == StatusCode::CONFLICT {
-            "Conflict"
-        } else {
-            "TooManyRequests"
+        let reason = match code {
+            StatusCode::CONFLICT => "Conflict",
+            StatusCode::INTERNAL_SERVER_ERROR => "InternalError",
+            _ => "TooManyRequests",
         };
         let status = serde_json::json!({
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
@@ -215,6 +229,7 @@ mod tests {
             throttle_every: 3,
             retry_after_seconds: 1,
             conflict_every: 4,
+            failing_reads: "/pods",
         };
         let path = "/api/v1/namespaces/a/configmaps/b";
         let got: Vec<Option<u16>> = (1..=12)
@@ -243,5 +258,18 @@ mod tests {
             fault_for(3, &faults, lease),
             Some(StatusCode::TOO_MANY_REQUESTS)
         );
+        // Reads: only GETs of the chosen resource, whatever the query.
+        let pods = "/api/v1/namespaces/a/pods?labelSelector=x";
+        assert_eq!(
+            read_fault(&Method::GET, &faults, pods),
+            Some(StatusCode::INTERNAL_SERVER_ERROR)
+        );
+        assert_eq!(read_fault(&Method::POST, &faults, pods), None);
+        assert_eq!(read_fault(&Method::GET, &faults, path), None);
+        let off = Faults {
+            failing_reads: "",
+            ..faults
+        };
+        assert_eq!(read_fault(&Method::GET, &off, pods), None);
     }
 }

@@ -461,6 +461,7 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
                 throttle_every: 3,
                 retry_after_seconds: 1,
                 conflict_every: 7,
+                failing_reads: "",
             },
         )
         .await?;

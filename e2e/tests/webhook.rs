@@ -12,7 +12,9 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use strata_e2e::plane::free_port;
-use strata_e2e::services::{ServiceProcess, start_admission_webhook};
+use strata_e2e::services::{
+    ServiceProcess, chart_identity, start_admission_webhook, start_service_with,
+};
 use strata_e2e::support::{
     DeleteOnDrop, STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster,
     eventually, pod_ready, webhook_configuration,
@@ -316,6 +318,66 @@ async fn prepare_downscale_with_the_zone_tracker_records_in_a_config_map() -> Re
     prepare_downscale(true).await
 }
 
+/// The pods cannot be listed (the API server answers 500 to that read alone): the downscale
+/// is refused with a 500 that names the read, and no pod is called. A decision on the empty
+/// list would have allowed it with nothing prepared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepare_downscale_refuses_when_it_cannot_read_the_pods() -> Result<()> {
+    use strata_e2e::fault_proxy::{FaultProxy, Faults};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "blind").await?;
+    let pods = StandInPods::start(Duration::ZERO).await?;
+    let port = free_port()?;
+    let tls = format!("127.0.0.1:{port}");
+    let args = [
+        "--lease-namespace",
+        &ns.name,
+        "--leader-elect=false",
+        "--tls-address",
+        &tls,
+        "--tls-extra-names",
+        "127.0.0.1",
+        "--pod-address-override",
+        pods.address.as_str(),
+    ];
+    let identity = chart_identity(cluster().kubeconfig(), "admission-webhook", &args)?;
+    let proxy = FaultProxy::start(
+        core_k8s::client::client_from(Some(&identity), None).await?,
+        Faults {
+            throttle_every: 0,
+            retry_after_seconds: 0,
+            conflict_every: 0,
+            failing_reads: "/pods",
+        },
+    )
+    .await?;
+    let logs = std::env::temp_dir().join("strata-e2e-logs");
+    let _server = start_service_with("admission-webhook", &proxy.kubeconfig(&logs)?, &args)?;
+    let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
+    let out = kubectl_scale(&ns.name, "store", 1);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the downscale went through: {stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("listing the pods of {} failed", ns.name)),
+        "{stderr}"
+    );
+    assert_eq!(pods.posts.load(Ordering::SeqCst), 0, "a pod was called");
+    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let replicas = sets.get("store").await?.spec.and_then(|s| s.replicas);
+    assert_eq!(replicas, Some(3));
+    assert!(
+        proxy
+            .seen()
+            .iter()
+            .any(|r| r.injected && r.target.contains("/pods")),
+        "the pod list never failed"
+    );
+    Ok(())
+}
+
 /// Registers prepare-downscale at `port` for namespace `ns` and creates the StatefulSet
 /// `store` (3 replicas) that opts in, its pods' endpoint on port 80.
 async fn register_prepare_downscale(
@@ -339,31 +401,41 @@ async fn register_prepare_downscale(
     )
     .await?;
     // prepare-downscale calls only pods the StatefulSet owns: wait until it has all three.
+    store_settled(client, ns, 3).await?;
+    Ok(hook)
+}
+
+/// Waits until StatefulSet `store` runs exactly `replicas` ready pods, none of them on its way
+/// out, and its controller has caught up with them: prepare-downscale calls only pods that
+/// exist, so a pod still being replaced would be skipped, and few status writes then race the
+/// downscale.
+async fn store_settled(client: &kube::Client, ns: &str, replicas: usize) -> Result<()> {
     let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
-    eventually("3 store pods ready", Duration::from_secs(60), || async {
-        let list = pods
-            .list(&kube::api::ListParams::default().labels("name=store"))
-            .await?;
-        Ok((list.items.iter().filter(|p| pod_ready(p)).count() == 3).then_some(()))
-    })
-    .await?;
-    // ...and until its controller has caught up with them, so few status writes race the
-    // downscale.
     let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     eventually(
-        "store's status settled",
-        Duration::from_secs(30),
+        &format!("{replicas} store pods ready and settled"),
+        Duration::from_secs(60),
         || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels("name=store"))
+                .await?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+                .count();
             let sts = sets.get("store").await?;
             let status = sts.status.unwrap_or_default();
-            Ok((status.ready_replicas == Some(3)
-                && status.available_replicas == Some(3)
+            let want = Some(replicas as i32);
+            Ok((list.items.len() == replicas
+                && ready == replicas
+                && status.ready_replicas == want
+                && status.available_replicas == want
                 && status.observed_generation == sts.metadata.generation)
                 .then_some(()))
         },
     )
-    .await?;
-    Ok(hook)
+    .await
 }
 
 async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
@@ -430,19 +502,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
             "{}",
             String::from_utf8_lossy(&up.stderr)
         );
-        let pod_api: Api<k8s_openapi::api::core::v1::Pod> =
-            Api::namespaced(client.clone(), &ns.name);
-        eventually(
-            "3 store pods ready again",
-            Duration::from_secs(60),
-            || async {
-                let list = pod_api
-                    .list(&kube::api::ListParams::default().labels("name=store"))
-                    .await?;
-                Ok((list.items.iter().filter(|p| pod_ready(p)).count() == 3).then_some(()))
-            },
-        )
-        .await?;
+        store_settled(&client, &ns.name, 3).await?;
         let before = pods.posts.load(Ordering::SeqCst);
         let out = kubectl_scale(&ns.name, "store", 2);
         assert!(
@@ -452,7 +512,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
         );
         assert!(
             pods.posts.load(Ordering::SeqCst) > before,
-            "ordinal 0 prepared"
+            "ordinal 2 prepared"
         );
         let data = zone_tracker_data(&client, &ns.name).await?;
         let entry: serde_json::Value = serde_json::from_str(&data["store"])?;

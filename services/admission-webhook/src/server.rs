@@ -134,74 +134,33 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         &app.metrics.zpdb.inflight_evictions
     }));
     let namespace = review.field("namespace").to_string();
-    let mut state = Observed::default();
     // `Some` for a downscale: the start of every no-downscale/prepare-downscale message.
     let downscale = crate::webhooks::downscale_prefix(review);
-    match webhook {
-        // Not a downscale (an upscale, or no replica change): decided from the request alone,
-        // so none of the reads below are paid for it.
-        Webhook::NoDownscale | Webhook::PrepareDownscale if downscale.is_none() => {}
-        // A downscale of the object itself carries its labels in `oldObject`; only a `/scale`
-        // request needs its parent, read by name (never a LIST per review).
-        Webhook::NoDownscale if !crate::webhooks::needs_parent(review) => {}
-        Webhook::NoDownscale => {
-            let resource = review
-                .request
-                .pointer("/resource/resource")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let name = review.field("name");
-            if resource == "statefulsets" {
-                let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
-                if let Ok(Some(found)) = sts.get_opt(name).await {
-                    state.stateful_sets.push(found);
-                }
-            } else if let Some(kind) = crate::webhooks::scaled_kind(resource) {
-                let ar = ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk("apps", "v1", kind),
-                    resource,
-                );
-                let api: Api<DynamicObject> =
-                    Api::namespaced_with(app.client.clone(), &namespace, &ar);
-                if let Ok(Some(object)) = api.get_opt(name).await
-                    && let Some(value) = typed_value(&object, &ar)
-                {
-                    state.references.push(value);
-                }
+    let state = match read_state(app, webhook, review, downscale.is_some()).await {
+        Ok(state) => state,
+        // Fail closed: a decision on a partial read (no pods listed, say) would skip the very
+        // checks or calls the webhook exists for. 500 tells the caller to retry.
+        Err(why) => {
+            tracing::warn!(webhook = webhook.name(), error = %why, "reading the cluster failed");
+            if webhook == Webhook::PodEviction {
+                app.metrics
+                    .zpdb
+                    .observe_eviction("err: sts-pod-status-not-determined", 500);
             }
+            return Decision::deny_with_code(
+                500,
+                format!(
+                    "{} {namespace}/{}: {why}; nothing was decided, try again",
+                    review
+                        .request
+                        .pointer("/kind/kind")
+                        .and_then(Value::as_str)
+                        .unwrap_or("object"),
+                    review.field("name")
+                ),
+            );
         }
-        Webhook::PrepareDownscale => {
-            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), &namespace);
-            if let Ok(list) = sts.list(&ListParams::default()).await {
-                state.stateful_sets = list.items;
-            }
-            let pods: Api<Pod> = Api::namespaced(app.client.clone(), &namespace);
-            if let Ok(list) = pods.list(&ListParams::default()).await {
-                state.pods = list.items;
-            }
-        }
-        Webhook::PodEviction => {
-            // The same fresh read the eviction claim decides on (pods, StatefulSets, ZPDBs).
-            match evictions::list(&app.client, &namespace).await {
-                Ok(observed) => state = observed,
-                Err(e) => {
-                    tracing::warn!(error = %e, "reading the namespace for an eviction failed")
-                }
-            }
-        }
-        Webhook::ZpdbValidation => {}
-        Webhook::AddonsLayerValidation => {
-            let ar = ApiResource::erase::<layer_controller::crd::AddonsLayer>(&());
-            let api: Api<DynamicObject> = Api::all_with(app.client.clone(), &ar);
-            if let Ok(list) = api.list(&ListParams::default()).await {
-                state.references = list
-                    .items
-                    .into_iter()
-                    .filter_map(|l| typed_value(&l, &ar))
-                    .collect();
-            }
-        }
-    }
+    };
     let mut cluster = Cluster::new(state);
     cluster.cluster_domain = app.cluster_domain.clone();
     cluster.layer_defaults = app.layer_defaults.clone();
@@ -278,6 +237,87 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         return prepare_detached(app, review, prefix, decision, tracked).await;
     }
     decision
+}
+
+/// Reads what `webhook` decides on, fresh from the API server. `Err` names what could not be
+/// read; a missing object is not an error (the decision says what it means).
+async fn read_state(
+    app: &App,
+    webhook: Webhook,
+    review: &Review,
+    is_downscale: bool,
+) -> Result<Observed, String> {
+    let namespace = review.field("namespace");
+    let name = review.field("name");
+    let mut state = Observed::default();
+    match webhook {
+        // Not a downscale (an upscale, or no replica change): decided from the request alone,
+        // so none of the reads below are paid for it.
+        Webhook::NoDownscale | Webhook::PrepareDownscale if !is_downscale => {}
+        // A downscale of the object itself carries its labels in `oldObject`; only a `/scale`
+        // request needs its parent, read by name (never a LIST per review).
+        Webhook::NoDownscale if !crate::webhooks::needs_parent(review) => {}
+        Webhook::NoDownscale => {
+            let resource = review
+                .request
+                .pointer("/resource/resource")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let failed =
+                |e: kube::Error| format!("reading {resource} {namespace}/{name} failed: {e}");
+            if resource == "statefulsets" {
+                let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), namespace);
+                state
+                    .stateful_sets
+                    .extend(sts.get_opt(name).await.map_err(failed)?);
+            } else if let Some(kind) = crate::webhooks::scaled_kind(resource) {
+                let ar = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("apps", "v1", kind),
+                    resource,
+                );
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(app.client.clone(), namespace, &ar);
+                if let Some(object) = api.get_opt(name).await.map_err(failed)?
+                    && let Some(value) = typed_value(&object, &ar)
+                {
+                    state.references.push(value);
+                }
+            }
+        }
+        Webhook::PrepareDownscale => {
+            // Every StatefulSet (the rollout group's zones) and every pod (only pods the
+            // StatefulSet owns are called): without either list the decision would be blind.
+            let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), namespace);
+            state.stateful_sets = sts
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing the StatefulSets of {namespace} failed: {e}"))?
+                .items;
+            let pods: Api<Pod> = Api::namespaced(app.client.clone(), namespace);
+            state.pods = pods
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing the pods of {namespace} failed: {e}"))?
+                .items;
+        }
+        // The same fresh read the eviction claim decides on (pods, StatefulSets, ZPDBs).
+        Webhook::PodEviction => state = evictions::list(&app.client, namespace).await?,
+        Webhook::ZpdbValidation => {}
+        Webhook::AddonsLayerValidation => {
+            // Every layer: a dependency cycle through layers this read missed would pass.
+            let ar = ApiResource::erase::<layer_controller::crd::AddonsLayer>(&());
+            let api: Api<DynamicObject> = Api::all_with(app.client.clone(), &ar);
+            state.references = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing AddonsLayers failed: {e}"))?
+                .items
+                .into_iter()
+                .filter_map(|l| typed_value(&l, &ar))
+                .collect();
+        }
+    }
+    Ok(state)
 }
 
 /// Asks the API server (a SubjectAccessReview) whether the user who sent `review` may
