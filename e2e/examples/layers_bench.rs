@@ -10,12 +10,10 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result};
-use futures::StreamExt;
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, ResourceExt};
+use anyhow::Result;
+use kube::Api;
 use layer_controller::crd::AddonsLayer;
-use strata_e2e::bench::{percentile, rss_kib, spawn_measured};
+use strata_e2e::bench::{layers_deployed, percentile, rss_kib, spawn_measured};
 use strata_e2e::flux::{ArtifactServer, create_gitrepository, install_layer_crds, set_artifact};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster};
 
@@ -37,31 +35,18 @@ fn revision_files(ns: &str, generation: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Watches the layers until all are Deployed at `revision`; returns when each got there.
+/// When, since `started`, each layer got Deployed at `revision`.
 async fn deployed_times(
     api: Api<AddonsLayer>,
     selector: String,
-    revision: &str,
+    revision: &'static str,
     started: Instant,
 ) -> Result<BTreeMap<String, Duration>> {
-    let mut times = BTreeMap::new();
-    let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
-    let mut stream = std::pin::pin!(stream);
-    let deadline = tokio::time::sleep(Duration::from_secs(600));
-    tokio::pin!(deadline);
-    while times.len() < LAYERS {
-        tokio::select! {
-            () = &mut deadline => anyhow::bail!("not all layers Deployed within 600s ({} were)", times.len()),
-            next = stream.next() => {
-                let layer = next.context("watch ended")??;
-                let status = layer.status.clone().unwrap_or_default();
-                if status.state.as_deref() == Some("Deployed") && status.revision.as_deref() == Some(revision) {
-                    times.entry(layer.name_any()).or_insert_with(|| started.elapsed());
-                }
-            }
-        }
-    }
-    Ok(times)
+    let times = layers_deployed(api, selector, LAYERS, started, move |_, r| r == revision).await?;
+    Ok(times
+        .into_iter()
+        .map(|(name, (at, _))| (name, at))
+        .collect())
 }
 
 #[tokio::main]

@@ -3,6 +3,11 @@
 //! CPU from `/proc`, and percentiles.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use kube::ResourceExt as _;
+use kube::runtime::WatchStreamExt as _;
 
 use anyhow::{Context as _, Result};
 
@@ -14,8 +19,19 @@ use crate::support::cluster;
 /// ServiceAccount the chart makes for it (as every test does), with a free admin address and
 /// `args`; logs go to the temp dir's `strata-bench-logs`.
 pub fn spawn_measured(variable: &str, service: &str, args: &[&str]) -> Result<ServiceProcess> {
+    spawn_measured_with(variable, service, args, &[])
+}
+
+/// [`spawn_measured`] for a release installed with these extra chart `values` (`--set`).
+pub fn spawn_measured_with(
+    variable: &str,
+    service: &str,
+    args: &[&str],
+    values: &[&str],
+) -> Result<ServiceProcess> {
     let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
-    let kubeconfig = crate::services::chart_identity(cluster().kubeconfig(), service, args)?;
+    let kubeconfig =
+        crate::services::chart_identity_with(cluster().kubeconfig(), service, args, values)?;
     let admin = format!("127.0.0.1:{}", free_port()?);
     let mut all = vec!["--admin-address", admin.as_str()];
     all.extend_from_slice(args);
@@ -126,6 +142,41 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = (p.clamp(0.0, 1.0) * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Watches the layers `selector` picks until `count` of them are Deployed at a revision
+/// `accept` takes (given the layer's name and revision); returns when, since `started`, each
+/// got there and at which revision. Fails after 20 minutes.
+pub async fn layers_deployed(
+    api: kube::Api<layer_controller::crd::AddonsLayer>,
+    selector: String,
+    count: usize,
+    started: Instant,
+    accept: impl Fn(&str, &str) -> bool,
+) -> Result<std::collections::BTreeMap<String, (Duration, String)>> {
+    let mut times = std::collections::BTreeMap::new();
+    let stream = kube::runtime::watcher(
+        api,
+        kube::runtime::watcher::Config::default().labels(&selector),
+    )
+    .applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let deadline = tokio::time::sleep(Duration::from_secs(1200));
+    tokio::pin!(deadline);
+    while times.len() < count {
+        tokio::select! {
+            () = &mut deadline => anyhow::bail!("not all layers Deployed within 1200 s ({} were)", times.len()),
+            next = stream.next() => {
+                let layer = next.context("watch ended")??;
+                let status = layer.status.clone().unwrap_or_default();
+                let revision = status.revision.clone().unwrap_or_default();
+                if status.state.as_deref() == Some("Deployed") && accept(&layer.name_any(), &revision) {
+                    times.entry(layer.name_any()).or_insert_with(|| (started.elapsed(), revision));
+                }
+            }
+        }
+    }
+    Ok(times)
 }
 
 #[cfg(test)]

@@ -7,6 +7,13 @@
 //! counted, instead of failing the caller's reconcile. kube's own retry layer is turned off
 //! for our clients, so there is exactly one.
 //!
+//! Requests in flight are capped (`--client-max-in-flight`, watches excepted): kube's HTTP/1.1
+//! pool opens one connection per concurrent request, so without a cap a controller with a
+//! thousand objects to reconcile at once opened a thousand connections, each with its TLS
+//! state and read buffers. A request holds its place until its answer's body is read or
+//! dropped, when the connection goes back to the pool; so the pool never holds more
+//! connections than the cap plus the open watches.
+//!
 //! The names, labels and buckets are the Grafana rollout-operator's (with the service's
 //! prefix), so its dashboards read ours unchanged. As there, the clock starts after the
 //! token is granted: time spent throttled is not API latency, and a request given up while
@@ -271,6 +278,53 @@ pub struct Instrumentation {
     pub metrics: ApiClientMetrics,
     pub limiter: Option<RateLimiter>,
     pub cluster: Option<HeaderValue>,
+    /// Places for requests in flight (watches take none); `None`: no cap.
+    pub in_flight: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// Whether a request is a watch: a long-lived stream that holds its connection for as long
+/// as it runs, so it must not hold one of the capped places.
+pub fn is_watch<B>(request: &Request<B>) -> bool {
+    request.uri().query().is_some_and(|query| {
+        query
+            .split('&')
+            .any(|pair| pair == "watch=true" || pair == "watch=1")
+    })
+}
+
+/// A response body that holds a place among the requests in flight until it has been read
+/// to its end or dropped: until then its connection is busy.
+#[derive(Debug)]
+pub struct HeldBody<B> {
+    inner: B,
+    place: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+impl<B> http_body::Body for HeldBody<B>
+where
+    B: http_body::Body + Unpin,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
+            self.place = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The tower layer of [`Instrumentation`]; its inner service must be `Clone` (put a
@@ -304,11 +358,11 @@ where
         + 'static,
     S::Future: Send + 'static,
     S::Error: Send + 'static,
-    ResBody: Send + 'static,
+    ResBody: http_body::Body + Unpin + Send + 'static,
 {
-    type Response = S::Response;
+    type Response = Response<HeldBody<ResBody>>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<S::Response, S::Error>>;
+    type Future = BoxFuture<Result<Self::Response, S::Error>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
         self.inner.poll_ready(cx)
@@ -329,6 +383,7 @@ where
                     .insert(CLUSTER_HEADER, cluster.clone());
             }
             let method = request.method().to_string();
+            let capped = shared.in_flight.clone().filter(|_| !is_watch(&request));
             let mut sent = 0;
             loop {
                 let again = if sent < MAX_RETRIES {
@@ -339,12 +394,20 @@ where
                 if let Some(limiter) = &shared.limiter {
                     limiter.acquire(&group, &shared.metrics).await;
                 }
+                let place = match &capped {
+                    // The semaphore is never closed.
+                    Some(places) => places.clone().acquire_owned().await.ok(),
+                    None => None,
+                };
                 if sent > 0 {
                     // The first attempt went through the service made ready by the caller.
                     inner.ready().await?;
                 }
                 let started = Instant::now();
-                let result = inner.call(request).await;
+                let result = inner
+                    .call(request)
+                    .await
+                    .map(|response| response.map(|inner| HeldBody { inner, place }));
                 let status_code = match &result {
                     Ok(response) => response.status().as_u16().to_string(),
                     Err(_) => "error".to_string(),
@@ -573,6 +636,7 @@ mod tests {
             metrics,
             limiter: None,
             cluster: None,
+            in_flight: None,
         }))
         .layer(scripted.clone());
         let request = Request::builder()
@@ -634,6 +698,65 @@ mod tests {
         // Throttled for good: the first send and MAX_RETRIES more, then the 429 is returned.
         let (status, seen, _) = send_through(vec![(429, Some("0")); 50]).await;
         assert_eq!((status, seen.len()), (429, MAX_RETRIES as usize + 1));
+    }
+
+    #[test]
+    fn watches_are_told_from_other_requests() {
+        let request = |uri: &str| Request::get(uri).body(()).unwrap();
+        assert!(is_watch(&request(
+            "/api/v1/pods?watch=true&resourceVersion=1"
+        )));
+        assert!(is_watch(&request("/api/v1/pods?labelSelector=a&watch=1")));
+        assert!(!is_watch(&request("/api/v1/pods")));
+        assert!(!is_watch(&request("/api/v1/pods?watch=false")));
+        assert!(!is_watch(&request(
+            "/api/v1/pods?labelSelector=watch%3Dtrue"
+        )));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_in_flight_are_capped_until_their_answers_are_read() {
+        use tower::{Layer as _, ServiceExt as _};
+        let mut registry = Registry::default();
+        let scripted = Scripted {
+            answers: Arc::default(),
+            seen: Arc::default(),
+        };
+        let service = InstrumentationLayer(Arc::new(Instrumentation {
+            metrics: ApiClientMetrics::register("svc", &mut registry),
+            limiter: None,
+            cluster: None,
+            in_flight: Some(Arc::new(tokio::sync::Semaphore::new(2))),
+        }))
+        .layer(scripted.clone());
+        let send = |uri: &'static str| {
+            let service = service.clone();
+            tokio::spawn(async move {
+                let request = Request::get(uri).body(kube::client::Body::empty()).unwrap();
+                service.oneshot(request).await.unwrap()
+            })
+        };
+        let arrived = || scripted.seen.lock().unwrap().len();
+        let (first, second) = (send("/api/v1/pods"), send("/api/v1/pods"));
+        let (first, second) = (first.await.unwrap(), second.await.unwrap());
+        // Two answers held unread: a third request waits for a place, a watch does not.
+        let third = send("/api/v1/pods");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(arrived(), 2, "the third request went out past the cap");
+        let watch = send("/api/v1/pods?watch=true");
+        drop(watch.await.unwrap());
+        assert_eq!(arrived(), 3, "a watch waited for a place");
+        // One answer read to its end frees its place.
+        http_body_util::BodyExt::collect(first.into_body())
+            .await
+            .unwrap();
+        drop(third.await.unwrap());
+        assert_eq!(arrived(), 4);
+        // A dropped answer frees its place too.
+        drop(second);
+        drop(send("/api/v1/pods").await.unwrap());
+        drop(send("/api/v1/pods").await.unwrap());
+        assert_eq!(arrived(), 6);
     }
 
     #[tokio::test(start_paused = true)]

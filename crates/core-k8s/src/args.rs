@@ -75,6 +75,12 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 10)]
     pub client_burst: u32,
 
+    /// Most requests to the Kubernetes API in flight at once, watches excepted; each needs a
+    /// connection of its own, so this bounds the connections to the API server whatever the
+    /// number of objects. 0: no cap.
+    #[arg(long, default_value_t = 32)]
+    pub client_max_in_flight: usize,
+
     /// Send this value as the `X-Cluster` header on every API and pod call, for servers that
     /// validate which cluster a caller belongs to (Grafana's cluster validation).
     #[arg(long)]

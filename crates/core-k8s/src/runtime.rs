@@ -288,6 +288,9 @@ impl ClientParts {
             metrics: self.metrics.clone(),
             limiter: RateLimiter::new(args.client_qps, args.client_burst),
             cluster,
+            // One cap per client: the impersonating clients send through the main one.
+            in_flight: (args.client_max_in_flight > 0)
+                .then(|| Arc::new(tokio::sync::Semaphore::new(args.client_max_in_flight))),
         }));
         // One retry mechanism, ours: it takes a token per attempt and counts it.
         let mut config = self.config.clone();
@@ -308,10 +311,12 @@ impl Context {
         self.client_parts.build(&self.args)
     }
 
-    /// A client that acts as `user` through Kubernetes impersonation (every request carries
-    /// `Impersonate-User`, so the API server authorizes it as that user), with its own
-    /// rate-limit buckets and the process's request metrics; built once per user and kept.
-    /// The process's own identity needs the `impersonate` verb on that user.
+    /// A client that acts as `user` through Kubernetes impersonation: every request carries
+    /// `Impersonate-User`, so the API server authorizes it as that user. It sends through the
+    /// process's own client — one connection pool, one set of rate-limit buckets and request
+    /// metrics for every user — so a thousand layers acting as a thousand accounts hold the
+    /// connections of one client, not of a thousand. Built once per user and kept. The
+    /// process's own identity needs the `impersonate` verb on that user.
     pub fn impersonating_client(&self, user: &str) -> Result<Client> {
         let mut clients = self
             .impersonating
@@ -320,9 +325,7 @@ impl Context {
         if let Some(client) = clients.get(user) {
             return Ok(client.clone());
         }
-        let mut parts = self.client_parts.clone();
-        parts.config.auth_info.impersonate = Some(user.to_string());
-        let client = parts.build(&self.args)?;
+        let client = impersonating(&self.client, user)?;
         clients.insert(user.to_string(), client.clone());
         Ok(client)
     }
@@ -352,6 +355,25 @@ impl Context {
     }
 }
 
+/// A client sending every request through `base` as `user` (the `Impersonate-User` header,
+/// replacing any the request carried).
+pub fn impersonating(base: &Client, user: &str) -> Result<Client> {
+    let value = http::HeaderValue::from_str(user).map_err(|_| Error::InvalidFlag {
+        flag: "impersonated user",
+        reason: format!("{user:?} is not a valid HTTP header value"),
+    })?;
+    let base = base.clone();
+    let default_namespace = base.default_namespace().to_string();
+    let service = tower::service_fn(move |mut request: http::Request<kube::client::Body>| {
+        let base = base.clone();
+        request
+            .headers_mut()
+            .insert("impersonate-user", value.clone());
+        async move { base.send(request).await }
+    });
+    Ok(Client::new(service, default_namespace))
+}
+
 /// The whole life of a service binary: start the runtime with the service's metrics, run the
 /// controllers `body` builds from the context, stop gracefully on SIGTERM/SIGINT.
 pub async fn run_service<F, Fut>(
@@ -367,4 +389,65 @@ where
     let runtime = Runtime::start(service, args, registry).await?;
     let controllers = body(runtime.context());
     runtime.run(controllers).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A base client over a stand-in API server that answers every request with the
+    /// `Impersonate-User` it received, counting requests.
+    fn recording_base(seen: Arc<std::sync::atomic::AtomicUsize>) -> Client {
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let user = request
+                .headers()
+                .get_all("impersonate-user")
+                .iter()
+                .map(|v| v.to_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+                .join(",");
+            let body =
+                serde_json::json!({"major": "1", "minor": "34", "gitVersion": user}).to_string();
+            async move {
+                Ok::<_, std::convert::Infallible>(http::Response::new(kube::client::Body::from(
+                    body.into_bytes(),
+                )))
+            }
+        });
+        Client::new(service, "default")
+    }
+
+    #[tokio::test]
+    async fn impersonating_clients_send_through_the_base_client_as_their_user() {
+        let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let base = recording_base(seen.clone());
+        let alice = impersonating(&base, "system:serviceaccount:team:alice").unwrap();
+        let bob = impersonating(&base, "system:serviceaccount:team:bob").unwrap();
+        assert_eq!(
+            alice.apiserver_version().await.unwrap().git_version,
+            "system:serviceaccount:team:alice"
+        );
+        assert_eq!(
+            bob.apiserver_version().await.unwrap().git_version,
+            "system:serviceaccount:team:bob"
+        );
+        // The base itself still acts as the process.
+        assert_eq!(base.apiserver_version().await.unwrap().git_version, "");
+        // Every request went through the one base service (its pool, its limits).
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+        // A request that already names a user is sent as the client's user alone.
+        let forged = http::Request::get("/version")
+            .header("impersonate-user", "system:admin")
+            .body(kube::client::Body::empty())
+            .unwrap();
+        let answer = alice.send(forged).await.unwrap();
+        let body = http_body_util::BodyExt::collect(answer.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let info: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(info["gitVersion"], "system:serviceaccount:team:alice");
+        assert!(impersonating(&base, "bad\nuser").is_err());
+    }
 }

@@ -334,3 +334,8 @@ pub fn crds() -> Vec<(
     use kube::CustomResourceExt;
     vec![("addonslayers.yaml", AddonsLayer::crd())]
 }
+
+/// Every layer by name, shared with the cache they were read from: a reconcile looks at the
+/// whole set without copying a layer (with a thousand layers reconciling at once, copies of
+/// the set were most of the controller's memory).
+pub type LayerSet = std::collections::BTreeMap<String, std::sync::Arc<AddonsLayer>>;

@@ -249,7 +249,7 @@ impl Reader {
     pub async fn wanted_by(
         &self,
         this: &str,
-        all: &BTreeMap<String, AddonsLayer>,
+        all: &crate::crd::LayerSet,
     ) -> BTreeMap<ObjectRef, BTreeSet<String>> {
         let mut wanted: BTreeMap<ObjectRef, BTreeSet<String>> = BTreeMap::new();
         for (name, layer) in all {

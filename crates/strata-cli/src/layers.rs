@@ -1,14 +1,13 @@
 //! `strata layers graph` and `strata layers plan`: the layer-controller's view of a cluster,
 //! from the same planner and readers the controller uses.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use core_k8s::apply::Applier;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use layer_controller::crd::AddonsLayer;
+use layer_controller::crd::{AddonsLayer, LayerSet};
 use layer_controller::plan::{self, Gate, GateInputs, ObjectRef, SourceRef, SourceState};
 use layer_controller::read::Reader;
 use layer_controller::source::{self, Limits};
@@ -80,8 +79,10 @@ pub fn plan(
     runtime()?.block_on(async {
         let client = cluster.client().await?;
         let layers = all_layers(&client).await?;
-        let all: BTreeMap<String, AddonsLayer> =
-            layers.iter().map(|l| (l.name_any(), l.clone())).collect();
+        let all: LayerSet = layers
+            .iter()
+            .map(|l| (l.name_any(), std::sync::Arc::new(l.clone())))
+            .collect();
         let Some(layer) = all.get(name) else {
             eprintln!("strata layers plan: AddonsLayer {name} not found");
             return Ok(ExitCode::from(1));
@@ -108,7 +109,7 @@ async fn compute(
     reader: &Reader,
     client: &Client,
     layer: &AddonsLayer,
-    all: &BTreeMap<String, AddonsLayer>,
+    all: &LayerSet,
 ) -> anyhow::Result<LayerPlan> {
     let name = layer.name_any();
     let status = layer.status.clone().unwrap_or_default();
@@ -118,7 +119,7 @@ async fn compute(
         version: layer.spec.version.clone(),
         state: status.state.clone().unwrap_or_default(),
         source: source_ref.to_string(),
-        dependents: plan::dependents(&name, all.values()),
+        dependents: plan::dependents(&name, all.values().map(|l| l.as_ref())),
         ..LayerPlan::default()
     };
     let fetched = match reader.fetch(&source_ref).await {

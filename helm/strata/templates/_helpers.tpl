@@ -50,6 +50,7 @@ chart's own labels win over extra labels of the same key, so selectors keep work
 - --lease-duration={{ $v.leaderElection.leaseDuration }}
 - --client-qps={{ $v.clientQPS }}
 - --client-burst={{ $v.clientBurst }}
+- --client-max-in-flight={{ $v.clientMaxInFlight }}
 {{- end }}
 
 {{/* Pull secrets: names or {name: ...} objects. */}}

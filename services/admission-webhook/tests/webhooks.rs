@@ -942,16 +942,16 @@ fn addonslayer_validation_agrees_with_the_controller() {
         );
         let admitted = response["allowed"] == true;
         let this = typed(&object);
-        let mut all: std::collections::BTreeMap<String, AddonsLayer> = others
+        let mut all: layer_controller::crd::LayerSet = others
             .iter()
             .map(|o| {
                 (
                     o["metadata"]["name"].as_str().unwrap().to_string(),
-                    typed(o),
+                    std::sync::Arc::new(typed(o)),
                 )
             })
             .collect();
-        all.insert("apps".into(), this.clone());
+        all.insert("apps".into(), std::sync::Arc::new(this.clone()));
         let ready = SourceState::Ready {
             revision: "r1".into(),
         };

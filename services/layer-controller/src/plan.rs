@@ -10,7 +10,7 @@ use core_status::Status;
 use jiff::Timestamp;
 use serde_json::Value;
 
-use crate::crd::{AddonsLayer, Blocker, Condition, InventoryEntry};
+use crate::crd::{AddonsLayer, Blocker, Condition, InventoryEntry, LayerSet};
 use crate::deps::{self, parse_dependency};
 use crate::keys::{blocker, condition, state};
 pub use core_layers::manifest::prepare_manifest;
@@ -274,11 +274,7 @@ pub fn dependents<'a>(
 }
 
 /// Decides whether `layer` may apply, listing every unmet prerequisite.
-pub fn gate(
-    layer: &AddonsLayer,
-    layers: &BTreeMap<String, AddonsLayer>,
-    inputs: &GateInputs<'_>,
-) -> Gate {
+pub fn gate(layer: &AddonsLayer, layers: &LayerSet, inputs: &GateInputs<'_>) -> Gate {
     if layer.spec.hold {
         return Gate::Hold;
     }
@@ -286,7 +282,7 @@ pub fn gate(
     if !errors.is_empty() {
         return Gate::Invalid(errors.join("; "));
     }
-    let graph = dependency_graph(layers.values());
+    let graph = dependency_graph(layers.values().map(|l| l.as_ref()));
     if let Some(cycle) = deps::cycle_through(name(layer), &graph) {
         return Gate::Cycle(cycle);
     }
@@ -378,7 +374,7 @@ pub fn gate(
 fn dependency_blocker(
     entry: &str,
     dependency: &deps::Dependency,
-    layers: &BTreeMap<String, AddonsLayer>,
+    layers: &LayerSet,
     graph: &BTreeMap<String, BTreeSet<String>>,
     own_source: &SourceRef,
     own_revision: Option<&str>,
@@ -908,7 +904,8 @@ mod object_prereq_tests {
         ];
         for (case, observed, want) in cases {
             let this = layer(vec![crd(), secret()]);
-            let all = BTreeMap::from([("apps".to_string(), this.clone())]);
+            let all: LayerSet =
+                BTreeMap::from([("apps".to_string(), std::sync::Arc::new(this.clone()))]);
             let inputs = GateInputs {
                 source: &ready,
                 cluster_version: Some("v1.34.4"),
@@ -1118,10 +1115,15 @@ mod tests {
         l
     }
 
-    fn set(layers: Vec<AddonsLayer>) -> BTreeMap<String, AddonsLayer> {
+    fn set(layers: Vec<AddonsLayer>) -> LayerSet {
         layers
             .into_iter()
-            .map(|l| (l.metadata.name.clone().unwrap_or_default(), l))
+            .map(|l| {
+                (
+                    l.metadata.name.clone().unwrap_or_default(),
+                    std::sync::Arc::new(l),
+                )
+            })
             .collect()
     }
 
@@ -1301,7 +1303,10 @@ mod tests {
             vec![("a".into(), blocker::CYCLE.into())]
         );
         assert_eq!(gate(&layers["f"], &layers, &inputs(&ready)), Gate::Proceed);
-        assert_eq!(dependents("a", layers.values()), vec!["c", "d"]);
+        assert_eq!(
+            dependents("a", layers.values().map(|l| l.as_ref())),
+            vec!["c", "d"]
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry};
+use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry, LayerSet};
 use crate::error::{LayerError, Result};
 use crate::keys::{
     FINALIZER, LAYER_LABEL, ORPHANED_LABEL, ORPHANED_STATUS, RECONCILE_REQUESTED_AT, SOURCE_LABEL,
@@ -55,6 +55,11 @@ pub struct LayerArgs {
     /// `syncPeriod`).
     #[arg(long, default_value = "1m", value_parser = duration)]
     pub sync_period: Duration,
+    /// Most layers reconciled at once (Flux's `--concurrent`); the others wait their turn. A
+    /// reconcile holds the layer's manifests and a view of every layer while it runs, so this
+    /// bounds the controller's memory whatever the number of layers. At least 1.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent: u16,
     /// Largest artifact download, in bytes.
     #[arg(long, default_value_t = 50 << 20)]
     pub max_artifact_bytes: u64,
@@ -161,7 +166,8 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         .reflect(writer)
         .applied_objects()
         .predicate_filter(layer_intent, Default::default());
-    let controller = Controller::for_stream(intents, reader);
+    let controller = Controller::for_stream(intents, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrent));
     let store = controller.store();
     let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
     let index = store.clone();
@@ -416,22 +422,18 @@ impl Report {
     }
 }
 
-fn layers_map(store: &Store<AddonsLayer>) -> BTreeMap<String, AddonsLayer> {
+fn layers_map(store: &Store<AddonsLayer>) -> LayerSet {
     store
         .state()
-        .iter()
-        .map(|l| (l.name_any(), l.as_ref().clone()))
+        .into_iter()
+        .map(|l| (l.name_any(), l))
         .collect()
 }
 
 /// Re-reads the layer's dependencies from the API server. The wake-up comes from a watch
 /// event that the cache may not hold yet; judging a dependency from a lagging cache would
 /// miss the moment it turned Deployed and leave the dependent waiting for the resync.
-async fn fresh_dependencies(
-    ctx: &Context,
-    layer: &AddonsLayer,
-    all: &mut BTreeMap<String, AddonsLayer>,
-) -> Result<()> {
+async fn fresh_dependencies(ctx: &Context, layer: &AddonsLayer, all: &mut LayerSet) -> Result<()> {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
     for dep in &plan::dependencies_of(layer) {
         match api
@@ -440,7 +442,7 @@ async fn fresh_dependencies(
             .map_err(|e| LayerError::api(format!("reading layer {dep}"), e))?
         {
             Some(fresh) => {
-                all.insert(dep.clone(), fresh);
+                all.insert(dep.clone(), Arc::new(fresh));
             }
             None => {
                 all.remove(dep);
@@ -601,7 +603,7 @@ async fn apply_layer(
     layer: &AddonsLayer,
     ctx: &Context,
     shared: &Shared,
-    all: &BTreeMap<String, AddonsLayer>,
+    all: &LayerSet,
     revision: String,
     files: &Files,
     interval: Duration,
@@ -671,6 +673,9 @@ async fn apply_layer(
     for manifest in &manifests {
         desired.push(shared.reader.identity(manifest).await);
     }
+    // Only the owners of objects this layer wants: a map of every layer's inventory, built by
+    // each reconcile, grew with the fleet in every reconcile in flight.
+    let wanted: BTreeSet<&ObjectRef> = desired.iter().collect();
     let owners: BTreeMap<ObjectRef, String> = all
         .iter()
         .filter(|(other, l)| **other != name && l.metadata.deletion_timestamp.is_none())
@@ -679,8 +684,10 @@ async fn apply_layer(
                 .iter()
                 .flat_map(|s| s.inventory.iter())
                 .filter(|e| e.status != ORPHANED_STATUS)
-                .map(move |e| (ObjectRef::of_entry(e), other.clone()))
+                .map(move |e| (ObjectRef::of_entry(e), other))
         })
+        .filter(|(object, _)| wanted.contains(object))
+        .map(|(object, other)| (object, other.clone()))
         .collect();
     let contested = desired.iter().any(|o| owners.contains_key(o));
     // The global desired state costs reading every other layer's source: only when an

@@ -1,0 +1,322 @@
+//! `make bench` part (`BENCH_ONLY=fleet`): many independent apps, the shape of Flux's "Mean
+//! Time To Production" benchmark. Per app: a namespace, a ConfigMap source, a ServiceAccount the
+//! layer acts as (impersonation, like `serviceAccountName`), and one health-gated AddonsLayer
+//! applying a ServiceAccount, a Service, a Deployment scaled to zero and an Ingress into the
+//! app's namespace. All layers are created at once; measured: create → every layer Deployed,
+//! an upgrade round (every app's manifests change) → every layer Deployed at its new revision,
+//! the controller's peak RSS, its most open sockets, its API requests, and the floor set by
+//! kube-controller-manager (every Deployment's status observed at its generation).
+//!
+//! The controller binary is `$LAYER_CONTROLLER_BIN`; the number of apps `$BENCH_FLEET_LAYERS`
+//! (default 100). Prints one JSON line.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use kube::api::ListParams;
+use layer_controller::crd::AddonsLayer;
+use strata_e2e::bench::{layers_deployed, rss_kib, spawn_measured_with};
+use strata_e2e::flux::install_layer_crds;
+use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
+
+/// The app's manifests: our own podinfo-like set (the same four kinds as Flux's benchmark),
+/// `release` marking the round so an upgrade changes every object.
+fn app_manifests(app: &str, namespace: &str, release: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\"}}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\"}}}}
+spec:
+  selector: {{app: {app}}}
+  ports: [{{name: http, port: 9898, targetPort: http}}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\", strata-bench/fleet: \"true\"}}}}
+spec:
+  replicas: 0
+  selector: {{matchLabels: {{app: {app}}}}}
+  template:
+    metadata: {{labels: {{app: {app}}}, annotations: {{release: \"{release}\"}}}}
+    spec:
+      serviceAccountName: {app}
+      containers:
+      - name: app
+        image: example.invalid/podinfo:6.7.0
+        ports: [{{name: http, containerPort: 9898}}]
+        resources: {{requests: {{cpu: 10m, memory: 16Mi}}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\"}}}}
+spec:
+  rules:
+  - host: {app}.example.invalid
+    http:
+      paths:
+      - path: /
+        pathType: Prefix
+        backend: {{service: {{name: {app}, port: {{name: http}}}}}}
+"
+    )
+}
+
+/// The source ConfigMap of app `app` (in the bench namespace `ns`) at `release`.
+fn source(ns: &str, app: &str, namespace: &str, release: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": app, "namespace": ns, "labels": {"strata.dev/layer-source": "true"}},
+        "data": {"app.yaml": app_manifests(app, namespace, release)},
+    })
+}
+
+/// Everything an app needs before its layer exists: its namespace, the ServiceAccount its
+/// layer acts as (in the bench namespace, where the chart lets the controller impersonate),
+/// that account's admin rights in the app's namespace, and the source.
+fn app_setup(ns: &str, app: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {app}, namespace: {ns}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: {app}-deployer, namespace: {namespace}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}}
+subjects: [{{kind: ServiceAccount, name: {app}, namespace: {ns}}}]
+"
+    )
+}
+
+fn layer(ns: &str, app: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
+        "metadata": {"name": format!("{ns}-{app}"), "labels": {"strata-e2e/suite": ns}},
+        "spec": {
+            "version": "1.0.0", "interval": "1h", "timeout": "5m",
+            "serviceAccountName": app,
+            "source": {"kind": "ConfigMap", "name": app, "namespace": ns, "path": "./"},
+        },
+    })
+}
+
+/// When kube-controller-manager has observed every bench Deployment at its generation with
+/// the label `release=<release>` (its ReplicaSet made, its status written): the floor no
+/// health-gated deployer can beat.
+async fn controller_manager_floor(
+    client: kube::Client,
+    apps: usize,
+    release: &str,
+    started: Instant,
+) -> Result<Duration> {
+    let api: Api<Deployment> = Api::all(client);
+    let selector = format!("strata-bench/fleet=true,release={release}");
+    loop {
+        let list = api.list(&ListParams::default().labels(&selector)).await?;
+        let observed = list
+            .items
+            .iter()
+            .filter(|d| {
+                d.status.as_ref().and_then(|s| s.observed_generation) == d.metadata.generation
+            })
+            .count();
+        if observed == apps {
+            return Ok(started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Open sockets of `pid` (from its file descriptors).
+fn sockets(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|e| {
+                    std::fs::read_link(e.path())
+                        .is_ok_and(|t| t.to_string_lossy().starts_with("socket:"))
+                })
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// The controller's API requests so far, by HTTP method (from its own client metrics).
+async fn requests(controller: &strata_e2e::services::ServiceProcess) -> BTreeMap<String, f64> {
+    let mut by_verb = BTreeMap::new();
+    for verb in ["GET", "POST", "PATCH", "PUT", "DELETE"] {
+        let n = controller
+            .metric(
+                "layer_controller_kubernetes_api_client_request_duration_seconds_count",
+                &[&format!("method=\"{verb}\"")],
+            )
+            .await
+            .unwrap_or(0.0);
+        by_verb.insert(verb.to_string(), n);
+    }
+    by_verb
+}
+
+async fn apply_all(applier: &core_k8s::apply::Applier, docs: Vec<serde_json::Value>) -> Result<()> {
+    futures::stream::iter(docs)
+        .map(|doc| async move { applier.apply_dynamic(&doc, None).await })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let apps: usize = std::env::var("BENCH_FLEET_LAYERS")
+        .ok()
+        .map(|n| n.parse())
+        .transpose()?
+        .unwrap_or(100);
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "fleet").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let applier = core_k8s::apply::Applier::new(client.clone(), "strata-bench");
+    let names: Vec<(String, String)> = (0..apps)
+        .map(|i| (format!("app{i:04}"), format!("{ns}-app{i:04}")))
+        .collect();
+    let mut setup = Vec::new();
+    for (app, namespace) in &names {
+        setup.extend(parse_yaml(&app_setup(&ns, app, namespace))?);
+        setup.push(source(&ns, app, namespace, "1"));
+    }
+    apply_all(&applier, setup).await?;
+    eprintln!("fleet bench: {apps} apps set up");
+
+    let selector = format!("strata-e2e/suite={ns}");
+    let extra = std::env::var("BENCH_LAYER_CONTROLLER_ARGS").unwrap_or_default();
+    let mut args = vec![
+        "--leader-elect=false",
+        "--layer-selector",
+        &selector,
+        "--default-source-namespace",
+        &ns,
+    ];
+    args.extend(extra.split_whitespace());
+    let impersonation = format!("layerController.impersonation[0].namespace={ns}");
+    let controller = spawn_measured_with(
+        "LAYER_CONTROLLER_BIN",
+        "layer-controller",
+        &args,
+        &[&impersonation],
+    )?;
+    let pid = controller.pid();
+    // Sampled through both rounds: the most sockets the controller held at once.
+    let peak_sockets = Arc::new(AtomicU64::new(0));
+    let sampling = Arc::new(AtomicBool::new(true));
+    let sampler = {
+        let (peak, on) = (peak_sockets.clone(), sampling.clone());
+        tokio::spawn(async move {
+            while on.load(Ordering::Relaxed) {
+                peak.fetch_max(sockets(pid), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rss = rss_kib(pid, "VmRSS:");
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+
+    // Round 1: every layer created at once.
+    let started = Instant::now();
+    let floor = tokio::spawn(controller_manager_floor(client.clone(), apps, "1", started));
+    let round = tokio::spawn(layers_deployed(
+        api.clone(),
+        selector.clone(),
+        apps,
+        started,
+        |_, _| true,
+    ));
+    apply_all(
+        &applier,
+        names.iter().map(|(app, _)| layer(&ns, app)).collect(),
+    )
+    .await?;
+    let created = started.elapsed();
+    let first = round.await??;
+    let first_floor = floor.await??;
+    let first_total = first.values().map(|(t, _)| *t).max().unwrap_or_default();
+    let requests_first = requests(&controller).await;
+    let rss_after_first = rss_kib(pid, "VmRSS:");
+    let sockets_after_first = sockets(pid);
+    eprintln!(
+        "fleet bench: {apps} layers Deployed in {first_total:?} (created in {created:?}, kube-controller-manager done at {first_floor:?}), RSS {} MiB, {sockets_after_first} sockets",
+        rss_after_first / 1024
+    );
+
+    // Round 2: every app's manifests change (a new release), every layer re-applies.
+    let revisions: BTreeMap<String, String> = first
+        .iter()
+        .map(|(name, (_, revision))| (name.clone(), revision.clone()))
+        .collect();
+    let started = Instant::now();
+    let floor = tokio::spawn(controller_manager_floor(client.clone(), apps, "2", started));
+    let round = tokio::spawn(layers_deployed(
+        api.clone(),
+        selector.clone(),
+        apps,
+        started,
+        move |name, revision| revisions.get(name).is_some_and(|old| old != revision),
+    ));
+    apply_all(
+        &applier,
+        names
+            .iter()
+            .map(|(app, namespace)| source(&ns, app, namespace, "2"))
+            .collect(),
+    )
+    .await?;
+    let second = round.await??;
+    let second_floor = floor.await??;
+    let second_total = second.values().map(|(t, _)| *t).max().unwrap_or_default();
+    sampling.store(false, Ordering::Relaxed);
+    sampler.await?;
+    let requests_total = requests(&controller).await;
+    let per_layer = |by_verb: &BTreeMap<String, f64>| -> serde_json::Value {
+        by_verb
+            .iter()
+            .map(|(verb, n)| (verb.clone(), serde_json::json!(n / apps as f64)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    };
+    let result = serde_json::json!({
+        "layers": apps,
+        "objects_per_layer": 4,
+        "create_to_all_deployed_seconds": first_total.as_secs_f64(),
+        "create_floor_seconds": first_floor.as_secs_f64(),
+        "upgrade_to_all_deployed_seconds": second_total.as_secs_f64(),
+        "upgrade_floor_seconds": second_floor.as_secs_f64(),
+        "controller_idle_rss_kib": idle_rss,
+        "controller_rss_after_create_kib": rss_after_first,
+        "controller_peak_rss_kib": rss_kib(pid, "VmHWM:"),
+        "controller_peak_sockets": peak_sockets.load(Ordering::Relaxed),
+        "controller_sockets_at_end": sockets(pid),
+        "requests_per_layer_create": per_layer(&requests_first),
+        "requests_per_layer_both_rounds": per_layer(&requests_total),
+    });
+    println!("{result}");
+    drop(controller);
+    Ok(())
+}
