@@ -301,7 +301,12 @@ async fn main() -> Result<()> {
             .collect::<serde_json::Map<_, _>>()
             .into()
     };
+    let controller_manager_qps: u32 = std::env::var("STRATA_PLANE_CONTROLLER_MANAGER_QPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
     let result = serde_json::json!({
+        "controller_manager_qps": controller_manager_qps,
         "layers": apps,
         "objects_per_layer": 4,
         "create_to_all_deployed_seconds": first_total.as_secs_f64(),

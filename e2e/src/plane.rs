@@ -411,6 +411,16 @@ impl Plane {
         plane.wait_api_ready(Duration::from_secs(90))?;
 
         let cm_port = free_port()?;
+        // Its client limit (default 20 requests/s, burst 30, as in Flux's kind runs) sets the
+        // pace of every Deployment rollout; a benchmark may raise it to see past it.
+        let cm_qps: Option<u32> = std::env::var("STRATA_PLANE_CONTROLLER_MANAGER_QPS")
+            .ok()
+            .and_then(|v| v.parse().ok());
+        let mut cm_limits = Vec::new();
+        if let Some(qps) = cm_qps {
+            cm_limits.push(format!("--kube-api-qps={qps}"));
+            cm_limits.push(format!("--kube-api-burst={}", qps.saturating_mul(3) / 2));
+        }
         plane.spawn(
             "kube-controller-manager",
             &binaries.kube.join("kube-controller-manager"),
@@ -432,7 +442,10 @@ impl Plane {
                 "--use-service-account-credentials=false".into(),
                 "--profiling=false".into(),
                 "--v=1".into(),
-            ],
+            ]
+            .into_iter()
+            .chain(cm_limits)
+            .collect::<Vec<_>>(),
         )?;
         let scheduler_port = free_port()?;
         plane.spawn(

@@ -2,7 +2,8 @@
 //! CRDs, the artifact served as source-controller serves it) — is read by the layer-controller,
 //! which deploys from it, and by the drift-observer, which reads the same artifact to know what
 //! was applied and reports the layer clean. Both run as their chart ServiceAccounts, so this is
-//! also where their `get` on each source kind is exercised.
+//! also where their `get` on each source kind is exercised. Variables (`spec.postBuild`) come
+//! from these sources' namespace too.
 
 use std::time::Duration;
 
@@ -27,6 +28,24 @@ fn source(kind: &str, name: &str) -> String {
     format!(
         "apiVersion: source.toolkit.fluxcd.io/v1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n"
     )
+}
+
+/// Waits until the drift-observer has compared `layer` and reports it clean (Drifted=False).
+async fn observed_clean(client: &kube::Client, layer: &str) -> Result<()> {
+    eventually(
+        &format!("{layer} observed clean"),
+        Duration::from_secs(60),
+        || async {
+            let status = layer_status(client, layer).await?;
+            Ok(status["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Drifted" && c["status"] == "False")
+                .then_some(()))
+        },
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,24 +122,174 @@ async fn every_flux_source_kind_is_deployed_and_observed() -> Result<()> {
             applied.data.and_then(|d| d.get("kind").cloned()).as_deref() == Some(*kind),
             "{kind}: the artifact's ConfigMap"
         );
-        // The observer read the same artifact and compared: Drifted=False.
-        eventually(
-            &format!("{layer} observed clean"),
-            Duration::from_secs(60),
-            || async {
-                let status = layer_status(&client, layer).await?;
-                Ok(status["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Drifted" && c["status"] == "False")
-                    .then_some(()))
-            },
-        )
-        .await?;
+        // The observer read the same artifact and compared.
+        observed_clean(&client, layer).await?;
     }
     drop(observer);
     let names: Vec<&str> = layers.iter().map(String::as_str).collect();
+    delete_layers_then_stop(&names, controller);
+    Ok(())
+}
+
+/// `spec.postBuild`, Flux's way: variables from `substitute`, a ConfigMap and a Secret (an
+/// optional missing one skipped) fill a name, a number and a default; `$${…}` and an opted-out
+/// object stay literal; the drift-observer substitutes the same and reports the layer clean.
+/// A layer whose required variables' ConfigMap is missing, and one using an unset variable,
+/// fail alone with the reason named, nothing of them applied, while the first stays Deployed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_build_variables_are_substituted_as_flux_does() -> Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "substitute").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let manifests = format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: \"${{APP}}-config\", namespace: {ns}}}
+data:
+  greeting: ${{GREETING:=hello}}
+  region: ${{REGION:=eu-west-1}}
+  literal: $${{NOT_A_VARIABLE}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: \"${{APP}}\", namespace: {ns}}}
+spec:
+  ports:
+  - name: http
+    port: ${{PORT}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: untouched
+  namespace: {ns}
+  annotations: {{kustomize.toolkit.fluxcd.io/substitute: disabled}}
+data:
+  script: echo ${{UNSET}}
+"
+    );
+    let source = |name: &str, text: &str| {
+        let body: String = text.lines().map(|l| format!("    {l}\n")).collect();
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}, labels: {{strata.dev/layer-source: \"true\"}}}}\ndata:\n  app.yaml: |\n{body}"
+        )
+    };
+    let layer = |name: &str, src: &str, post_build: &str| {
+        format!(
+            "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {ns}-{name}, labels: {{strata-e2e/suite: {ns}}}}}\nspec: {{version: 1.0.0, interval: 1h, timeout: 30s, source: {{kind: ConfigMap, name: {src}, namespace: {ns}, path: ./}}, postBuild: {post_build}}}\n"
+        )
+    };
+    apply_yaml(&client, &ns, &source("src-app", &manifests)).await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: vars, namespace: {ns}}}\ndata: {{PORT: \"8080\", GREETING: from-configmap}}\n---\napiVersion: v1\nkind: Secret\nmetadata: {{name: secret-vars, namespace: {ns}}}\nstringData: {{GREETING: from-secret}}\n"
+        ),
+    )
+    .await?;
+    let from = "[{kind: ConfigMap, name: vars}, {kind: ConfigMap, name: absent, optional: true}, {kind: Secret, name: secret-vars}]";
+    apply_yaml(
+        &client,
+        &ns,
+        &layer(
+            "app",
+            "src-app",
+            &format!("{{substitute: {{APP: demo}}, substituteFrom: {from}}}"),
+        ),
+    )
+    .await?;
+    // Needs a ConfigMap that does not exist (not optional).
+    apply_yaml(
+        &client,
+        &ns,
+        &layer(
+            "missing",
+            "src-app",
+            "{substitute: {APP: other}, substituteFrom: [{kind: ConfigMap, name: nowhere}]}",
+        ),
+    )
+    .await?;
+    // PORT is set nowhere and has no default.
+    apply_yaml(
+        &client,
+        &ns,
+        &layer("unset", "src-app", "{substitute: {APP: third}}"),
+    )
+    .await?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
+    let observer = start_layer_service("drift-observer", &ns, &[])?;
+    let state = |name: &'static str, want: &'static str| {
+        let client = client.clone();
+        let layer = format!("{ns}-{name}");
+        async move {
+            eventually(
+                &format!("{layer} {want}"),
+                Duration::from_secs(60),
+                || async {
+                    let status = layer_status(&client, &layer).await?;
+                    Ok((status["state"] == want).then_some(status))
+                },
+            )
+            .await
+        }
+    };
+    state("app", "Deployed").await?;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let data = maps.get("demo-config").await?.data.unwrap_or_default();
+    ensure!(
+        data["greeting"] == "from-secret",
+        "later substituteFrom wins: {data:?}"
+    );
+    ensure!(data["region"] == "eu-west-1", "default: {data:?}");
+    ensure!(data["literal"] == "${NOT_A_VARIABLE}", "escaped: {data:?}");
+    let untouched = maps.get("untouched").await?.data.unwrap_or_default();
+    ensure!(
+        untouched["script"] == "echo ${UNSET}",
+        "opted out: {untouched:?}"
+    );
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns);
+    let port = services
+        .get("demo")
+        .await?
+        .spec
+        .and_then(|s| s.ports)
+        .unwrap_or_default();
+    ensure!(
+        port.first().map(|p| p.port) == Some(8080),
+        "a number: {port:?}"
+    );
+    let missing = state("missing", "Failed").await?;
+    let message = missing["conditions"].to_string();
+    ensure!(
+        message.contains(&format!(
+            "spec.postBuild.substituteFrom[0] (ConfigMap {ns}/nowhere) does not exist"
+        )),
+        "{missing}"
+    );
+    let unset = state("unset", "Failed").await?;
+    let message = unset["conditions"].to_string();
+    ensure!(
+        message.contains("app.yaml: document 1") && message.contains("\\\"PORT\\\" is not set"),
+        "{unset}"
+    );
+    // Nothing of the failed layers was applied.
+    for name in ["other-config", "third-config"] {
+        ensure!(maps.get_opt(name).await?.is_none(), "{name} applied");
+    }
+    ensure!(services.get_opt("third").await?.is_none(), "third applied");
+    // The observer read the same variables.
+    observed_clean(&client, &format!("{ns}-app")).await?;
+    state("app", "Deployed").await?;
+    drop(observer);
+    let names = [
+        format!("{ns}-app"),
+        format!("{ns}-missing"),
+        format!("{ns}-unset"),
+    ];
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
     delete_layers_then_stop(&names, controller);
     Ok(())
 }

@@ -2,6 +2,8 @@
 //! are Kraan's, so a Kraan user moves by changing the apiVersion; Strata adds version
 //! constraints in `dependsOn`, standard conditions, an inventory, every blocker and a history.
 
+use std::collections::BTreeMap;
+
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -103,6 +105,35 @@ pub struct AddonsLayerSpec {
     /// if set, else the controller's own identity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// Variables substituted into the manifests before they are applied, with Flux's syntax
+    /// and rules (`${NAME}`, `${NAME:=default}`; see `core_layers::substitute`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_build: Option<PostBuild>,
+}
+
+/// `spec.postBuild`, as a Flux Kustomization has it.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PostBuild {
+    /// Variables by name; these win over every `substituteFrom` object.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub substitute: BTreeMap<String, String>,
+    /// ConfigMaps and Secrets, in the namespace of the layer's source, whose data are
+    /// variables; a later one wins over an earlier one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub substitute_from: Vec<SubstituteReference>,
+}
+
+/// A ConfigMap or Secret holding variables.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SubstituteReference {
+    /// `ConfigMap` or `Secret`.
+    pub kind: String,
+    pub name: String,
+    /// A missing object is skipped instead of failing the layer.
+    #[serde(default)]
+    pub optional: bool,
 }
 
 /// `Heal` asks the layer-controller to re-apply at once; `Warn` only reports.

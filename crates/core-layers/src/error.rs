@@ -9,6 +9,10 @@ pub enum LayerError {
     /// A manifest in the layer's directory is unusable.
     #[error("invalid manifest: {0}")]
     Manifest(String),
+    /// `spec.postBuild` could not be honoured: a variable is missing or invalid, or a
+    /// substituted manifest is not valid YAML.
+    #[error("substitution: {0}")]
+    Substitution(String),
     /// The source object could not be read.
     #[error("source: {0}")]
     Source(String),
@@ -35,6 +39,7 @@ impl LayerError {
             LayerError::Artifact(_) => "artifact",
             LayerError::Manifest(_) => "manifest",
             LayerError::Source(_) => "source",
+            LayerError::Substitution(_) => "substitution",
             LayerError::Kube(e) => e.category(),
             LayerError::Api { .. } => "api",
         }

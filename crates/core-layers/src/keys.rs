@@ -93,6 +93,8 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const ARTIFACT_FAILED: &str = "ArtifactFailed";
     pub const INVALID_MANIFEST: &str = "InvalidManifest";
+    /// `spec.postBuild` could not be honoured (Flux reports these as a failed build).
+    pub const SUBSTITUTION_FAILED: &str = "SubstitutionFailed";
     pub const OWNERSHIP_CONFLICT: &str = "OwnershipConflict";
     pub const APPLY_FAILED: &str = "ApplyFailed";
     pub const HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";

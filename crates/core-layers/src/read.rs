@@ -219,6 +219,11 @@ impl Reader {
                     .collect(),
             )
         };
+        // What a layer with variables wants depends on them, which live elsewhere and change
+        // on their own: its inventory (what it applied) stands for it.
+        if layer.spec.post_build.is_some() {
+            return inventory();
+        }
         let source = SourceRef::of(layer, &self.default_namespace);
         let Ok(fetched) = self.fetch(&source).await else {
             return inventory();

@@ -215,6 +215,17 @@ pub struct Manifest {
 /// is an error (a typo must not prune a whole layer); a directory without manifests is an
 /// empty layer.
 pub fn layer_manifests(files: &Files, path: &str) -> Result<Vec<Manifest>, LayerError> {
+    layer_manifests_with(files, path, &BTreeMap::new())
+}
+
+/// [`layer_manifests`] with `vars` substituted into every object (`spec.postBuild`, see
+/// [`crate::substitute`]) before its identity is taken, so a variable may name an object. One
+/// object that cannot be substituted fails the whole layer: nothing partial is applied.
+pub fn layer_manifests_with(
+    files: &Files,
+    path: &str,
+    vars: &BTreeMap<String, String>,
+) -> Result<Vec<Manifest>, LayerError> {
     let dir = normalise_entry(path).map_err(|_| {
         LayerError::Manifest(format!("spec.source.path {path:?} escapes the source root"))
     })?;
@@ -252,8 +263,13 @@ pub fn layer_manifests(files: &Files, path: &str) -> Result<Vec<Manifest>, Layer
             .map_err(|_| LayerError::Manifest(format!("{name}: not UTF-8 text")))?;
         let documents = core_status::input::parse(name, text)
             .map_err(|e| LayerError::Manifest(e.to_string()))?;
-        for doc in documents {
+        for mut doc in documents {
             let origin = format!("{}: document {}", doc.source, doc.index);
+            match crate::substitute::substitute_object(&doc.object, vars) {
+                Ok(Some(substituted)) => doc.object = substituted,
+                Ok(None) => {}
+                Err(e) => return Err(LayerError::Substitution(format!("{origin}: {e}"))),
+            }
             let missing = |field: &str| LayerError::Manifest(format!("{origin}: missing {field}"));
             if doc.api_version().is_empty() {
                 return Err(missing("apiVersion"));
@@ -589,6 +605,41 @@ mod tests {
         let mut kustomize = Files::new();
         kustomize.insert("l/kustomization.yaml".into(), b"resources: []".to_vec());
         assert!(layer_manifests(&kustomize, "./l").is_err());
+    }
+
+    #[test]
+    fn variables_are_substituted_before_identities_are_taken() {
+        let mut files = Files::new();
+        files.insert(
+            "l/a.yaml".into(),
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: \"${APP}-config\", namespace: \"${NS:=apps}\"}\ndata: {k: v}\n---\napiVersion: v1\nkind: Secret\nmetadata: {name: \"${MISSING}\"}\n".to_vec(),
+        );
+        let vars = BTreeMap::from([("APP".to_string(), "shop".to_string())]);
+        // Without variables nothing is substituted: the second name stays as written.
+        let plain = layer_manifests(&files, "./l").unwrap();
+        assert_eq!(
+            plain[0].object.to_string(),
+            "ConfigMap ${NS:=apps}/${APP}-config"
+        );
+        // With them, the names are substituted, and the unset variable fails the layer,
+        // naming file, document, field and variable.
+        let err = layer_manifests_with(&files, "./l", &vars)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "substitution: l/a.yaml: document 1: metadata.name: variable \"MISSING\" is not set and has no default"
+        );
+        files.insert(
+            "l/a.yaml".into(),
+            b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: \"${APP}-config\", namespace: \"${NS:=apps}\"}\ndata: {k: v}\n".to_vec(),
+        );
+        let substituted = layer_manifests_with(&files, "./l", &vars).unwrap();
+        assert_eq!(
+            substituted[0].object.to_string(),
+            "ConfigMap apps/shop-config"
+        );
+        assert_eq!(substituted[0].value["metadata"]["name"], "shop-config");
     }
 
     #[test]

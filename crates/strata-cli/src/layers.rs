@@ -159,13 +159,17 @@ async fn compute(
         return Ok(out);
     };
     out.revision = Some(revision.clone());
-    let manifests = match source::layer_manifests(files, &layer.spec.source.path) {
-        Ok(manifests) => manifests,
-        Err(e) => {
-            out.errors.push(e.to_string());
-            return Ok(out);
-        }
-    };
+    let manifests =
+        match core_layers::substitute::layer_variables(client, layer, reader.default_namespace())
+            .await
+            .and_then(|vars| source::layer_manifests_with(files, &layer.spec.source.path, &vars))
+        {
+            Ok(manifests) => manifests,
+            Err(e) => {
+                out.errors.push(e.to_string());
+                return Ok(out);
+            }
+        };
     let mut desired = Vec::new();
     for manifest in &manifests {
         let object = reader.identity(manifest).await;

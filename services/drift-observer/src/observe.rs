@@ -90,10 +90,19 @@ struct Desired {
     rules: ObjectRules,
 }
 
+/// What a layer's view was built from: deployed revision, generation, `spec.drift` and the
+/// layer's variables (`spec.postBuild`).
+type BuiltFrom = (
+    String,
+    Option<i64>,
+    Option<DriftSpec>,
+    BTreeMap<String, String>,
+);
+
 #[derive(Debug, Default)]
 struct LayerView {
     /// (revision, generation, drift spec) the objects were built from.
-    built_from: Option<(String, Option<i64>, Option<DriftSpec>)>,
+    built_from: Option<BuiltFrom>,
     spec_errors: Vec<String>,
     fight: Option<Fight>,
     objects: BTreeMap<ObjectRef, Arc<Desired>>,
@@ -297,7 +306,7 @@ impl Observer {
             // re-apply of the same revision keeps being observed).
             let mut layers = lock(&self.layers);
             if let Some(view) = layers.get_mut(&name)
-                && let Some((built_revision, built_generation, _)) = &view.built_from
+                && let Some((built_revision, built_generation, _, _)) = &view.built_from
             {
                 let attempted = status
                     .last_attempted_revision
@@ -316,7 +325,21 @@ impl Observer {
         else {
             return Ok(Action::await_change());
         };
-        let key = (revision.clone(), layer.metadata.generation, spec.clone());
+        // The layer's variables are part of what it applies: a changed value (same revision,
+        // same generation) is re-applied by the layer-controller, so the view is rebuilt too,
+        // or the new value would look like drift.
+        let vars = core_layers::substitute::layer_variables(
+            &self.ctx.client,
+            &layer,
+            &self.args.default_source_namespace,
+        )
+        .await?;
+        let key = (
+            revision.clone(),
+            layer.metadata.generation,
+            spec.clone(),
+            vars.clone(),
+        );
         if lock(&self.layers)
             .get(&name)
             .and_then(|v| v.built_from.as_ref())
@@ -336,7 +359,7 @@ impl Observer {
             // The source moved on; the layer-controller will deploy it and wake us.
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
-        let manifests = source::layer_manifests(files, &layer.spec.source.path)?;
+        let manifests = source::layer_manifests_with(files, &layer.spec.source.path, &vars)?;
         let version = status
             .version
             .clone()
@@ -394,7 +417,7 @@ impl Observer {
     fn install_layer(
         &self,
         name: &str,
-        key: (String, Option<i64>, Option<DriftSpec>),
+        key: BuiltFrom,
         objects: BTreeMap<ObjectRef, Arc<Desired>>,
         status_drift: &[core_layers::crd::DriftEntry],
     ) {

@@ -217,6 +217,28 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
             ));
         }
     }
+    if let Some(post_build) = &layer.spec.post_build {
+        for key in post_build.substitute.keys() {
+            if !core_layers::substitute::valid_name(key) {
+                errors.push(format!(
+                    "spec.postBuild.substitute: variable name {key:?} is invalid: names match [_A-Za-z][_A-Za-z0-9]*"
+                ));
+            }
+        }
+        for (i, reference) in post_build.substitute_from.iter().enumerate() {
+            if !matches!(reference.kind.as_str(), "ConfigMap" | "Secret") {
+                errors.push(format!(
+                    "spec.postBuild.substituteFrom[{i}].kind: {:?} is not ConfigMap or Secret",
+                    reference.kind
+                ));
+            }
+            if reference.name.trim().is_empty() {
+                errors.push(format!(
+                    "spec.postBuild.substituteFrom[{i}].name: must not be empty"
+                ));
+            }
+        }
+    }
     if let Some(kind) = layer.spec.source.kind.as_deref().filter(|k| !k.is_empty())
         && core_layers::objects::source_kind(kind).is_none()
     {
@@ -946,6 +968,36 @@ mod object_prereq_tests {
                 .any(|e| e.starts_with("spec.prereqs.objects[0].apiVersion")),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn post_build_is_validated() {
+        let mut this = layer(vec![]);
+        this.spec.post_build = serde_json::from_value(serde_json::json!({
+            "substitute": {"GOOD_1": "x", "1BAD": "y", "also-bad": "z"},
+            "substituteFrom": [
+                {"kind": "ConfigMap", "name": "vars"},
+                {"kind": "Secret", "name": " "},
+                {"kind": "Deployment", "name": "x", "optional": true},
+            ],
+        }))
+        .unwrap();
+        let errors = spec_errors(&this);
+        assert_eq!(
+            errors,
+            vec![
+                "spec.postBuild.substitute: variable name \"1BAD\" is invalid: names match [_A-Za-z][_A-Za-z0-9]*",
+                "spec.postBuild.substitute: variable name \"also-bad\" is invalid: names match [_A-Za-z][_A-Za-z0-9]*",
+                "spec.postBuild.substituteFrom[1].name: must not be empty",
+                "spec.postBuild.substituteFrom[2].kind: \"Deployment\" is not ConfigMap or Secret",
+            ]
+        );
+        this.spec.post_build = serde_json::from_value(serde_json::json!({
+            "substitute": {"APP": "x"},
+            "substituteFrom": [{"kind": "Secret", "name": "s", "optional": true}],
+        }))
+        .unwrap();
+        assert_eq!(spec_errors(&this), Vec::<String>::new());
     }
 }
 

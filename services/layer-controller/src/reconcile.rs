@@ -650,10 +650,24 @@ async fn apply_layer(
         }
     }
 
-    let manifests = match source::layer_manifests(files, &layer.spec.source.path) {
+    // Variables are read as the layer acts (its ServiceAccount's rights), then substituted
+    // into every manifest; any failure fails this layer alone, with nothing applied.
+    let manifests = match core_layers::substitute::layer_variables(
+        &access.client,
+        layer,
+        &shared.args.default_source_namespace,
+    )
+    .await
+    .and_then(|vars| source::layer_manifests_with(files, &layer.spec.source.path, &vars))
+    {
         Ok(manifests) => manifests,
+        Err(e @ (LayerError::Api { .. } | LayerError::Kube(_))) => return Err(e),
         Err(e) => {
-            let mut report = Report::new(state::FAILED, reason::INVALID_MANIFEST, e.to_string());
+            let why = match e {
+                LayerError::Substitution(_) => reason::SUBSTITUTION_FAILED,
+                _ => reason::INVALID_MANIFEST,
+            };
+            let mut report = Report::new(state::FAILED, why, e.to_string());
             report.attempted_revision = Some(revision);
             write_status(ctx, shared, layer, report).await?;
             return Ok(Action::requeue(interval));
