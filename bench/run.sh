@@ -519,9 +519,9 @@ PY
 }
 
 fleet_bench() {
-  # Flux's "Mean Time To Production" shape (#29): N independent apps created at once, each a
-  # ConfigMap source, an impersonated ServiceAccount and one health-gated layer of four objects
-  # (release controller; the driver is a debug build that only creates and watches). Every
+  # Flux's "Mean Time To Production" shape (#29): N independent apps created at once, each an
+  # OCIRepository, an impersonated ServiceAccount and one health-gated layer of four objects
+  # with three variables (release controller; the driver is a debug build). Every
   # (kube-controller-manager client limit, N) pair runs RUNS times, each on a fresh plane.
   echo "bench: building the layer-controller (release) and the fleet driver" >&2
   cargo build --release -p layer-controller >&2
@@ -561,12 +561,15 @@ docs_section.write("fleet", f"""
 Command: `make bench` (this part alone: `BENCH_ONLY=fleet bench/run.sh`; sizes and client
 limits from `BENCH_FLEET_SIZES="{sys.argv[4]}"` and `BENCH_FLEET_QPS="{sys.argv[3]}"`); {sys.argv[2]}
 run(s) per row, each on a fresh local control plane, {datetime.date.today().isoformat()}. Release
-controller, one replica, `--concurrent` 10, `--client-max-in-flight` 32. Per app: a namespace, a
-ConfigMap source, a ServiceAccount the layer acts as (impersonation) with `admin` in the app's
-namespace, and one AddonsLayer applying a ServiceAccount, a Service, a Deployment scaled to zero
-and an Ingress (our own podinfo-like manifests). All layers are created at once; *create* is
-until every layer is Deployed, *upgrade* until every layer is Deployed again after every app's
-manifests changed. The *floor* is when kube-controller-manager had observed every Deployment at
+controller, one replica, `--concurrent` 10, `--client-max-in-flight` 32. Per app: a namespace,
+its own OCIRepository (Flux's CRD; the artifact served by a local HTTP server, its status
+written as source-controller writes it), a ServiceAccount the layer acts as (impersonation)
+with `admin` in the app's namespace, and one AddonsLayer applying a ServiceAccount, a Service,
+a Deployment scaled to zero and an Ingress (our own podinfo-like manifests) with three
+variables substituted (`spec.postBuild.substitute`: app, namespace, release). All layers are
+created at once; *create* is until every layer is Deployed, *upgrade* until every layer is
+Deployed again after one variable (the release, carried by every object) changed in every
+layer. The *floor* is when kube-controller-manager had observed every Deployment at
 its generation (ReplicaSet made, status written): no health-gated deployer can be done sooner;
 the ratio is ours to it. *KCM QPS* is kube-controller-manager's `--kube-api-qps` (20 is its
 default, as in Flux's kind runs). *Growth per layer* is (peak − idle RSS) / N. Requests are the

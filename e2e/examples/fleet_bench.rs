@@ -1,9 +1,12 @@
 //! `make bench` part (`BENCH_ONLY=fleet`): many independent apps, the shape of Flux's "Mean
-//! Time To Production" benchmark. Per app: a namespace, a ConfigMap source, a ServiceAccount the
-//! layer acts as (impersonation, like `serviceAccountName`), and one health-gated AddonsLayer
-//! applying a ServiceAccount, a Service, a Deployment scaled to zero and an Ingress into the
-//! app's namespace. All layers are created at once; measured: create → every layer Deployed,
-//! an upgrade round (every app's manifests change) → every layer Deployed at its new revision,
+//! Time To Production" benchmark. Per app: a namespace, its own OCIRepository (Flux's real
+//! CRD, the artifact served by a local HTTP server as source-controller serves it), a
+//! ServiceAccount the layer acts as (impersonation, like `serviceAccountName`), and one
+//! health-gated AddonsLayer applying a ServiceAccount, a Service, a Deployment scaled to zero
+//! and an Ingress into the app's namespace, with three variables substituted
+//! (`spec.postBuild.substitute`). All layers are created at once; measured: create → every
+//! layer Deployed, an upgrade round (one variable changes in every layer) → every layer
+//! Deployed at its new generation,
 //! the controller's peak RSS, its most open sockets, its API requests, and the floor set by
 //! kube-controller-manager (every Deployment's status observed at its generation).
 //!
@@ -24,34 +27,37 @@ use kube::Api;
 use kube::api::ListParams;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::bench::{layers_deployed, rss_kib, spawn_measured_with};
-use strata_e2e::flux::install_layer_crds;
+use strata_e2e::flux::{ArtifactServer, install_layer_crds, set_source_artifact};
 use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
 
-/// The app's manifests: our own podinfo-like set (the same four kinds as Flux's benchmark),
-/// `release` marking the round so an upgrade changes every object.
-fn app_manifests(app: &str, namespace: &str, release: &str) -> String {
+/// Every app's manifests: our own podinfo-like set (the same four kinds as Flux's
+/// benchmark), with three variables: the app's name and namespace, and the release (the
+/// round), which every object carries so an upgrade changes them all. Variables are quoted:
+/// a `${` inside a flow mapping is not valid YAML.
+fn app_manifests() -> String {
+    let (app, namespace, release) = ("${APP}", "${NAMESPACE}", "${RELEASE}");
     format!(
         "apiVersion: v1
 kind: ServiceAccount
-metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\"}}}}
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\"}}}}
 spec:
-  selector: {{app: {app}}}
+  selector: {{app: \"{app}\"}}
   ports: [{{name: http, port: 9898, targetPort: http}}]
 ---
 apiVersion: apps/v1
 kind: Deployment
-metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\", strata-bench/fleet: \"true\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\", strata-bench/fleet: \"true\"}}}}
 spec:
   replicas: 0
-  selector: {{matchLabels: {{app: {app}}}}}
+  selector: {{matchLabels: {{app: \"{app}\"}}}}
   template:
-    metadata: {{labels: {{app: {app}}}, annotations: {{release: \"{release}\"}}}}
+    metadata: {{labels: {{app: \"{app}\"}}, annotations: {{release: \"{release}\"}}}}
     spec:
-      serviceAccountName: {app}
+      serviceAccountName: \"{app}\"
       containers:
       - name: app
         image: example.invalid/podinfo:6.7.0
@@ -60,31 +66,32 @@ spec:
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
-metadata: {{name: {app}, namespace: {namespace}, labels: {{app: {app}, release: \"{release}\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\"}}}}
 spec:
   rules:
-  - host: {app}.example.invalid
+  - host: \"{app}.example.invalid\"
     http:
       paths:
       - path: /
         pathType: Prefix
-        backend: {{service: {{name: {app}, port: {{name: http}}}}}}
+        backend: {{service: {{name: \"{app}\", port: {{name: http}}}}}}
 "
     )
 }
 
-/// The source ConfigMap of app `app` (in the bench namespace `ns`) at `release`.
-fn source(ns: &str, app: &str, namespace: &str, release: &str) -> serde_json::Value {
+/// The OCIRepository of app `app` in the bench namespace `ns` (its status is written by
+/// [`set_source_artifact`], as source-controller would).
+fn source(ns: &str, app: &str) -> serde_json::Value {
     serde_json::json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": app, "namespace": ns, "labels": {"strata.dev/layer-source": "true"}},
-        "data": {"app.yaml": app_manifests(app, namespace, release)},
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "OCIRepository",
+        "metadata": {"name": app, "namespace": ns},
+        "spec": {"url": format!("oci://registry.example.invalid/{app}"), "interval": "10m", "ref": {"tag": "latest"}},
     })
 }
 
 /// Everything an app needs before its layer exists: its namespace, the ServiceAccount its
 /// layer acts as (in the bench namespace, where the chart lets the controller impersonate),
-/// that account's admin rights in the app's namespace, and the source.
+/// and that account's admin rights in the app's namespace.
 fn app_setup(ns: &str, app: &str, namespace: &str) -> String {
     format!(
         "apiVersion: v1
@@ -104,14 +111,15 @@ subjects: [{{kind: ServiceAccount, name: {app}, namespace: {ns}}}]
     )
 }
 
-fn layer(ns: &str, app: &str) -> serde_json::Value {
+fn layer(ns: &str, app: &str, namespace: &str, release: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
         "metadata": {"name": format!("{ns}-{app}"), "labels": {"strata-e2e/suite": ns}},
         "spec": {
             "version": "1.0.0", "interval": "1h", "timeout": "5m",
             "serviceAccountName": app,
-            "source": {"kind": "ConfigMap", "name": app, "namespace": ns, "path": "./"},
+            "source": {"kind": "OCIRepository", "name": app, "namespace": ns, "path": "./"},
+            "postBuild": {"substitute": {"APP": app, "NAMESPACE": namespace, "RELEASE": release}},
         },
     })
 }
@@ -197,12 +205,22 @@ async fn main() -> Result<()> {
     let names: Vec<(String, String)> = (0..apps)
         .map(|i| (format!("app{i:04}"), format!("{ns}-app{i:04}")))
         .collect();
+    let server = ArtifactServer::start().await?;
+    let (url, digest) = server.publish("podinfo.tar.gz", &[("app.yaml", &app_manifests())]);
     let mut setup = Vec::new();
     for (app, namespace) in &names {
         setup.extend(parse_yaml(&app_setup(&ns, app, namespace))?);
-        setup.push(source(&ns, app, namespace, "1"));
+        setup.push(source(&ns, app));
     }
     apply_all(&applier, setup).await?;
+    let revision = format!("latest@{digest}");
+    futures::stream::iter(&names)
+        .map(|(app, _)| {
+            set_source_artifact(&client, &ns, "OCIRepository", app, &revision, &url, &digest)
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
     eprintln!("fleet bench: {apps} apps set up");
 
     let selector = format!("strata-e2e/suite={ns}");
@@ -247,11 +265,14 @@ async fn main() -> Result<()> {
         selector.clone(),
         apps,
         started,
-        |_, _| true,
+        |_| true,
     ));
     apply_all(
         &applier,
-        names.iter().map(|(app, _)| layer(&ns, app)).collect(),
+        names
+            .iter()
+            .map(|(app, namespace)| layer(&ns, app, namespace, "1"))
+            .collect(),
     )
     .await?;
     let created = started.elapsed();
@@ -266,11 +287,7 @@ async fn main() -> Result<()> {
         rss_after_first / 1024
     );
 
-    // Round 2: every app's manifests change (a new release), every layer re-applies.
-    let revisions: BTreeMap<String, String> = first
-        .iter()
-        .map(|(name, (_, revision))| (name.clone(), revision.clone()))
-        .collect();
+    // Round 2: one variable changes in every layer (a new release), every layer re-applies.
     let started = Instant::now();
     let floor = tokio::spawn(controller_manager_floor(client.clone(), apps, "2", started));
     let round = tokio::spawn(layers_deployed(
@@ -278,13 +295,17 @@ async fn main() -> Result<()> {
         selector.clone(),
         apps,
         started,
-        move |name, revision| revisions.get(name).is_some_and(|old| old != revision),
+        |layer| {
+            layer.metadata.generation > Some(1)
+                && layer.status.as_ref().and_then(|s| s.observed_generation)
+                    == layer.metadata.generation
+        },
     ));
     apply_all(
         &applier,
         names
             .iter()
-            .map(|(app, namespace)| source(&ns, app, namespace, "2"))
+            .map(|(app, namespace)| layer(&ns, app, namespace, "2"))
             .collect(),
     )
     .await?;

@@ -42,7 +42,10 @@ async fn deployed_times(
     revision: &'static str,
     started: Instant,
 ) -> Result<BTreeMap<String, Duration>> {
-    let times = layers_deployed(api, selector, LAYERS, started, move |_, r| r == revision).await?;
+    let at_revision = move |layer: &AddonsLayer| {
+        layer.status.as_ref().and_then(|s| s.revision.as_deref()) == Some(revision)
+    };
+    let times = layers_deployed(api, selector, LAYERS, started, at_revision).await?;
     Ok(times
         .into_iter()
         .map(|(name, (at, _))| (name, at))

@@ -144,15 +144,15 @@ pub fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-/// Watches the layers `selector` picks until `count` of them are Deployed at a revision
-/// `accept` takes (given the layer's name and revision); returns when, since `started`, each
+/// Watches the layers `selector` picks until `count` of them are Deployed and taken by
+/// `accept` (at the revision or generation wanted, say); returns when, since `started`, each
 /// got there and at which revision. Fails after 20 minutes.
 pub async fn layers_deployed(
     api: kube::Api<layer_controller::crd::AddonsLayer>,
     selector: String,
     count: usize,
     started: Instant,
-    accept: impl Fn(&str, &str) -> bool,
+    accept: impl Fn(&layer_controller::crd::AddonsLayer) -> bool,
 ) -> Result<std::collections::BTreeMap<String, (Duration, String)>> {
     let mut times = std::collections::BTreeMap::new();
     let stream = kube::runtime::watcher(
@@ -170,7 +170,7 @@ pub async fn layers_deployed(
                 let layer = next.context("watch ended")??;
                 let status = layer.status.clone().unwrap_or_default();
                 let revision = status.revision.clone().unwrap_or_default();
-                if status.state.as_deref() == Some("Deployed") && accept(&layer.name_any(), &revision) {
+                if status.state.as_deref() == Some("Deployed") && accept(&layer) {
                     times.entry(layer.name_any()).or_insert_with(|| (started.elapsed(), revision));
                 }
             }

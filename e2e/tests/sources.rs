@@ -272,7 +272,8 @@ data:
     let unset = state("unset", "Failed").await?;
     let message = unset["conditions"].to_string();
     ensure!(
-        message.contains("app.yaml: document 1") && message.contains("\\\"PORT\\\" is not set"),
+        message.contains("app.yaml: document 1 (line 15)")
+            && message.contains("\\\"PORT\\\" is not set"),
         "{unset}"
     );
     // Nothing of the failed layers was applied.

@@ -261,15 +261,11 @@ pub fn layer_manifests_with(
         }
         let text = std::str::from_utf8(data)
             .map_err(|_| LayerError::Manifest(format!("{name}: not UTF-8 text")))?;
-        let documents = core_status::input::parse(name, text)
+        let text = crate::substitute::substitute_file(name, text, vars)?;
+        let documents = core_status::input::parse(name, &text)
             .map_err(|e| LayerError::Manifest(e.to_string()))?;
-        for mut doc in documents {
+        for doc in documents {
             let origin = format!("{}: document {}", doc.source, doc.index);
-            match crate::substitute::substitute_object(&doc.object, vars) {
-                Ok(Some(substituted)) => doc.object = substituted,
-                Ok(None) => {}
-                Err(e) => return Err(LayerError::Substitution(format!("{origin}: {e}"))),
-            }
             let missing = |field: &str| LayerError::Manifest(format!("{origin}: missing {field}"));
             if doc.api_version().is_empty() {
                 return Err(missing("apiVersion"));
@@ -622,13 +618,13 @@ mod tests {
             "ConfigMap ${NS:=apps}/${APP}-config"
         );
         // With them, the names are substituted, and the unset variable fails the layer,
-        // naming file, document, field and variable.
+        // naming file, document, line and variable.
         let err = layer_manifests_with(&files, "./l", &vars)
             .unwrap_err()
             .to_string();
         assert_eq!(
             err,
-            "substitution: l/a.yaml: document 1: metadata.name: variable \"MISSING\" is not set and has no default"
+            "substitution: l/a.yaml: document 1 (line 8): variable \"MISSING\" is not set and has no default"
         );
         files.insert(
             "l/a.yaml".into(),

@@ -11,9 +11,10 @@
 //! - an object labelled or annotated `kustomize.toolkit.fluxcd.io/substitute: disabled` is
 //!   left alone, and a layer with no variables at all substitutes nothing.
 //!
-//! Substitution works on an object's YAML (as Flux does after its build, so comments of the
-//! source file never count), which is parsed again: a value that makes the YAML invalid is an
-//! error naming the object.
+//! Substitution works on each YAML document's text, as written (Flux substitutes the YAML of
+//! each object, which keeps the way its scalars were quoted), then the text is parsed: so
+//! `replicas: ${REPLICAS}` with `3` is the number 3 while `release: "${RELEASE}"` stays a
+//! string, and a value that makes the YAML invalid fails like any invalid manifest.
 
 use std::collections::BTreeMap;
 
@@ -55,8 +56,11 @@ pub fn clean_value(value: &str) -> String {
     value.replace('\n', "")
 }
 
+/// An error and the character offset, in the text, of the `${` it is about.
+pub type Located = (SubstituteError, usize);
+
 /// Substitutes every expression of `text` from `vars`.
-pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, SubstituteError> {
+pub fn expand(text: &str, vars: &BTreeMap<String, String>) -> Result<String, Located> {
     let chars: Vec<char> = text.chars().collect();
     let mut pos = 0;
     let (out, _) = expand_until(&chars, &mut pos, vars, false)?;
@@ -70,7 +74,7 @@ fn expand_until(
     pos: &mut usize,
     vars: &BTreeMap<String, String>,
     in_default: bool,
-) -> Result<(String, bool), SubstituteError> {
+) -> Result<(String, bool), Located> {
     let mut out = String::new();
     while *pos < chars.len() {
         let c = chars[*pos];
@@ -85,8 +89,9 @@ fn expand_until(
                 }
             }
             ('$', Some('{')) => {
+                let at = *pos;
                 *pos += 2;
-                out.push_str(&expression(chars, pos, vars)?);
+                out.push_str(&expression(chars, pos, vars, at)?);
             }
             ('}', _) if in_default => {
                 *pos += 1;
@@ -101,12 +106,13 @@ fn expand_until(
     Ok((out, false))
 }
 
-/// One `${…}` whose `${` has been read.
+/// One `${…}`, starting at `at`, whose `${` has been read.
 fn expression(
     chars: &[char],
     pos: &mut usize,
     vars: &BTreeMap<String, String>,
-) -> Result<String, SubstituteError> {
+    at: usize,
+) -> Result<String, Located> {
     let start = *pos;
     while *pos < chars.len() && (chars[*pos] == '_' || chars[*pos].is_ascii_alphanumeric()) {
         *pos += 1;
@@ -121,13 +127,13 @@ fn expression(
         )
     };
     if name.is_empty() {
-        return match chars.get(*pos) {
-            Some('#') => Err(SubstituteError::Unsupported(shown(*pos + 1))),
-            _ => Err(SubstituteError::InvalidName(shown(*pos + 1))),
-        };
+        return Err(match chars.get(*pos) {
+            Some('#') => (SubstituteError::Unsupported(shown(*pos + 1)), at),
+            _ => (SubstituteError::InvalidName(shown(*pos + 1)), at),
+        });
     }
     if !valid_name(&name) {
-        return Err(SubstituteError::InvalidName(name));
+        return Err((SubstituteError::InvalidName(name), at));
     }
     let value = vars.get(&name);
     let rest: String = chars[*pos..chars.len().min(*pos + 2)].iter().collect();
@@ -143,7 +149,7 @@ fn expression(
         *pos += length;
         let (default, closed) = expand_until(chars, pos, vars, true)?;
         if !closed {
-            return Err(SubstituteError::Unclosed(shown(*pos)));
+            return Err((SubstituteError::Unclosed(shown(*pos)), at));
         }
         return Ok(match value {
             Some(v) if !(or_empty && v.is_empty()) => v.clone(),
@@ -153,10 +159,13 @@ fn expression(
     match chars.get(*pos) {
         Some('}') => {
             *pos += 1;
-            value.cloned().ok_or(SubstituteError::Unset(name))
+            value.cloned().ok_or((SubstituteError::Unset(name), at))
         }
-        None => Err(SubstituteError::Unclosed(shown(*pos))),
-        Some(_) => Err(SubstituteError::Unsupported(shown(closing(chars, *pos)))),
+        None => Err((SubstituteError::Unclosed(shown(*pos)), at)),
+        Some(_) => Err((
+            SubstituteError::Unsupported(shown(closing(chars, *pos))),
+            at,
+        )),
     }
 }
 
@@ -179,93 +188,38 @@ pub fn opted_out(object: &Value) -> bool {
     })
 }
 
-/// Substitutes `vars` into one object, key and string by key and string. `Ok(None)`: nothing
-/// to do (no variables, or the object opted out). A string YAML would write unquoted is read
-/// again as YAML once substituted, as Flux's substitution into the object's YAML text does:
-/// `replicas: ${REPLICAS}` with `REPLICAS=3` is the number 3, `${FLAG}` with `true` a
-/// boolean. The error says what went wrong, for the caller to prefix with the object's origin.
-pub fn substitute_object(
-    object: &Value,
+/// Substitutes `vars` into every document of the manifest file `source` (its `text`), but
+/// those whose object opted out; the documents keep their order and indices. With no
+/// variables the text is returned as it is. The error names the document and the line of the
+/// file (`a.yaml: document 1 (line 9): variable "PORT" is not set and has no default`).
+pub fn substitute_file(
+    source: &str,
+    text: &str,
     vars: &BTreeMap<String, String>,
-) -> Result<Option<Value>, String> {
-    if vars.is_empty() || opted_out(object) {
-        return Ok(None);
+) -> Result<String, LayerError> {
+    if vars.is_empty() || !text.contains('$') {
+        return Ok(text.to_string());
     }
-    substitute_value(object, vars, "").map(Some)
-}
-
-fn substitute_value(
-    value: &Value,
-    vars: &BTreeMap<String, String>,
-    path: &str,
-) -> Result<Value, String> {
-    let failed = |e: SubstituteError| {
-        if path.is_empty() {
-            e.to_string()
-        } else {
-            format!("{path}: {e}")
+    let documents = core_status::input::split_documents(text);
+    let mut out = Vec::with_capacity(documents.len());
+    // Every line of the file is in one document (a `---` line starts its document's text).
+    let mut lines_before = 0;
+    for (index, document) in documents.into_iter().enumerate() {
+        let first_line = lines_before;
+        lines_before += document.matches('\n').count();
+        // A document that does not parse is left for the parser to report.
+        let opted = serde_saphyr::from_str::<Value>(&document).is_ok_and(|v| opted_out(&v));
+        if opted || !document.contains('$') {
+            out.push(document);
+            continue;
         }
-    };
-    Ok(match value {
-        Value::String(text) if text.contains('$') => {
-            let expanded = expand(text, vars).map_err(failed)?;
-            if written_plain(text) {
-                reread(&expanded).map_err(|e| {
-                    format!(
-                        "{}the substituted value {expanded:?} is not valid YAML: {e}",
-                        if path.is_empty() {
-                            String::new()
-                        } else {
-                            format!("{path}: ")
-                        }
-                    )
-                })?
-            } else {
-                Value::String(expanded)
-            }
-        }
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| substitute_value(item, vars, &format!("{path}[{i}]")))
-                .collect::<Result<_, _>>()?,
-        ),
-        Value::Object(map) => {
-            let mut out = serde_json::Map::with_capacity(map.len());
-            for (key, item) in map {
-                let key = if key.contains('$') {
-                    expand(key, vars).map_err(failed)?
-                } else {
-                    key.clone()
-                };
-                let here = if path.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{path}.{key}")
-                };
-                let item = substitute_value(item, vars, &here)?;
-                out.insert(key, item);
-            }
-            Value::Object(out)
-        }
-        other => other.clone(),
-    })
-}
-
-/// Whether YAML would write `text` as a plain (unquoted) scalar: it reads back as itself.
-fn written_plain(text: &str) -> bool {
-    !text.contains('\n') && reread(text).is_ok_and(|v| v == Value::String(text.to_string()))
-}
-
-/// `text` read as one YAML value (empty: null).
-fn reread(text: &str) -> Result<Value, String> {
-    let docs: Vec<Value> = serde_saphyr::from_multiple(text).map_err(|e| e.to_string())?;
-    match docs.as_slice() {
-        [] => Ok(Value::Null),
-        [one] => Ok(one.clone()),
-        _ => Err("it holds more than one YAML document".into()),
+        let expanded = expand(&document, vars).map_err(|(e, at)| {
+            let line = first_line + document.chars().take(at).filter(|c| *c == '\n').count() + 1;
+            LayerError::Substitution(format!("{source}: document {index} (line {line}): {e}"))
+        })?;
+        out.push(expanded);
     }
+    Ok(out.join("---\n"))
 }
 
 /// The variables of a layer (`spec.postBuild`), as Flux merges them: every `substituteFrom`
@@ -354,7 +308,6 @@ pub async fn layer_variables(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -412,7 +365,7 @@ mod tests {
             ),
             ("${APP-d}", SubstituteError::Unsupported("${APP-d}".into())),
         ] {
-            assert_eq!(expand(text, &set), Err(want), "{text}");
+            assert_eq!(expand(text, &set).map_err(|(e, _)| e), Err(want), "{text}");
         }
         assert!(
             SubstituteError::Unset("X".into())
@@ -438,82 +391,41 @@ mod tests {
     }
 
     #[test]
-    fn objects_are_substituted_with_yaml_types() {
-        let set = vars(&[
-            ("APP", "podinfo"),
-            ("REPLICAS", "3"),
-            ("ON", "true"),
-            ("NONE", ""),
-        ]);
-        let object = json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": {"name": "${APP}", "labels": {"app.kubernetes.io/${APP}": "x"}},
-            "spec": {
-                "replicas": "${REPLICAS}",
-                "paused": "${ON}",
-                "revisionHistoryLimit": "${NONE}",
-                "template": {"metadata": {"annotations": {
-                    "quoted": "123 ${REPLICAS}",
-                    "number-looking": "10",
-                    "script": "echo ${APP}\necho $$HOME",
-                }}},
-                "args": ["--name=${APP}", 7],
-            },
-        });
-        let got = substitute_object(&object, &set).unwrap().unwrap();
+    fn files_are_substituted_document_by_document() {
+        let set = vars(&[("APP", "shop"), ("REPLICAS", "3"), ("RELEASE", "7")]);
+        let text = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: \"${APP}\", labels: {release: \"${RELEASE}\"}}\nspec:\n  replicas: ${REPLICAS}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: kept\n  annotations: {kustomize.toolkit.fluxcd.io/substitute: disabled}\ndata: {script: \"echo ${UNSET}\"}\n";
+        let out = substitute_file("a.yaml", text, &set).unwrap();
+        let docs = core_status::input::parse("a.yaml", &out).unwrap();
+        assert_eq!(docs.len(), 2);
+        // Quoting is kept: the label stays a string, the replica count is a number.
+        assert_eq!(docs[0].object["metadata"]["name"], "shop");
+        assert_eq!(docs[0].object["metadata"]["labels"]["release"], "7");
+        assert_eq!(docs[0].object["spec"]["replicas"], 3);
+        // Opted out: left as written.
+        assert_eq!(docs[1].index, 1);
+        assert_eq!(docs[1].object["data"]["script"], "echo ${UNSET}");
+        // No variables: nothing is touched, not even an unset one.
         assert_eq!(
-            got,
-            json!({
-                "apiVersion": "apps/v1", "kind": "Deployment",
-                "metadata": {"name": "podinfo", "labels": {"app.kubernetes.io/podinfo": "x"}},
-                "spec": {
-                    "replicas": 3,
-                    "paused": true,
-                    "revisionHistoryLimit": null,
-                    "template": {"metadata": {"annotations": {
-                        "quoted": "123 3",
-                        "number-looking": "10",
-                        "script": "echo podinfo\necho $HOME",
-                    }}},
-                    "args": ["--name=podinfo", 7],
-                },
-            })
+            substitute_file("a.yaml", text, &BTreeMap::new()).unwrap(),
+            text
         );
     }
 
     #[test]
-    fn opted_out_objects_and_layers_without_variables_are_left_alone() {
-        let set = vars(&[("APP", "podinfo")]);
-        let annotated =
-            json!({"metadata": {"name": "${APP}", "annotations": {OPT_OUT_KEY: "disabled"}}});
-        let labelled = json!({"metadata": {"name": "${APP}", "labels": {OPT_OUT_KEY: "disabled"}}});
-        assert_eq!(substitute_object(&annotated, &set), Ok(None));
-        assert_eq!(substitute_object(&labelled, &set), Ok(None));
-        let plain = json!({"metadata": {"name": "${MISSING}"}});
-        assert_eq!(substitute_object(&plain, &BTreeMap::new()), Ok(None));
-        // Another value of the key does not opt out.
-        let enabled =
-            json!({"metadata": {"name": "${APP}", "annotations": {OPT_OUT_KEY: "enabled"}}});
-        assert_eq!(
-            substitute_object(&enabled, &set).unwrap().unwrap()["metadata"]["name"],
-            "podinfo"
-        );
-    }
-
-    #[test]
-    fn errors_name_the_field_and_the_variable() {
-        let set = vars(&[("BAD", "a: b: c")]);
-        let object = json!({"metadata": {"name": "x"}, "data": {"key": "${MISSING}"}});
-        let err = substitute_object(&object, &set).unwrap_err();
+    fn errors_name_the_document_line_and_variable() {
+        let set = vars(&[("APP", "shop")]);
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: \"${APP}\"}\nspec:\n  ports:\n  - port: ${PORT}\n";
+        let err = substitute_file("l/app.yaml", text, &set)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             err,
-            "data.key: variable \"MISSING\" is not set and has no default"
+            "substitution: l/app.yaml: document 1 (line 10): variable \"PORT\" is not set and has no default"
         );
-        let object = json!({"spec": {"list": ["ok", "${BAD}"]}});
-        let err = substitute_object(&object, &set).unwrap_err();
-        assert!(
-            err.starts_with("spec.list[1]: the substituted value \"a: b: c\" is not valid YAML"),
-            "{err}"
+        // The position is that of the expression at fault, inside a default too.
+        assert_eq!(
+            expand("ab\n  ${X:=${Y}}", &BTreeMap::new()).unwrap_err(),
+            (SubstituteError::Unset("Y".into()), 10)
         );
     }
 }

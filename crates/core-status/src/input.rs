@@ -41,8 +41,9 @@ impl Document {
     }
 }
 
-/// Splits a YAML stream into documents at `---` lines (and drops `...` end markers).
-fn split_documents(text: &str) -> Vec<String> {
+/// Splits a YAML stream into documents at `---` lines (and drops `...` end markers), as
+/// [`parse`] numbers them.
+pub fn split_documents(text: &str) -> Vec<String> {
     let mut documents = vec![String::new()];
     for line in text.lines() {
         let is_separator = line == "---" || line.starts_with("--- ") || line.starts_with("---\t");
