@@ -317,8 +317,24 @@ spec: {{}}
 }
 
 impl Plane {
-    /// Starts a plane in `dir` (created; any previous plane's data there is removed).
+    /// Starts a plane in `dir` (created; any previous plane's data there is removed). Its
+    /// ports are picked free just before the components bind them; when one was taken in
+    /// between (a component exits with "address already in use"), the plane is started again
+    /// on new ports, up to three times.
     pub fn start(dir: &Path) -> Result<Self> {
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(dir) {
+                Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
+                    eprintln!("strata-plane: a port was taken while starting; starting again");
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    fn start_once(dir: &Path) -> Result<Self> {
         let started = Instant::now();
         let binaries = Binaries::build()?;
         if dir.exists() {

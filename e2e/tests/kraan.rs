@@ -1,7 +1,8 @@
 //! Migrating from Kraan, as `docs/layer-controller.md` tells a user to: two layers written the
 //! way Kraan's user guide writes them (`kraan.io/v1alpha1`, the `plural.group` source kind, a
 //! path without `./`, `dependsOn: name@version`) are converted by `strata layers import` and
-//! deployed by the layer-controller from a Flux GitRepository on the real source schema.
+//! deployed by the layer-controller from a Flux GitRepository on the real source schema; a
+//! Flux Kustomization with variables is imported and deployed the same way.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -147,6 +148,88 @@ spec:
         &[&format!("{ns}-base"), &format!("{ns}-bootstrap")],
         controller,
     );
+    Ok(())
+}
+
+/// Migrating from Flux: a Kustomization with `postBuild` variables (from `substitute` and a
+/// ConfigMap) is converted by `strata layers import` and deployed from the same GitRepository
+/// artifact, the variables substituted.
+#[tokio::test]
+async fn a_flux_kustomization_imports_and_deploys_with_its_variables() -> Result<()> {
+    let client = cluster().client().await?;
+    let test_ns = TestNamespace::create(&client, "flux-import").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let manifest = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: ${{app}}-settings\n  namespace: {ns}\ndata:\n  env: ${{cluster_env}}\n  region: ${{region:=eu}}\n"
+    );
+    let server = ArtifactServer::start().await?;
+    let (url, digest) = server.publish("apps.tar.gz", &[("apps/podinfo/settings.yaml", &manifest)]);
+    create_gitrepository(&client, &ns).await?;
+    set_artifact(&client, &ns, "main@sha1:feedface", &url, &digest).await?;
+    strata_e2e::support::apply_yaml(
+        &client,
+        &ns,
+        &format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cluster-vars, namespace: {ns}}}\ndata: {{cluster_env: production}}\n"),
+    )
+    .await?;
+    let kustomization = format!(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1
+kind: Kustomization
+metadata:
+  name: {ns}-podinfo
+  namespace: {ns}
+  labels: {{strata-e2e/suite: {ns}}}
+spec:
+  interval: 10m
+  path: ./apps/podinfo
+  prune: true
+  wait: true
+  sourceRef: {{kind: GitRepository, name: repo}}
+  postBuild:
+    substitute: {{app: podinfo}}
+    substituteFrom:
+    - {{kind: ConfigMap, name: cluster-vars}}
+"
+    );
+    let mut import = Command::new(bin_dir().join("strata"));
+    import.args(["layers", "import", "-f", "-"]);
+    let (ok, converted, notes) = pipe(import, &kustomization)?;
+    ensure!(ok, "strata layers import failed: {notes}");
+    ensure!(
+        notes.contains("spec.wait/healthChecks dropped"),
+        "every change is reported: {notes}"
+    );
+    let mut apply = cluster().kubectl();
+    apply.args([
+        "apply",
+        "--server-side",
+        "--field-manager=strata-e2e",
+        "-f",
+        "-",
+    ]);
+    let (ok, _, err) = pipe(apply, &converted)?;
+    ensure!(ok, "applying the imported layer: {err}\n{converted}");
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    let name = format!("{ns}-podinfo");
+    eventually(
+        &format!("{name} Deployed"),
+        Duration::from_secs(60),
+        || async {
+            let status = layers.get(&name).await?.status.unwrap_or_default();
+            Ok((status.state.as_deref() == Some("Deployed")).then_some(()))
+        },
+    )
+    .await?;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let data = maps.get("podinfo-settings").await?.data.unwrap_or_default();
+    ensure!(
+        data.get("env").map(String::as_str) == Some("production")
+            && data.get("region").map(String::as_str) == Some("eu"),
+        "{data:?}"
+    );
+    delete_layers_then_stop(&[&name], controller);
     Ok(())
 }
 

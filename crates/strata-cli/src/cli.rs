@@ -206,7 +206,8 @@ pub enum LayersCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
-    /// Convert Kraan AddonsLayers (`kraan.io/v1alpha1`) to Strata's, printing the result as
+    /// Convert Kraan AddonsLayers (`kraan.io/v1alpha1`) and Flux Kustomizations
+    /// (`kustomize.toolkit.fluxcd.io`) to Strata's AddonsLayers, printing the result as
     /// YAML and every change (with the reason) on stderr. Exit 1 when a converted layer would
     /// be refused by the layer-controller. Offline: no cluster needed.
     Import {

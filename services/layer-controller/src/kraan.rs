@@ -37,9 +37,12 @@ pub struct Imported {
     pub errors: Vec<String>,
 }
 
-/// Converts one document. Kraan AddonsLayers become Strata's; any other document is returned
-/// unchanged with a note.
+/// Converts one document. Kraan AddonsLayers and Flux Kustomizations become Strata's
+/// AddonsLayers; any other document is returned unchanged with a note.
 pub fn import(document: &Value) -> Imported {
+    if crate::flux_import::is_kustomization(document) {
+        return crate::flux_import::import(document);
+    }
     let kind = document.get("kind").and_then(Value::as_str).unwrap_or("");
     let api_version = document
         .get("apiVersion")

@@ -5,6 +5,7 @@
 //! writes status. `graph` renders the layer DAG for `strata layers graph`.
 
 pub mod deps;
+pub mod flux_import;
 pub mod graph;
 pub mod kraan;
 pub mod metrics;
