@@ -37,6 +37,26 @@ fn pipe(mut command: Command, stdin: &str) -> Result<(bool, String, String)> {
     ))
 }
 
+/// Converts `documents` with `strata layers import` and applies the result to the test
+/// cluster, as the migration guides tell a user to; returns the notes the import printed.
+fn import_and_apply(documents: &str) -> Result<String> {
+    let mut import = Command::new(bin_dir().join("strata"));
+    import.args(["layers", "import", "-f", "-"]);
+    let (ok, converted, notes) = pipe(import, documents)?;
+    ensure!(ok, "strata layers import failed: {notes}");
+    let mut apply = cluster().kubectl();
+    apply.args([
+        "apply",
+        "--server-side",
+        "--field-manager=strata-e2e",
+        "-f",
+        "-",
+    ]);
+    let (ok, _, err) = pipe(apply, &converted)?;
+    ensure!(ok, "applying the imported layers: {err}\n{converted}");
+    Ok(notes)
+}
+
 #[tokio::test]
 async fn a_kraan_layer_set_imports_and_deploys() -> Result<()> {
     let client = cluster().client().await?;
@@ -100,10 +120,7 @@ spec:
         - {ns}-bootstrap@0.1.01
 "
     );
-    let mut import = Command::new(bin_dir().join("strata"));
-    import.args(["layers", "import", "-f", "-"]);
-    let (ok, converted, notes) = pipe(import, &kraan)?;
-    ensure!(ok, "strata layers import failed: {notes}");
+    let notes = import_and_apply(&kraan)?;
     ensure!(
         notes.contains("apiVersion kraan.io/v1alpha1 -> strata.dev/v1alpha1")
             && notes.contains(
@@ -111,16 +128,6 @@ spec:
             ),
         "every change is reported: {notes}"
     );
-    let mut apply = cluster().kubectl();
-    apply.args([
-        "apply",
-        "--server-side",
-        "--field-manager=strata-e2e",
-        "-f",
-        "-",
-    ]);
-    let (ok, _, err) = pipe(apply, &converted)?;
-    ensure!(ok, "applying the imported layers: {err}");
 
     let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
@@ -192,24 +199,11 @@ spec:
     - {{kind: ConfigMap, name: cluster-vars}}
 "
     );
-    let mut import = Command::new(bin_dir().join("strata"));
-    import.args(["layers", "import", "-f", "-"]);
-    let (ok, converted, notes) = pipe(import, &kustomization)?;
-    ensure!(ok, "strata layers import failed: {notes}");
+    let notes = import_and_apply(&kustomization)?;
     ensure!(
         notes.contains("spec.wait/healthChecks dropped"),
         "every change is reported: {notes}"
     );
-    let mut apply = cluster().kubectl();
-    apply.args([
-        "apply",
-        "--server-side",
-        "--field-manager=strata-e2e",
-        "-f",
-        "-",
-    ]);
-    let (ok, _, err) = pipe(apply, &converted)?;
-    ensure!(ok, "applying the imported layer: {err}\n{converted}");
     let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
     let layers: Api<AddonsLayer> = Api::all(client.clone());
     let name = format!("{ns}-podinfo");
