@@ -11,7 +11,9 @@
 //! kube-controller-manager (every Deployment's status observed at its generation).
 //!
 //! The controller binary is `$LAYER_CONTROLLER_BIN`; the number of apps `$BENCH_FLEET_LAYERS`
-//! (default 100). Prints one JSON line.
+//! (default 100). With `$DRIFT_OBSERVER_BIN` set, the drift-observer is started once both
+//! rounds are measured, on the deployed fleet: its start-up sync (every layer reported
+//! clean), peak RSS and sockets. Prints one JSON line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
 
@@ -181,6 +183,65 @@ async fn requests(controller: &strata_e2e::services::ServiceProcess) -> BTreeMap
     by_verb
 }
 
+/// Starts the drift-observer on the deployed fleet (dry runs as each layer's account, as the
+/// chart wires it) and measures it until every layer is reported clean.
+async fn observe_fleet(
+    api: &Api<AddonsLayer>,
+    selector: &str,
+    ns: &str,
+    apps: usize,
+    impersonation: &str,
+) -> Result<serde_json::Value> {
+    let apply_as = format!("--apply-as=system:serviceaccount:{ns}:layer-controller");
+    let args = [
+        "--leader-elect=false",
+        "--layer-selector",
+        selector,
+        "--default-source-namespace",
+        ns,
+        &apply_as,
+    ];
+    let started = Instant::now();
+    let observer = spawn_measured_with("DRIFT_OBSERVER_BIN", "drift-observer", &args, &[impersonation])?;
+    let pid = observer.pid();
+    let mut peak_sockets = 0;
+    loop {
+        peak_sockets = peak_sockets.max(sockets(pid));
+        let layers = api.list(&ListParams::default().labels(selector)).await?;
+        let clean = layers
+            .items
+            .iter()
+            .filter(|l| {
+                l.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Drifted" && c.status == "False")
+                })
+            })
+            .count();
+        if clean == apps {
+            break;
+        }
+        anyhow::ensure!(
+            started.elapsed() < Duration::from_secs(900),
+            "the drift-observer reported {clean} of {apps} layers clean in 15 minutes"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let sync = started.elapsed();
+    // Settled: what it holds once every layer is watched and compared.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    peak_sockets = peak_sockets.max(sockets(pid));
+    eprintln!("fleet bench: drift-observer synced {apps} layers in {sync:?}");
+    Ok(serde_json::json!({
+        "sync_seconds": sync.as_secs_f64(),
+        "rss_kib": rss_kib(pid, "VmRSS:"),
+        "peak_rss_kib": rss_kib(pid, "VmHWM:"),
+        "peak_sockets": peak_sockets,
+        "sockets_at_end": sockets(pid),
+    }))
+}
+
 async fn apply_all(applier: &core_k8s::apply::Applier, docs: Vec<serde_json::Value>) -> Result<()> {
     futures::stream::iter(docs)
         .map(|doc| async move { applier.apply_dynamic(&doc, None).await })
@@ -315,6 +376,10 @@ async fn main() -> Result<()> {
     sampling.store(false, Ordering::Relaxed);
     sampler.await?;
     let requests_total = requests(&controller).await;
+    let observer = match std::env::var_os("DRIFT_OBSERVER_BIN") {
+        Some(_) => Some(observe_fleet(&api, &selector, &ns, apps, &impersonation).await?),
+        None => None,
+    };
     let per_layer = |by_verb: &BTreeMap<String, f64>| -> serde_json::Value {
         by_verb
             .iter()
@@ -341,6 +406,7 @@ async fn main() -> Result<()> {
         "controller_sockets_at_end": sockets(pid),
         "requests_per_layer_create": per_layer(&requests_first),
         "requests_per_layer_both_rounds": per_layer(&requests_total),
+        "observer": observer,
     });
     println!("{result}");
     drop(controller);
