@@ -523,14 +523,15 @@ fleet_bench() {
   # OCIRepository, an impersonated ServiceAccount and one health-gated layer of four objects
   # with three variables (release controller; the driver is a debug build). Every
   # (kube-controller-manager client limit, N) pair runs RUNS times, each on a fresh plane.
-  echo "bench: building the layer-controller (release) and the fleet driver" >&2
-  cargo build --release -p layer-controller >&2
+  echo "bench: building the layer-controller and drift-observer (release) and the fleet driver" >&2
+  cargo build --release -p layer-controller -p drift-observer >&2
   cargo build -p strata-e2e --bins --example fleet_bench >&2
   : > "$work/fleet.jsonl"
   for qps in ${BENCH_FLEET_QPS:-20 200}; do
     for n in ${BENCH_FLEET_SIZES:-100 500 1000}; do
       for _ in $(seq 1 "$RUNS"); do
         env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
+          DRIFT_OBSERVER_BIN="$target/release/drift-observer" \
           BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
           scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
       done
@@ -543,7 +544,7 @@ runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = collections.defaultdict(list)
 for r in runs:
     groups[(r["controller_manager_qps"], r["layers"])].append(r)
-rows = []
+rows, observed = [], []
 for (qps, n), rs in sorted(groups.items()):
     rs.sort(key=lambda r: r["create_to_all_deployed_seconds"])
     for r in rs:
@@ -555,6 +556,11 @@ for (qps, n), rs in sorted(groups.items()):
             f"| {qps} | {n} | {c:.1f} s | {cf:.1f} s ({c/cf:.2f}×) | {u:.1f} s | {uf:.1f} s ({u/uf:.2f}×) "
             f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {growth:.1f} KiB | {r['controller_peak_sockets']} "
             f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} |")
+        o = r.get("observer")
+        if o:
+            observed.append(
+                f"| {qps} | {n} | {4*n} | {o['sync_seconds']:.1f} s | {o['peak_rss_kib']/1024:.1f} MiB "
+                f"| {o['peak_sockets']} | {o['sockets_at_end']} |")
 docs_section.write("fleet", f"""
 ## layer-controller: a fleet of independent apps (Flux's MTTP shape)
 
@@ -578,6 +584,14 @@ controller's own (its client metrics), per layer, for the create round: GET / PA
 | KCM QPS | layers | create | floor (ratio) | upgrade | floor (ratio) | peak RSS | growth per layer | peak sockets | requests per layer |
 |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
+
+The drift-observer on the same deployed fleet, started once both rounds are measured (dry runs
+as each layer's account, as the chart wires it): *sync* is start → every layer reported clean
+(`Drifted=False`); goals from #29: peak RSS ≤ 64 MiB, connections bounded by a constant.
+
+| KCM QPS | layers | objects | sync | peak RSS | peak sockets | sockets after |
+|---:|---:|---:|---:|---:|---:|---:|
+{chr(10).join(observed)}
 
 Published by Flux for v2.9.0 (flux-benchmark RESULTS.md; a 16-core runner, kind with 3 nodes,
 kustomize-controller with 2 CPUs and `--concurrent` 20; **not run here**): 100 apps 26 s /

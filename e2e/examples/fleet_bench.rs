@@ -202,7 +202,12 @@ async fn observe_fleet(
         &apply_as,
     ];
     let started = Instant::now();
-    let observer = spawn_measured_with("DRIFT_OBSERVER_BIN", "drift-observer", &args, &[impersonation])?;
+    let observer = spawn_measured_with(
+        "DRIFT_OBSERVER_BIN",
+        "drift-observer",
+        &args,
+        &[impersonation],
+    )?;
     let pid = observer.pid();
     let mut peak_sockets = 0;
     loop {

@@ -163,6 +163,9 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let (reader, writer) = kube::runtime::reflector::store();
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
+        // Nothing here reads a layer's managed fields, often its largest part: the cache of
+        // a thousand layers keeps them out.
+        .modify(|layer| layer.metadata.managed_fields = None)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(layer_intent, Default::default());
