@@ -76,6 +76,11 @@ pub struct DriftArgs {
     /// dry-run as it.
     #[arg(long)]
     pub default_service_account: Option<String>,
+    /// Most layers whose view is (re)built at once; the others wait their turn. Building a
+    /// view holds the layer's manifests and a dry run per object, so this bounds memory and
+    /// API load at start-up whatever the number of layers. At least 1.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..))]
+    pub concurrent: u16,
 }
 
 /// One object a layer applied, as the layer-controller applies it.
@@ -232,7 +237,16 @@ pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
         Some(selector) => watcher::Config::default().labels(selector),
         None => watcher::Config::default(),
     };
-    let controller = Controller::new(api, config);
+    // Nothing here reads a layer's managed fields: the cache of a thousand layers keeps
+    // them out.
+    let (reader, writer) = kube::runtime::reflector::store();
+    let layers = watcher(api, config)
+        .default_backoff()
+        .modify(|layer| layer.metadata.managed_fields = None)
+        .reflect(writer)
+        .applied_objects();
+    let controller = Controller::for_stream(layers, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrent));
     let store = controller.store();
     let (tx, rx) = mpsc::unbounded_channel();
     let limits = Limits {
