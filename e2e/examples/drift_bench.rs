@@ -21,7 +21,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use layer_controller::crd::AddonsLayer;
 use serde_json::json;
-use strata_e2e::bench::{percentile, rss_kib, spawn_measured};
+use strata_e2e::bench::{layers_reported_clean, percentile, rss_kib, spawn_measured};
 use strata_e2e::flux::install_layer_crds;
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually, http_get};
 
@@ -195,20 +195,7 @@ async fn main() -> Result<()> {
     eventually("observer synced", Duration::from_secs(600), || async {
         let observed = metric(admin, "drift_observer_objects_observed").await;
         let checks = metric(admin, "drift_observer_checks_total").await;
-        let layers = api
-            .list(&kube::api::ListParams::default().labels(&selector))
-            .await?;
-        let reported = layers
-            .items
-            .iter()
-            .filter(|l| {
-                l.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Drifted" && c.status == "False")
-                })
-            })
-            .count();
+        let reported = layers_reported_clean(&api, &selector).await?;
         Ok((observed >= total && checks >= total && reported == LAYERS).then_some(()))
     })
     .await?;

@@ -28,7 +28,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use kube::api::ListParams;
 use layer_controller::crd::AddonsLayer;
-use strata_e2e::bench::{layers_deployed, rss_kib, spawn_measured_with};
+use strata_e2e::bench::{layers_deployed, layers_reported_clean, rss_kib, spawn_measured_with};
 use strata_e2e::flux::{ArtifactServer, install_layer_crds, set_source_artifact};
 use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
 
@@ -132,7 +132,7 @@ fn layer(ns: &str, app: &str, namespace: &str, release: &str) -> serde_json::Val
 async fn controller_manager_floor(
     client: kube::Client,
     apps: usize,
-    release: &str,
+    release: String,
     started: Instant,
 ) -> Result<Duration> {
     let api: Api<Deployment> = Api::all(client);
@@ -212,18 +212,7 @@ async fn observe_fleet(
     let mut peak_sockets = 0;
     loop {
         peak_sockets = peak_sockets.max(sockets(pid));
-        let layers = api.list(&ListParams::default().labels(selector)).await?;
-        let clean = layers
-            .items
-            .iter()
-            .filter(|l| {
-                l.status.as_ref().is_some_and(|s| {
-                    s.conditions
-                        .iter()
-                        .any(|c| c.type_ == "Drifted" && c.status == "False")
-                })
-            })
-            .count();
+        let clean = layers_reported_clean(api, selector).await?;
         if clean == apps {
             break;
         }
@@ -323,28 +312,39 @@ async fn main() -> Result<()> {
     let idle_rss = rss_kib(pid, "VmRSS:");
     let api: Api<AddonsLayer> = Api::all(client.clone());
 
+    // One round: every layer applied at `release` at once, timed until each is Deployed as
+    // `done` says, beside kube-controller-manager's floor. (all Deployed, floor, applied in)
+    let round = async |release: &str, done: fn(&AddonsLayer) -> bool| -> Result<_> {
+        let started = Instant::now();
+        let floor = tokio::spawn(controller_manager_floor(
+            client.clone(),
+            apps,
+            release.to_string(),
+            started,
+        ));
+        let deployed = tokio::spawn(layers_deployed(
+            api.clone(),
+            selector.clone(),
+            apps,
+            started,
+            done,
+        ));
+        apply_all(
+            &applier,
+            names
+                .iter()
+                .map(|(app, namespace)| layer(&ns, app, namespace, release))
+                .collect(),
+        )
+        .await?;
+        let applied = started.elapsed();
+        let times = deployed.await??;
+        let total = times.values().map(|(t, _)| *t).max().unwrap_or_default();
+        Ok((total, floor.await??, applied))
+    };
+
     // Round 1: every layer created at once.
-    let started = Instant::now();
-    let floor = tokio::spawn(controller_manager_floor(client.clone(), apps, "1", started));
-    let round = tokio::spawn(layers_deployed(
-        api.clone(),
-        selector.clone(),
-        apps,
-        started,
-        |_| true,
-    ));
-    apply_all(
-        &applier,
-        names
-            .iter()
-            .map(|(app, namespace)| layer(&ns, app, namespace, "1"))
-            .collect(),
-    )
-    .await?;
-    let created = started.elapsed();
-    let first = round.await??;
-    let first_floor = floor.await??;
-    let first_total = first.values().map(|(t, _)| *t).max().unwrap_or_default();
+    let (first_total, first_floor, created) = round("1", |_| true).await?;
     let requests_first = requests(&controller).await;
     let rss_after_first = rss_kib(pid, "VmRSS:");
     let sockets_after_first = sockets(pid);
@@ -354,30 +354,12 @@ async fn main() -> Result<()> {
     );
 
     // Round 2: one variable changes in every layer (a new release), every layer re-applies.
-    let started = Instant::now();
-    let floor = tokio::spawn(controller_manager_floor(client.clone(), apps, "2", started));
-    let round = tokio::spawn(layers_deployed(
-        api.clone(),
-        selector.clone(),
-        apps,
-        started,
-        |layer| {
-            layer.metadata.generation > Some(1)
-                && layer.status.as_ref().and_then(|s| s.observed_generation)
-                    == layer.metadata.generation
-        },
-    ));
-    apply_all(
-        &applier,
-        names
-            .iter()
-            .map(|(app, namespace)| layer(&ns, app, namespace, "2"))
-            .collect(),
-    )
+    let (second_total, second_floor, _) = round("2", |layer| {
+        layer.metadata.generation > Some(1)
+            && layer.status.as_ref().and_then(|s| s.observed_generation)
+                == layer.metadata.generation
+    })
     .await?;
-    let second = round.await??;
-    let second_floor = floor.await??;
-    let second_total = second.values().map(|(t, _)| *t).max().unwrap_or_default();
     sampling.store(false, Ordering::Relaxed);
     sampler.await?;
     let requests_total = requests(&controller).await;

@@ -179,6 +179,28 @@ pub async fn layers_deployed(
     Ok(times)
 }
 
+/// How many of the layers `selector` picks the drift-observer reports clean
+/// (`Drifted=False`).
+pub async fn layers_reported_clean(
+    api: &kube::Api<layer_controller::crd::AddonsLayer>,
+    selector: &str,
+) -> Result<usize> {
+    let layers = api
+        .list(&kube::api::ListParams::default().labels(selector))
+        .await?;
+    Ok(layers
+        .items
+        .iter()
+        .filter(|l| {
+            l.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Drifted" && c.status == "False")
+            })
+        })
+        .count())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -207,8 +207,10 @@ pub fn substitute_file(
     for (index, document) in documents.into_iter().enumerate() {
         let first_line = lines_before;
         lines_before += document.matches('\n').count();
-        // A document that does not parse is left for the parser to report.
-        let opted = serde_saphyr::from_str::<Value>(&document).is_ok_and(|v| opted_out(&v));
+        // Parsed only when it names the opt-out key at all; a document that does not parse is
+        // left for the parser to report.
+        let opted = document.contains(OPT_OUT_KEY)
+            && serde_saphyr::from_str::<Value>(&document).is_ok_and(|v| opted_out(&v));
         if opted || !document.contains('$') {
             out.push(document);
             continue;
