@@ -20,10 +20,7 @@ pub const SERVICES: [(&str, &str); 4] = [
 /// The repository root, read at run time (a shared cargo cache may hold a build made from
 /// another checkout) with the compile-time path as fallback.
 pub fn repo_root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let root = manifest.join("..");
+    let root = crate::plane::e2e_dir().join("..");
     root.canonicalize().unwrap_or(root)
 }
 

@@ -29,14 +29,26 @@ pub const WEBHOOK_CLIENT_CA: &str = "webhook-client-ca.crt";
 /// Label that flips a pod on a kwok node to Running-but-NotReady (value `false`).
 pub const FAKE_READY_LABEL: &str = "strata.dev/fake-ready";
 
+/// This crate's directory (`e2e/`), found at run time: `CARGO_MANIFEST_DIR` under cargo, else
+/// `e2e/` below the working directory (the Makefile and scripts run from the repository root),
+/// else the path it was compiled at. The compile-time path alone is wrong when a shared cargo
+/// cache holds a build made from another checkout (a CI clone) that is gone since.
+pub fn e2e_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        return PathBuf::from(dir);
+    }
+    let here = std::env::current_dir()
+        .map(|d| d.join("e2e"))
+        .unwrap_or_default();
+    if here.join("plane/build.sh").is_file() {
+        return here;
+    }
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// Directory of the plane's build script, stage files and versions.
 pub fn plane_source_dir() -> PathBuf {
-    Path::new(
-        std::env::var("CARGO_MANIFEST_DIR")
-            .as_deref()
-            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
-    )
-    .join("plane")
+    e2e_dir().join("plane")
 }
 
 /// Where the component binaries live.

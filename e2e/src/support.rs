@@ -242,13 +242,7 @@ pub fn pod_ready(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
 
 /// Applies one of the CRDs the project ships (`manifests/crds/<file>`).
 pub async fn apply_shipped_crd(client: &Client, namespace: &str, file: &str) -> Result<()> {
-    let path = std::path::Path::new(
-        std::env::var("CARGO_MANIFEST_DIR")
-            .as_deref()
-            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
-    )
-    .join("../manifests/crds")
-    .join(file);
+    let path = crate::plane::e2e_dir().join("../manifests/crds").join(file);
     let yaml = std::fs::read_to_string(&path).with_context(|| path.display().to_string())?;
     apply_yaml(client, namespace, &yaml).await?;
     Ok(())
@@ -349,11 +343,7 @@ pub fn parse_openmetrics(text: &str) -> Result<Vec<(String, f64)>> {
 /// Where `e2e/plane/build.sh` put the upstream CRDs (Argo CD's Application, Flux's
 /// Kustomization and source kinds), keyed by the versions pinned in `versions.env`.
 pub fn upstream_crds() -> Result<std::path::PathBuf> {
-    let here = std::path::PathBuf::from(
-        std::env::var("CARGO_MANIFEST_DIR")
-            .as_deref()
-            .unwrap_or(env!("CARGO_MANIFEST_DIR")),
-    );
+    let here = crate::plane::e2e_dir();
     let versions = std::fs::read_to_string(here.join("plane/versions.env"))?;
     let get = |key: &str| {
         versions

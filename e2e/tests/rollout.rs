@@ -626,3 +626,114 @@ async fn pods_covered_by_a_zpdb_carry_their_ready_time() -> Result<()> {
     );
     Ok(())
 }
+
+/// A batch of two with an old pod already terminating (held by a finalizer): that pod holds one
+/// slot and is never deleted again, and the other slot goes to the next old pod — the anchor's
+/// rule. The held pod is released at the end and the zone finishes.
+#[tokio::test]
+async fn a_terminating_pod_holds_one_slot_of_the_batch_and_the_next_pod_takes_the_other()
+-> Result<()> {
+    const HOLD: &str = "e2e.strata.dev/hold";
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "rollout-held").await?;
+    let zone = |image: &str| rollout_zone("ingester", "a", 3, image, 2, false);
+    apply_yaml(&client, &ns.name, &zone("example.invalid/ingester:1")).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let old = eventually(
+        "3 ready pods, revision published",
+        Duration::from_secs(60),
+        || async {
+            let ready_pods = pods.list(&ListParams::default()).await?.items;
+            let revision = sts
+                .get("ingester-zone-a")
+                .await?
+                .status
+                .and_then(|s| s.update_revision)
+                .unwrap_or_default();
+            Ok(
+                (ready_pods.iter().filter(|p| ready(p)).count() == 3 && !revision.is_empty())
+                    .then_some(revision),
+            )
+        },
+    )
+    .await?;
+    // Pod 0 starts terminating and stays so: the finalizer holds it.
+    pods.patch(
+        "ingester-zone-a-0",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": [HOLD]}})),
+    )
+    .await?;
+    pods.delete("ingester-zone-a-0", &Default::default())
+        .await?;
+    apply_yaml(&client, &ns.name, &zone("example.invalid/ingester:2")).await?;
+    let operator = start_operator(&ns.name, &[])?;
+
+    let updated = |p: &Pod| {
+        ready(p)
+            && p.labels()
+                .get("controller-revision-hash")
+                .map(String::as_str)
+                != Some(&old)
+    };
+    eventually(
+        "pods 1 and 2 replaced while pod 0 is held terminating",
+        Duration::from_secs(60),
+        || async {
+            let now = pods.list(&ListParams::default()).await?.items;
+            let held = now.iter().any(|p| {
+                p.name_any() == "ingester-zone-a-0" && p.metadata.deletion_timestamp.is_some()
+            });
+            assert!(held, "pod 0 must still be held: {:?}", names(&now));
+            let done = ["ingester-zone-a-1", "ingester-zone-a-2"]
+                .iter()
+                .all(|n| now.iter().any(|p| p.name_any() == *n && updated(p)));
+            Ok(done.then_some(()))
+        },
+    )
+    .await?;
+    assert_eq!(
+        deleted_by(&operator).await,
+        2.0,
+        "the operator deleted pods 1 and 2 only, never the terminating pod 0"
+    );
+
+    // Released, pod 0 comes back on the new revision and the zone finishes.
+    pods.patch(
+        "ingester-zone-a-0",
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    eventually("zone a finished", Duration::from_secs(60), || async {
+        let st = sts.get("ingester-zone-a").await?.status.unwrap_or_default();
+        let now = pods.list(&ListParams::default()).await?.items;
+        Ok((now.iter().filter(|p| updated(p)).count() == 3
+            && st.current_revision == st.update_revision)
+            .then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        deleted_by(&operator).await,
+        2.0,
+        "pod 0 was never deleted by us"
+    );
+    Ok(())
+}
+
+fn names(pods: &[Pod]) -> Vec<String> {
+    pods.iter()
+        .map(|p| {
+            format!(
+                "{}{}",
+                p.name_any(),
+                if p.metadata.deletion_timestamp.is_some() {
+                    " (terminating)"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect()
+}

@@ -6,6 +6,7 @@
 
 pub mod crd;
 pub mod evictions;
+pub mod go_text;
 pub mod keys;
 pub mod observed;
 pub mod zpdb;

@@ -10,8 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use regex::Regex;
 use serde_json::Value;
 
-use crate::keys;
 use crate::observed::{Observed, label, name, running_and_ready, spec_replicas, status_replicas};
+use crate::{go_text, keys};
 
 /// A validated ZPDB.
 #[derive(Clone, Debug)]
@@ -24,102 +24,90 @@ pub struct Zpdb {
     pub cross_zone_eviction_delay: Duration,
 }
 
-/// Parses a ZPDB object, with the anchor's validation messages.
+/// Parses a ZPDB object, with the anchor's validation messages, checked in its order (the
+/// first problem found is the one reported, so the order is part of the message contract).
 pub fn parse(object: &Value) -> Result<Zpdb, String> {
-    if object.as_object().is_none_or(|m| m.is_empty()) {
+    let Some(fields) = object.as_object().filter(|m| !m.is_empty()) else {
         return Err("unexpected end of JSON input".into());
+    };
+    if fields
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+    {
+        return Err(format!("Object 'Kind' is missing in '{object}'"));
     }
-    if object.get("kind").and_then(Value::as_str) != Some("ZoneAwarePodDisruptionBudget") {
+    let spec = match fields.get("spec") {
+        None => return Err("no spec found in unstructured object".into()),
+        Some(Value::Object(spec)) => spec,
+        Some(other) => return Err(go_text::not_a_map(".spec", other)),
+    };
+    if fields.get("kind").and_then(Value::as_str) != Some("ZoneAwarePodDisruptionBudget") {
         return Err("unexpected object kind - expecting ZoneAwarePodDisruptionBudget".into());
     }
-    let spec = object
-        .get("spec")
-        .filter(|s| s.is_object())
-        .ok_or("no spec found in unstructured object")?;
-    let int_field = |field: &str| -> Result<Option<i64>, String> {
-        match spec.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .map(Some)
-                .ok_or_else(|| format!("failed to extract value from config field {field}")),
-        }
+    let integer = |field: &str| -> Result<Option<i64>, String> {
+        spec.get(field)
+            .map(|v| {
+                v.as_i64()
+                    .ok_or_else(|| format!("failed to extract value from config field {field}"))
+            })
+            .transpose()
     };
-    let max_unavailable = int_field("maxUnavailable")?;
-    let percentage = int_field("maxUnavailablePercentage")?;
-    if max_unavailable.is_some() && percentage.is_some() {
+    if spec.contains_key("maxUnavailable") && spec.contains_key("maxUnavailablePercentage") {
         return Err(
             "invalid value: only one of maxUnavailable or maxUnavailablePercentage may be set"
                 .into(),
         );
     }
+    let max_unavailable = integer("maxUnavailable")?;
     if let Some(v) = max_unavailable.filter(|v| *v < 0) {
         return Err(format!(
             "invalid value: max unavailable must be 0 <= val, got {v}"
         ));
     }
+    let percentage = integer("maxUnavailablePercentage")?;
     if let Some(v) = percentage.filter(|v| !(0..=100).contains(v)) {
         return Err(format!(
             "invalid value: max unavailable percentage must be 0 <= val <= 100, got {v}"
         ));
     }
-    let match_labels: BTreeMap<String, String> = spec
-        .pointer("/selector/matchLabels")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
-                .collect()
-        })
-        .ok_or("invalid value: selector is not found")?;
-    let partition = match spec
-        .get("podNamePartitionRegex")
-        .and_then(Value::as_str)
-        .filter(|r| !r.is_empty())
-    {
-        None => None,
-        Some(source) => {
-            let regex = Regex::new(&format!("^{source}$"))
-                .map_err(|e| format!("invalid value: regex is not valid, got {e}"))?;
-            let groups = regex.captures_len() - 1;
-            let group = int_field("podNameRegexGroup")?.unwrap_or(1);
-            if groups == 0 {
-                return Err("invalid value: regex is not valid, got regular expression requires at least one subexpression".into());
+    let partition =
+        partition_regex(spec).map_err(|e| format!("invalid value: regex is not valid, got {e}"))?;
+    let match_labels = match_labels(spec)?;
+    let delay = match spec.get("crossZoneEvictionDelay") {
+        None => Duration::ZERO,
+        Some(value) => {
+            let text = value
+                .as_str()
+                .ok_or("failed to extract value from config field crossZoneEvictionDelay")?;
+            if text.is_empty() {
+                Duration::ZERO
+            } else {
+                match go_text::parse_duration(text) {
+                    Err(e) => {
+                        return Err(format!(
+                            "invalid value: crossZoneEvictionDelay is not a valid duration, got {e}"
+                        ));
+                    }
+                    Ok((true, d)) if !d.is_zero() => {
+                        return Err(format!(
+                            "invalid value: crossZoneEvictionDelay must be >= 0, got {text}"
+                        ));
+                    }
+                    Ok((_, d)) => d,
+                }
             }
-            if groups > 1 && spec.get("podNameRegexGroup").is_none() {
-                return Err("invalid value: regex is not valid, got regular expression has multiple subexpressions and requires podNameRegexGroup to be set".into());
-            }
-            if group < 1 || group as usize > groups {
-                return Err(
-                    "invalid value: regex is not valid, got subexpression index out of range"
-                        .into(),
-                );
-            }
-            Some((regex, group as usize))
-        }
-    };
-    if partition.is_some() && percentage.is_some_and(|p| p > 0) {
-        return Err(
-            "invalid value: max unavailable percentage can not be used with partition awareness"
-                .into(),
-        );
-    }
-    let delay = match spec.get("crossZoneEvictionDelay").and_then(Value::as_str) {
-        None | Some("") => Duration::ZERO,
-        Some(text) => {
-            if text.starts_with('-') {
-                return Err(format!(
-                    "invalid value: crossZoneEvictionDelay must be >= 0, got {text}"
-                ));
-            }
-            core_k8s::args::parse_duration(text).map_err(|_| {
-                format!("invalid value: crossZoneEvictionDelay is not a valid duration, got {text}")
-            })?
         }
     };
     if delay > Duration::ZERO && partition.is_none() {
         return Err(
             "invalid value: crossZoneEvictionDelay requires podNamePartitionRegex to be set".into(),
+        );
+    }
+    if partition.is_some() && percentage.is_some_and(|p| p > 0) {
+        return Err(
+            "invalid value: max unavailable percentage can not be used with partition awareness"
+                .into(),
         );
     }
     Ok(Zpdb {
@@ -138,6 +126,75 @@ pub fn parse(object: &Value) -> Result<Zpdb, String> {
         partition,
         cross_zone_eviction_delay: delay,
     })
+}
+
+/// `podNamePartitionRegex` (anchored at both ends) and the capture group that names a pod's
+/// partition (`podNameRegexGroup`, default 1; 0 is the whole name, as in the anchor).
+fn partition_regex(
+    spec: &serde_json::Map<String, Value>,
+) -> Result<Option<(Regex, usize)>, String> {
+    let source = match spec.get("podNamePartitionRegex") {
+        None => return Ok(None),
+        Some(v) => v
+            .as_str()
+            .ok_or("failed to extract regex value from config field podNamePartitionRegex")?,
+    };
+    if source.is_empty() {
+        return Ok(None);
+    }
+    let group = match spec.get("podNameRegexGroup") {
+        None => None,
+        Some(v) => Some(
+            v.as_i64()
+                .ok_or("failed to extract group value from config field podNameRegexGroup")?,
+        ),
+    };
+    let regex = Regex::new(&format!("^{source}$")).map_err(|e| e.to_string())?;
+    let groups = regex.captures_len() as i64 - 1;
+    if groups == 0 {
+        return Err("regular expression requires at least one subexpression".into());
+    }
+    if groups > 1 && group.is_none() {
+        return Err(
+            "regular expression has multiple subexpressions and requires podNameRegexGroup to be set"
+                .into(),
+        );
+    }
+    let group = group.unwrap_or(1);
+    // FIX (a Grafana operator bug): a negative group passes its check and panics on the first
+    // pod; refused here with the out-of-range message.
+    if group > groups || group < 0 {
+        return Err("regular expression subexpression index out of range".into());
+    }
+    Ok(Some((regex, group as usize)))
+}
+
+/// `spec.selector.matchLabels`, every value a string, with Kubernetes' accessor errors.
+fn match_labels(spec: &serde_json::Map<String, Value>) -> Result<BTreeMap<String, String>, String> {
+    const PATH: &str = ".spec.selector.matchLabels";
+    let invalid = |e: String| format!("invalid value: selector is not valid, got {e}");
+    let labels = match spec.get("selector") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(selector)) => selector.get("matchLabels"),
+        Some(other) => return Err(invalid(go_text::not_a_map(PATH, other))),
+    };
+    let Some(labels) = labels else {
+        return Err("invalid value: selector is not found".into());
+    };
+    let Some(labels) = labels.as_object() else {
+        return Err(invalid(go_text::not_a_map(PATH, labels)));
+    };
+    labels
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(text) => Ok((k.clone(), text.clone())),
+            other => Err(invalid(format!(
+                "{PATH} accessor error: contains non-string value in the map under key {k:?}: {} is of the type {}, expected string",
+                go_text::value(other),
+                go_text::type_name(other)
+            ))),
+        })
+        .collect()
 }
 
 /// An empty `matchLabels` selects everything in the namespace, as a Kubernetes label
@@ -503,7 +560,57 @@ mod tests {
             ),
             (
                 z(json!({"selector": sel, "crossZoneEvictionDelay": "soon"})),
-                "invalid value: crossZoneEvictionDelay is not a valid duration, got soon",
+                r#"invalid value: crossZoneEvictionDelay is not a valid duration, got time: invalid duration "soon""#,
+            ),
+            (
+                z(json!({"selector": sel, "crossZoneEvictionDelay": "10"})),
+                r#"invalid value: crossZoneEvictionDelay is not a valid duration, got time: missing unit in duration "10""#,
+            ),
+            (
+                z(json!({"selector": sel, "crossZoneEvictionDelay": "-1m"})),
+                "invalid value: crossZoneEvictionDelay must be >= 0, got -1m",
+            ),
+            (
+                z(json!({"selector": sel, "crossZoneEvictionDelay": 60})),
+                "failed to extract value from config field crossZoneEvictionDelay",
+            ),
+            (
+                z(
+                    json!({"selector": sel, "podNamePartitionRegex": "x-(\\d+)", "podNameRegexGroup": 2}),
+                ),
+                "invalid value: regex is not valid, got regular expression subexpression index out of range",
+            ),
+            (
+                z(
+                    json!({"selector": sel, "podNamePartitionRegex": "x-(\\d+)", "podNameRegexGroup": -1}),
+                ),
+                "invalid value: regex is not valid, got regular expression subexpression index out of range",
+            ),
+            (
+                z(
+                    json!({"selector": sel, "podNamePartitionRegex": "x-(\\d+)", "podNameRegexGroup": "1"}),
+                ),
+                "invalid value: regex is not valid, got failed to extract group value from config field podNameRegexGroup",
+            ),
+            (
+                z(json!({"selector": sel, "podNamePartitionRegex": 7})),
+                "invalid value: regex is not valid, got failed to extract regex value from config field podNamePartitionRegex",
+            ),
+            (
+                z(json!({"selector": {"matchLabels": {"name": 1}}})),
+                r#"invalid value: selector is not valid, got .spec.selector.matchLabels accessor error: contains non-string value in the map under key "name": 1 is of the type int64, expected string"#,
+            ),
+            (
+                z(json!({"selector": {"matchLabels": "name=x"}})),
+                "invalid value: selector is not valid, got .spec.selector.matchLabels accessor error: name=x is of the type string, expected map[string]interface{}",
+            ),
+            (
+                z(json!({"selector": sel, "maxUnavailable": "x", "maxUnavailablePercentage": 5})),
+                "invalid value: only one of maxUnavailable or maxUnavailablePercentage may be set",
+            ),
+            (
+                json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ZoneAwarePodDisruptionBudget", "spec": 5}),
+                ".spec accessor error: 5 is of the type int64, expected map[string]interface{}",
             ),
             (
                 z(
@@ -517,6 +624,12 @@ mod tests {
         }
         let ok = parse(&z(json!({"selector": sel}))).unwrap();
         assert_eq!(ok.max_unavailable, Some(1), "default max unavailable is 1");
+        // Group 0 is the whole name, as the anchor allows.
+        let whole = parse(&z(
+            json!({"selector": sel, "podNamePartitionRegex": "x-(\\d+)", "podNameRegexGroup": 0}),
+        ))
+        .unwrap();
+        assert_eq!(whole.partition.map(|(_, g)| g), Some(0));
     }
 
     #[test]

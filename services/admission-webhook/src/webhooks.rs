@@ -255,54 +255,181 @@ pub fn decide(webhook: Webhook, review: &Review, cluster: &Cluster, now: Timesta
     }
 }
 
-/// `spec.replicas` of a supported kind: `Ok(None)` when unset, `Err` for another kind.
-fn replicas_of(object: &Value) -> Result<Option<i64>, String> {
-    let api_version = object
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let kind = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    match (api_version, kind) {
-        ("apps/v1", "Deployment" | "StatefulSet" | "ReplicaSet") | ("autoscaling/v1", "Scale") => {
-            Ok(object.pointer("/spec/replicas").and_then(Value::as_i64))
-        }
-        _ => Err(format!("unsupported type {api_version}/{kind}")),
+/// Why the replica count of a review's object could not be read, in the anchor's words (its
+/// warnings are part of the interface: users and its tests match on them).
+enum Unreadable {
+    /// The object does not decode as a known API type: missing, no kind or apiVersion, a kind
+    /// its scheme does not know, a field of the wrong JSON type.
+    Decode(String),
+    /// A known type without replicas (a DaemonSet, a Pod).
+    Unsupported(String),
+}
+
+/// The group/version/kinds the anchor's decoder knows (its scheme registers apps/v1, core v1,
+/// autoscaling/v1 and the admission groups); any other kind does not decode.
+const REGISTERED: &[(&str, &[&str])] = &[
+    (
+        "apps/v1",
+        &[
+            "ControllerRevision",
+            "DaemonSet",
+            "Deployment",
+            "ReplicaSet",
+            "StatefulSet",
+        ],
+    ),
+    ("autoscaling/v1", &["HorizontalPodAutoscaler", "Scale"]),
+    (
+        "v1",
+        &[
+            "Binding",
+            "ComponentStatus",
+            "ConfigMap",
+            "Endpoints",
+            "Event",
+            "LimitRange",
+            "Namespace",
+            "Node",
+            "PersistentVolume",
+            "PersistentVolumeClaim",
+            "Pod",
+            "PodTemplate",
+            "ReplicationController",
+            "ResourceQuota",
+            "Secret",
+            "Service",
+            "ServiceAccount",
+            "Eviction",
+        ],
+    ),
+    ("admission.k8s.io/v1", &["AdmissionReview"]),
+    ("admission.k8s.io/v1beta1", &["AdmissionReview"]),
+    (
+        "admissionregistration.k8s.io/v1",
+        &[
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ],
+    ),
+    (
+        "admissionregistration.k8s.io/v1beta1",
+        &[
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ],
+    ),
+];
+
+fn registered(api_version: &str, kind: &str) -> bool {
+    let kind = kind.strip_suffix("List").unwrap_or(kind);
+    REGISTERED
+        .iter()
+        .any(|(gv, kinds)| *gv == api_version && kinds.contains(&kind))
+}
+
+/// JSON's name for a value's type, as Go's decoder names it in its errors.
+fn json_type(value: &Value) -> String {
+    match value {
+        Value::String(_) => "string".into(),
+        Value::Number(n) => format!("number {n}"),
+        Value::Bool(_) => "bool".into(),
+        Value::Array(_) => "array".into(),
+        Value::Object(_) => "object".into(),
+        Value::Null => "null".into(),
     }
 }
 
-/// Old and new replicas of an UPDATE, or the decision that ends the review early.
-fn replica_change(review: &Review) -> Result<(i64, i64), Decision> {
-    let old = match review.request.get("oldObject").filter(|o| o.is_object()) {
-        None => {
-            return Err(Decision::allow_with_warning(
-                "can't decode old object, allowing the change, err: no old object",
-            ));
-        }
-        Some(o) => o,
+/// `spec.replicas` of one object of a review: `Ok(None)` when unset. A `Scale`'s count is
+/// never unset: kube-apiserver leaves `replicas: 0` out of a Scale, which means 0 (reading it
+/// as unset would let a `/scale` to 0 through no-downscale).
+fn replicas_of(object: Option<&Value>) -> Result<Option<i64>, Unreadable> {
+    let Some(raw) = object.filter(|o| !o.is_null()) else {
+        return Err(Unreadable::Decode("Object 'Kind' is missing in ''".into()));
     };
-    let new = review
-        .request
-        .get("object")
-        .filter(|o| o.is_object())
-        .ok_or_else(|| {
-            Decision::allow_with_warning(
-                "can't decode new object, allowing the change, err: no object",
-            )
-        })?;
-    let old = replicas_of(old)
-        .map_err(|e| Decision::allow_with_warning(format!("{e}, allowing the change")))?;
-    let new = replicas_of(new)
-        .map_err(|e| Decision::allow_with_warning(format!("{e}, allowing the change")))?;
+    let Some(fields) = raw.as_object() else {
+        return Err(Unreadable::Decode(format!(
+            "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
+            json_type(raw).split(' ').next().unwrap_or_default()
+        )));
+    };
+    let text = |key: &str| fields.get(key).and_then(Value::as_str).unwrap_or_default();
+    let (api_version, kind) = (text("apiVersion"), text("kind"));
+    if kind.is_empty() {
+        return Err(Unreadable::Decode(format!(
+            "Object 'Kind' is missing in '{raw}'"
+        )));
+    }
+    if api_version.is_empty() {
+        return Err(Unreadable::Decode(format!(
+            "Object 'apiVersion' is missing in '{raw}'"
+        )));
+    }
+    if !registered(api_version, kind) {
+        return Err(Unreadable::Decode(format!(
+            "no kind \"{kind}\" is registered for version \"{api_version}\" in scheme \"pkg/admission/scheme.go:21\""
+        )));
+    }
+    let scale = kind == "Scale";
+    if !matches!(kind, "Deployment" | "StatefulSet" | "ReplicaSet") && !scale {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        return Err(Unreadable::Unsupported(format!(
+            "unsupported type {group}/{version}, Kind={kind} (go type *{version}.{kind})"
+        )));
+    }
+    let unset = if scale { Some(0) } else { None };
+    let spec = match fields.get("spec") {
+        None | Some(Value::Null) => return Ok(unset),
+        Some(Value::Object(spec)) => spec,
+        Some(other) => {
+            return Err(Unreadable::Decode(format!(
+                "json: cannot unmarshal {} into Go struct field {kind}.spec of type v1.{kind}Spec",
+                json_type(other).split(' ').next().unwrap_or_default()
+            )));
+        }
+    };
+    match spec.get("replicas") {
+        None | Some(Value::Null) => Ok(unset),
+        Some(value) => value
+            .as_i64()
+            .filter(|n| i32::try_from(*n).is_ok())
+            .map(Some)
+            .ok_or_else(|| {
+                Unreadable::Decode(format!(
+                    "json: cannot unmarshal {} into Go struct field {kind}Spec.spec.replicas of type int32",
+                    json_type(value)
+                ))
+            }),
+    }
+}
+
+/// Old and new replicas of an UPDATE, or the decision that ends the review early. The old
+/// object is read first, then the new one, each warning naming which (the anchor's order and
+/// words); no-downscale says "can't get … replicas" for a known type without replicas, where
+/// prepare-downscale folds it into "can't decode".
+fn replica_change(review: &Review, webhook: Webhook) -> Result<(i64, i64), Decision> {
+    let read = |side: &str, key: &str| {
+        replicas_of(review.request.get(key)).map_err(|why| {
+            let (what, err) = match why {
+                Unreadable::Unsupported(err) if webhook == Webhook::NoDownscale => {
+                    (format!("can't get {side} replicas"), err)
+                }
+                Unreadable::Unsupported(err) | Unreadable::Decode(err) => {
+                    (format!("can't decode {side} object"), err)
+                }
+            };
+            Decision::allow_with_warning(format!("{what}, allowing the change, err: {err}"))
+        })
+    };
+    let old = read("old", "oldObject")?;
+    let new = read("new", "object")?;
     match (old, new) {
         (None, None) => Err(Decision::allow()),
-        (None, Some(_)) => Err(Decision::allow_with_warning(
-            "old replicas is nil, allowing the change",
-        )),
-        (Some(_), None) => Err(Decision::allow_with_warning(
-            "new replicas is nil, allowing the change",
+        (None, Some(_)) | (Some(_), None) => Err(Decision::allow_with_warning(
+            "old/new replicas is nil, allowing the change",
         )),
         (Some(old), Some(new)) if old <= new => Err(Decision::allow()),
         (Some(old), Some(new)) => Ok((old, new)),
@@ -312,7 +439,7 @@ fn replica_change(review: &Review) -> Result<(i64, i64), Decision> {
 /// `downscale of <resource>/<name> in <ns> from <old> to <new> replicas` for a downscale
 /// review, the start of every no-downscale and prepare-downscale message.
 pub fn downscale_prefix(review: &Review) -> Option<String> {
-    replica_change(review)
+    replica_change(review, Webhook::NoDownscale)
         .ok()
         .map(|(old, new)| prefix(review, old, new))
 }
@@ -359,11 +486,11 @@ fn target_labels(
         .and_then(Value::as_str)
         .unwrap_or_default();
     let (name, namespace) = (review.field("name"), review.field("namespace"));
-    let not_found = || {
-        format!(
-            "can't get {resource}/{name} in namespace {namespace}, allowing the change: not found"
-        )
+    // The anchor's texts: its client's not-found error, or the resource it cannot read.
+    let cannot_get = |err: String| {
+        format!("can't get {resource}/{name} in namespace {namespace}, allowing the change: {err}")
     };
+    let not_found = || cannot_get(format!("{resource}.apps \"{name}\" not found"));
     // `Some(labels)` when the parent was found (its labels possibly absent).
     let parent_labels = match (resource, scaled_kind(resource)) {
         ("statefulsets", _) => cluster
@@ -392,11 +519,7 @@ fn target_labels(
                     .and_then(Value::as_object)
                     .cloned()
             }),
-        _ => {
-            return Err(format!(
-                "can't get {resource}/{name} in namespace {namespace}, allowing the change: unsupported resource"
-            ));
-        }
+        _ => return Err(cannot_get(format!("unsupported resource {resource}"))),
     };
     parent_labels.ok_or_else(not_found)
 }
@@ -414,7 +537,7 @@ pub fn scaled_kind(resource: &str) -> Option<&'static str> {
 /// `/admission/no-downscale`: fail-open; denies a decrease of replicas of an object labelled
 /// `grafana.com/no-downscale=true`, for the object and its `/scale` subresource (dry runs too).
 pub fn no_downscale(review: &Review, cluster: &Cluster) -> Decision {
-    let (old, new) = match replica_change(review) {
+    let (old, new) = match replica_change(review, Webhook::NoDownscale) {
         Ok(change) => change,
         Err(decision) => return decision,
     };
@@ -469,7 +592,7 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
     if review.request.get("dryRun").and_then(Value::as_bool) == Some(true) {
         return Decision::allow();
     }
-    let (old, new) = match replica_change(review) {
+    let (old, new) = match replica_change(review, Webhook::PrepareDownscale) {
         Ok(change) => change,
         Err(decision) => return decision,
     };
@@ -565,7 +688,16 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
                     .ok()
                     .and_then(|d| SignedDuration::try_from(d).ok()),
             ) else {
-                return not_allowed("parsing downscale annotations failed.".into());
+                // The anchor's words for each mode (its zone-tracker text does say "parsing"
+                // twice).
+                return not_allowed(
+                    if cluster.zone_tracker.is_some() {
+                        "parsing parsing downscale timestamps from the zone ConfigMap failed."
+                    } else {
+                        "parsing downscale annotations failed."
+                    }
+                    .into(),
+                );
             };
             if now.duration_since(last) < min_time {
                 return not_allowed(format!(

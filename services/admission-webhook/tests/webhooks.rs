@@ -110,7 +110,7 @@ fn no_downscale() {
     assert_eq!(missing["allowed"], true);
     assert_eq!(
         missing["warnings"][0],
-        "can't get statefulsets/ingester-zone-a in namespace mimir, allowing the change: not found"
+        "can't get statefulsets/ingester-zone-a in namespace mimir, allowing the change: statefulsets.apps \"ingester-zone-a\" not found"
     );
     // Fail-open on what it cannot judge.
     let mut nil = down(json!({"grafana.com/no-downscale": "true"}));
@@ -120,7 +120,7 @@ fn no_downscale() {
         .remove("replicas");
     assert_eq!(
         run(Webhook::NoDownscale, nil, vec![]).0["warnings"][0],
-        "new replicas is nil, allowing the change"
+        "old/new replicas is nil, allowing the change"
     );
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
     assert_eq!(
@@ -131,6 +131,142 @@ fn no_downscale() {
         )
         .0["allowed"],
         true
+    );
+}
+
+/// The anchor's warnings for reviews whose replica counts cannot be judged, word for word (read
+/// from its source and checked against it): users and its tests match on them. Listed in
+/// docs/rollout-operator.md as part of the compatibility contract.
+#[test]
+fn no_downscale_warnings_are_the_anchors() {
+    let sts = |spec: Value| json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "s", "namespace": "mimir"}, "spec": spec});
+    let three = sts(json!({"replicas": 3}));
+    let two = sts(json!({"replicas": 2}));
+    let review = |old: Option<Value>, new: Option<Value>| {
+        let mut r = update("statefulsets", three.clone(), two.clone());
+        let request = r["request"].as_object_mut().unwrap();
+        for (key, value) in [("oldObject", old), ("object", new)] {
+            match value {
+                Some(v) => request.insert(key.into(), v),
+                None => request.remove(key),
+            };
+        }
+        r
+    };
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+    let cases = [
+        (
+            review(None, Some(two.clone())),
+            "can't decode old object, allowing the change, err: Object 'Kind' is missing in ''",
+        ),
+        (
+            review(Some(three.clone()), None),
+            "can't decode new object, allowing the change, err: Object 'Kind' is missing in ''",
+        ),
+        (
+            review(Some(sts(json!({}))), Some(two.clone())),
+            "old/new replicas is nil, allowing the change",
+        ),
+        (
+            review(Some(three.clone()), Some(sts(json!({})))),
+            "old/new replicas is nil, allowing the change",
+        ),
+        (
+            review(Some(pod.clone()), Some(pod)),
+            "can't get old replicas, allowing the change, err: unsupported type /v1, Kind=Pod (go type *v1.Pod)",
+        ),
+        (
+            review(
+                Some(
+                    json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "d"}}),
+                ),
+                Some(two.clone()),
+            ),
+            "can't get old replicas, allowing the change, err: unsupported type apps/v1, Kind=DaemonSet (go type *v1.DaemonSet)",
+        ),
+        (
+            review(
+                Some(
+                    json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"replicas": 3}}),
+                ),
+                Some(two.clone()),
+            ),
+            "can't decode old object, allowing the change, err: no kind \"Widget\" is registered for version \"example.com/v1\" in scheme \"pkg/admission/scheme.go:21\"",
+        ),
+        (
+            review(
+                Some(json!({"apiVersion": "apps/v1", "spec": {"replicas": 3}})),
+                Some(two.clone()),
+            ),
+            "can't decode old object, allowing the change, err: Object 'Kind' is missing in '{\"apiVersion\":\"apps/v1\",\"spec\":{\"replicas\":3}}'",
+        ),
+        (
+            review(
+                Some(three.clone()),
+                Some(json!({"kind": "StatefulSet", "spec": {"replicas": 2}})),
+            ),
+            "can't decode new object, allowing the change, err: Object 'apiVersion' is missing in '{\"kind\":\"StatefulSet\",\"spec\":{\"replicas\":2}}'",
+        ),
+        (
+            review(Some(sts(json!({"replicas": "3"}))), Some(two.clone())),
+            "can't decode old object, allowing the change, err: json: cannot unmarshal string into Go struct field StatefulSetSpec.spec.replicas of type int32",
+        ),
+        (
+            review(Some(sts(json!({"replicas": 2.5}))), Some(two.clone())),
+            "can't decode old object, allowing the change, err: json: cannot unmarshal number 2.5 into Go struct field StatefulSetSpec.spec.replicas of type int32",
+        ),
+        (
+            review(
+                Some(sts(json!({"replicas": 3_000_000_000_i64}))),
+                Some(two.clone()),
+            ),
+            "can't decode old object, allowing the change, err: json: cannot unmarshal number 3000000000 into Go struct field StatefulSetSpec.spec.replicas of type int32",
+        ),
+        (
+            review(
+                Some(json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "spec": "x"})),
+                Some(two.clone()),
+            ),
+            "can't decode old object, allowing the change, err: json: cannot unmarshal string into Go struct field StatefulSet.spec of type v1.StatefulSetSpec",
+        ),
+    ];
+    for (review, want) in cases {
+        let (response, _) = run(Webhook::NoDownscale, review.clone(), vec![]);
+        assert_eq!(response["allowed"], true, "{review}");
+        assert_eq!(response["warnings"], json!([want]), "{review}");
+    }
+    // prepare-downscale folds "no replicas" into its decode warning, as the anchor does.
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+    let (response, _) = run(
+        Webhook::PrepareDownscale,
+        review(Some(pod.clone()), Some(pod)),
+        vec![],
+    );
+    assert_eq!(
+        response["warnings"],
+        json!([
+            "can't decode old object, allowing the change, err: unsupported type /v1, Kind=Pod (go type *v1.Pod)"
+        ])
+    );
+}
+
+/// kube-apiserver leaves `replicas: 0` out of a Scale; it means 0, so a `/scale` to 0 of a
+/// labelled StatefulSet is a downscale and is denied (read as "unset", it went through).
+#[test]
+fn a_scale_to_zero_without_a_replicas_field_is_a_downscale() {
+    let labelled = json!({"grafana.com/no-downscale": "true"});
+    let parent = sts("ingester-zone-a", 3, labelled, json!({}), json!({}));
+    let mut to_zero = scale("ingester-zone-a", 0);
+    to_zero["spec"].as_object_mut().unwrap().remove("replicas");
+    let (response, _) = run(
+        Webhook::NoDownscale,
+        update("statefulsets", scale("ingester-zone-a", 3), to_zero),
+        vec![parent],
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(
+        response["status"]["message"],
+        "downscale of statefulsets/ingester-zone-a in mimir from 3 to 0 replicas is not allowed because it has the label 'grafana.com/no-downscale=true'"
     );
 }
 
@@ -292,6 +428,22 @@ fn prepare_downscale_checks_then_lists_its_calls() {
         format!(
             "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
         )
+    );
+    // A sibling's recorded time that does not parse.
+    let unreadable = sts(
+        "ingester-zone-b",
+        3,
+        json!({"rollout-group": "ingester", "grafana.com/min-time-between-zones-downscale": "30m"}),
+        json!({"grafana.com/last-downscale": "yesterday"}),
+        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}),
+    );
+    assert_eq!(
+        msg(run(
+            Webhook::PrepareDownscale,
+            review(labels.clone(), annotations.clone()),
+            cluster(&labels, &annotations, vec![unreadable])
+        )),
+        format!("{prefix}parsing downscale annotations failed.")
     );
     // A sibling zone is not fully updated and ready (no ready pods in the state).
     let busy = sts(
@@ -845,7 +997,7 @@ fn prepare_downscale_with_the_zone_tracker() {
     let malformed = decide_with(Some(vec![("ingester-zone-b", "yesterday")]));
     assert_eq!(
         malformed.message.unwrap(),
-        format!("{prefix}parsing downscale annotations failed.")
+        format!("{prefix}parsing parsing downscale timestamps from the zone ConfigMap failed.")
     );
 }
 

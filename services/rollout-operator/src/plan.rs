@@ -373,13 +373,15 @@ fn update_pods(
         }
         _ => budget,
     };
-    for pod in outdated.iter().take(slots) {
-        if handled.contains(&pod.metadata.name)
-            || pod.metadata.deletion_timestamp.is_some()
-            || recently_deleted(pod)
-        {
-            continue;
-        }
+    // A pod already terminating (or just deleted by us, or replaced above) is counted in
+    // `num_not_ready`, so it holds a slot already: the slots left go to the next old pods, as
+    // the anchor does, and such a pod is never deleted twice.
+    let candidates = outdated.iter().filter(|p| {
+        !handled.contains(&p.metadata.name)
+            && p.metadata.deletion_timestamp.is_none()
+            && !recently_deleted(p)
+    });
+    for pod in candidates.take(slots) {
         if zpdb::decide(pod, observed, zpdbs, Some(override_max), now).is_err() {
             continue;
         }

@@ -223,8 +223,45 @@ fn terminating_pods_take_a_slot_but_are_not_deleted_again() {
         json!({"metadata": {"annotations": {"rollout-max-unavailable": "3"}}}),
     );
     docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
-    // Budget 3, one already not ready → 2 slots: the terminating pod-0 (skipped) and pod-1.
-    assert_eq!(deletes(&run(docs)), vec!["mimir/ingester-zone-a-1"]);
+    // Budget 3, pod-0 terminating holds one slot: the two left go to pod-1 and pod-2.
+    assert_eq!(
+        deletes(&run(docs)),
+        vec!["mimir/ingester-zone-a-1", "mimir/ingester-zone-a-2"]
+    );
+}
+
+#[test]
+fn a_terminating_pod_leaves_the_other_slot_of_a_batch_of_two() {
+    // The anchor's rule: a batch of 2 with pod-0 already terminating deletes pod-1 into the slot
+    // it leaves, whether or not status still counts pod-0 ready, and never deletes pod-0 again.
+    for status_ready in [3, 2] {
+        let mut docs = zone(
+            "a",
+            3,
+            "v1",
+            "v2",
+            &[("v1", "terminating"), OLD, OLD],
+            json!({"metadata": {"annotations": {"rollout-max-unavailable": "2"}},
+                   "status": {"readyReplicas": status_ready}}),
+        );
+        docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
+        assert_eq!(
+            deletes(&run(docs)),
+            vec!["mimir/ingester-zone-a-1"],
+            "status ready {status_ready}"
+        );
+    }
+    // pod-1 terminating in the middle: the one slot left goes to the lowest other ordinal.
+    let mut docs = zone(
+        "a",
+        3,
+        "v1",
+        "v2",
+        &[OLD, ("v1", "terminating"), OLD],
+        json!({"metadata": {"annotations": {"rollout-max-unavailable": "2"}}}),
+    );
+    docs.extend(zone("b", 3, "v2", "v2", &[UP, UP, UP], json!({})));
+    assert_eq!(deletes(&run(docs)), vec!["mimir/ingester-zone-a-0"]);
 }
 
 #[test]
