@@ -40,6 +40,9 @@ pub struct Faults {
     /// Every read (GET) of a path ending in this is answered 500, an error no client retries
     /// by itself (`""`: none).
     pub failing_reads: &'static str,
+    /// Every write (POST, PUT, PATCH, DELETE) of a path ending in this is answered 500
+    /// (`""`: none).
+    pub failing_writes: &'static str,
 }
 
 #[derive(Debug)]
@@ -115,12 +118,12 @@ fn is_write(method: &Method) -> bool {
     [Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(method)
 }
 
-/// The fault for a read of `target` (path and query), if any.
-fn read_fault(method: &Method, faults: &Faults, target: &str) -> Option<StatusCode> {
+/// The fault for a read or write of `target` (path and query) chosen by path, if any.
+fn path_fault(method: &Method, faults: &Faults, target: &str) -> Option<StatusCode> {
     let path = target.split('?').next().unwrap_or_default();
-    (*method == Method::GET
-        && !faults.failing_reads.is_empty()
-        && path.ends_with(faults.failing_reads))
+    let failing = |suffix: &str| !suffix.is_empty() && path.ends_with(suffix);
+    ((*method == Method::GET && failing(faults.failing_reads))
+        || (is_write(method) && failing(faults.failing_writes)))
     .then_some(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
@@ -159,7 +162,7 @@ async fn forward(shared: &Shared, request: axum::extract::Request) -> Response<B
     let fault = is_write(&method)
         .then(|| shared.writes.fetch_add(1, Ordering::SeqCst) + 1)
         .and_then(|n| fault_for(n, &shared.faults, &target))
-        .or_else(|| read_fault(&method, &shared.faults, &target));
+        .or_else(|| path_fault(&method, &shared.faults, &target));
     if let Some(code) = fault {
         record(code.as_u16(), true);
         let reason = match code {
@@ -230,6 +233,7 @@ mod tests {
             retry_after_seconds: 1,
             conflict_every: 4,
             failing_reads: "/pods",
+            failing_writes: "",
         };
         let path = "/api/v1/namespaces/a/configmaps/b";
         let got: Vec<Option<u16>> = (1..=12)
@@ -261,15 +265,31 @@ mod tests {
         // Reads: only GETs of the chosen resource, whatever the query.
         let pods = "/api/v1/namespaces/a/pods?labelSelector=x";
         assert_eq!(
-            read_fault(&Method::GET, &faults, pods),
+            path_fault(&Method::GET, &faults, pods),
             Some(StatusCode::INTERNAL_SERVER_ERROR)
         );
-        assert_eq!(read_fault(&Method::POST, &faults, pods), None);
-        assert_eq!(read_fault(&Method::GET, &faults, path), None);
+        assert_eq!(path_fault(&Method::POST, &faults, pods), None);
+        assert_eq!(path_fault(&Method::GET, &faults, path), None);
         let off = Faults {
             failing_reads: "",
+            failing_writes: "",
             ..faults
         };
-        assert_eq!(read_fault(&Method::GET, &off, pods), None);
+        assert_eq!(path_fault(&Method::GET, &off, pods), None);
+        // Writes: any write method to the chosen object, never its reads.
+        let writes = Faults {
+            failing_reads: "",
+            failing_writes: "/statefulsets/store",
+            ..faults
+        };
+        let store = "/apis/apps/v1/namespaces/a/statefulsets/store";
+        for method in [Method::PATCH, Method::PUT, Method::DELETE] {
+            assert_eq!(
+                path_fault(&method, &writes, store),
+                Some(StatusCode::INTERNAL_SERVER_ERROR)
+            );
+        }
+        assert_eq!(path_fault(&Method::GET, &writes, store), None);
+        assert_eq!(path_fault(&Method::PATCH, &writes, pods), None);
     }
 }

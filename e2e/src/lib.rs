@@ -16,6 +16,7 @@
 //! - [`fault_proxy`]: a proxy in front of kube-apiserver that answers some writes with 429 or
 //!   409, for the fault-injection tests.
 
+pub mod admission;
 pub mod bench;
 pub mod chart;
 pub mod demo;
@@ -23,6 +24,7 @@ pub mod fault_proxy;
 pub mod flux;
 pub mod git;
 pub mod plane;
+pub mod pod_endpoints;
 pub mod release;
 pub mod rollout_watch;
 pub mod services;

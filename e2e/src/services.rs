@@ -494,8 +494,12 @@ pub fn start_admission_webhook(
     tls_address: &str,
     extra: &[&str],
 ) -> Result<ServiceProcess> {
+    // Scoped to the test's namespace: the undo loop of prepare-downscale then never calls
+    // pods of a test running beside (through this server's stand-in address).
     let mut args = vec![
         "--lease-namespace",
+        ns,
+        "--watch-namespace",
         ns,
         "--leader-elect=false",
         "--tls-address",

@@ -462,6 +462,7 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
                 retry_after_seconds: 1,
                 conflict_every: 7,
                 failing_reads: "",
+                failing_writes: "",
             },
         )
         .await?;

@@ -11,90 +11,20 @@ use anyhow::Result;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use strata_e2e::plane::free_port;
-use strata_e2e::services::{
-    ServiceProcess, chart_identity, start_admission_webhook, start_service_with,
+use strata_e2e::admission::{
+    configuration, configuration_name, kubectl_scale, register, register_yaml, start_behind_faults,
 };
+use strata_e2e::plane::free_port;
+use strata_e2e::services::{ServiceProcess, start_admission_webhook};
 use strata_e2e::support::{
     DeleteOnDrop, STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster,
-    eventually, pod_ready, webhook_configuration,
+    eventually, pod_ready,
 };
 
 fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
     let mut args = vec!["--tls-extra-names", "127.0.0.1"];
     args.extend_from_slice(extra);
     start_admission_webhook(ns, &format!("127.0.0.1:{tls_port}"), &args)
-}
-
-/// The name the chart gives the configuration of the webhook at `path` for a server in `ns`:
-/// the only name the server's RBAC lets it inject its CA into.
-fn configuration_name(ns: &str, path: &str) -> String {
-    format!("{}-{ns}", path.trim_start_matches("/admission/"))
-}
-
-/// A webhook configuration for `path` of the server on `port`, labelled for CA injection,
-/// created without a caBundle, named as the chart names it.
-fn configuration(kind: &str, ns: &str, port: u16, path: &str, rules: &str) -> String {
-    webhook_configuration(
-        kind,
-        &configuration_name(ns, path),
-        ns,
-        path.trim_start_matches("/admission/"),
-        &format!("{{url: \"https://127.0.0.1:{port}{path}\"}}"),
-        rules,
-    )
-}
-
-/// Creates the [`configuration`] and waits until the CA is injected into it.
-async fn register(
-    client: &kube::Client,
-    ns: &str,
-    kind: &str,
-    port: u16,
-    path: &str,
-    rules: &str,
-) -> Result<DeleteOnDrop> {
-    let yaml = configuration(kind, ns, port, path, rules);
-    register_yaml(client, ns, kind, &configuration_name(ns, path), &yaml).await
-}
-
-/// Creates a webhook configuration of `kind` written out in `yaml` and waits until the CA is
-/// injected into it.
-async fn register_yaml(
-    client: &kube::Client,
-    ns: &str,
-    kind: &str,
-    name: &str,
-    yaml: &str,
-) -> Result<DeleteOnDrop> {
-    apply_yaml(client, ns, yaml).await?;
-    let registered = DeleteOnDrop {
-        resource: if kind == "MutatingWebhookConfiguration" {
-            "mutatingwebhookconfiguration"
-        } else {
-            "validatingwebhookconfiguration"
-        },
-        name: name.to_string(),
-    };
-    eventually(
-        &format!("caBundle injected into {name}"),
-        Duration::from_secs(30),
-        || async {
-            let out = cluster()
-                .kubectl()
-                .args([
-                    "get",
-                    registered.resource,
-                    name,
-                    "-o",
-                    "jsonpath={.webhooks[0].clientConfig.caBundle}",
-                ])
-                .output()?;
-            Ok((!out.stdout.is_empty()).then_some(()))
-        },
-    )
-    .await?;
-    Ok(registered)
 }
 
 fn sts(name: &str, labels: &str, annotations: &str) -> String {
@@ -164,21 +94,6 @@ async fn zone_tracker_data(
     Ok(found.data.unwrap_or_default())
 }
 
-fn kubectl_scale(ns: &str, name: &str, replicas: u32) -> std::process::Output {
-    cluster()
-        .kubectl()
-        .args([
-            "-n",
-            ns,
-            "scale",
-            "statefulset",
-            name,
-            &format!("--replicas={replicas}"),
-        ])
-        .output()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> {
     let client = cluster().client().await?;
@@ -218,13 +133,13 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
     );
     // The /scale subresource (kubectl scale), once the configuration is active.
     eventually("scale down denied", Duration::from_secs(30), || async {
-        let out = kubectl_scale(&ns.name, "ingester", 2);
+        let out = kubectl_scale(&ns.name, "ingester", 2)?;
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         Ok((!out.status.success() && err.contains(&message)).then_some(()))
     })
     .await?;
     assert!(
-        kubectl_scale(&ns.name, "ingester", 4).status.success(),
+        kubectl_scale(&ns.name, "ingester", 4)?.status.success(),
         "upscale allowed"
     );
     // The object itself.
@@ -323,7 +238,7 @@ async fn prepare_downscale_with_the_zone_tracker_records_in_a_config_map() -> Re
 /// list would have allowed it with nothing prepared.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prepare_downscale_refuses_when_it_cannot_read_the_pods() -> Result<()> {
-    use strata_e2e::fault_proxy::{FaultProxy, Faults};
+    use strata_e2e::fault_proxy::Faults;
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "blind").await?;
     let pods = StandInPods::start(Duration::ZERO).await?;
@@ -340,21 +255,16 @@ async fn prepare_downscale_refuses_when_it_cannot_read_the_pods() -> Result<()> 
         "--pod-address-override",
         pods.address.as_str(),
     ];
-    let identity = chart_identity(cluster().kubeconfig(), "admission-webhook", &args)?;
-    let proxy = FaultProxy::start(
-        core_k8s::client::client_from(Some(&identity), None).await?,
-        Faults {
-            throttle_every: 0,
-            retry_after_seconds: 0,
-            conflict_every: 0,
-            failing_reads: "/pods",
-        },
-    )
-    .await?;
-    let logs = std::env::temp_dir().join("strata-e2e-logs");
-    let _server = start_service_with("admission-webhook", &proxy.kubeconfig(&logs)?, &args)?;
+    let faults = Faults {
+        throttle_every: 0,
+        retry_after_seconds: 0,
+        conflict_every: 0,
+        failing_reads: "/pods",
+        failing_writes: "",
+    };
+    let (_server, proxy) = start_behind_faults(&args, faults).await?;
     let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
-    let out = kubectl_scale(&ns.name, "store", 1);
+    let out = kubectl_scale(&ns.name, "store", 1)?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success(),
@@ -450,7 +360,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     let _server = start(&ns.name, port, &args)?;
     let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
     eventually("downscale prepared", Duration::from_secs(30), || async {
-        let out = kubectl_scale(&ns.name, "store", 1);
+        let out = kubectl_scale(&ns.name, "store", 1)?;
         anyhow::ensure!(
             out.status.success(),
             "{}",
@@ -496,7 +406,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
         // A later downscale of the same zone updates the ConfigMap that now exists: back up
         // to 3 (an upscale asks nothing), then down to 2 (ordinal 2 prepared). Not to 0: a
         // `/scale` request to 0 carries no replica count at all (omitted as a Go zero value).
-        let up = kubectl_scale(&ns.name, "store", 3);
+        let up = kubectl_scale(&ns.name, "store", 3)?;
         assert!(
             up.status.success(),
             "{}",
@@ -504,7 +414,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
         );
         store_settled(&client, &ns.name, 3).await?;
         let before = pods.posts.load(Ordering::SeqCst);
-        let out = kubectl_scale(&ns.name, "store", 2);
+        let out = kubectl_scale(&ns.name, "store", 2)?;
         assert!(
             out.status.success(),
             "{}",
@@ -526,9 +436,10 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
 }
 
 /// The pods are told to prepare, then the request's deadline passes before they answer: the
-/// API server gets "timed out" (the downscale is denied), so the pods must be told to undo —
-/// even though the handler that made the calls was dropped at the deadline — and no downscale
-/// time is recorded.
+/// API server gets "timed out" (under `failurePolicy: Fail` the downscale is denied), so once
+/// the request is settled (`--prepare-downscale-undo-after`) and the StatefulSet still wants
+/// the pods, they must be told to undo — even though the handler that made the calls was
+/// dropped at the deadline — and no downscale time is recorded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_prepared_past_the_deadline_are_told_to_undo() -> Result<()> {
     let client = cluster().client().await?;
@@ -543,12 +454,14 @@ async fn pods_prepared_past_the_deadline_are_told_to_undo() -> Result<()> {
         "2s",
         "--pod-timeout",
         "8s",
+        "--prepare-downscale-undo-after",
+        "3s",
     ];
     let _server = start(&ns.name, port, &args)?;
     let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
     // Until the webhook serves, the scale fails for other reasons; then it must be the deadline.
     let message = eventually("a deadline denial", Duration::from_secs(30), || async {
-        let out = kubectl_scale(&ns.name, "store", 1);
+        let out = kubectl_scale(&ns.name, "store", 1)?;
         anyhow::ensure!(!out.status.success(), "the downscale went through");
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         Ok(stderr.contains("timed out deciding").then_some(stderr))

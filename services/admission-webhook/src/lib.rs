@@ -8,6 +8,7 @@ pub mod certs;
 pub mod inject;
 pub mod metrics;
 pub mod policy;
+pub mod prepared;
 pub mod review;
 pub mod server;
 pub mod tls;
@@ -106,6 +107,13 @@ pub struct WebhookArgs {
     /// admission under `failurePolicy: Fail`. At most 3 s (the shutdown stays within 10 s).
     #[arg(long, default_value = "2s", value_parser = shutdown_delay)]
     pub shutdown_delay: Duration,
+    /// A pod prepared for a downscale that its StatefulSet still wants this long after it was
+    /// prepared is told to undo (the downscale did not happen: refused by a later admission
+    /// step, timed out, or the replicas went back up before the pod was removed). The default
+    /// is kube-apiserver's own request timeout: past it no request can still remove the pod.
+    /// A downscale this server denies itself is undone at once.
+    #[arg(long, default_value = "1m", value_parser = core_k8s::args::parse_duration)]
+    pub prepare_downscale_undo_after: Duration,
 }
 
 /// `--shutdown-delay` unless given (also what the rollout-operator's compatibility mode uses).
@@ -311,7 +319,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     let serving = server::serve(
         args.tls_address,
         tls,
-        app,
+        app.clone(),
         ctx.shutdown.clone(),
         serving_stop,
     );
@@ -322,7 +330,8 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         }
     };
     let collecting = policy::run(ctx.clone(), metrics.failure_policy.clone());
-    let (served, (), ()) = futures::join!(serving, injecting, collecting);
+    let undoing = prepared::run(ctx.clone(), app.clone(), args.prepare_downscale_undo_after);
+    let (served, (), (), ()) = futures::join!(serving, injecting, collecting, undoing);
     if let Err(e) = served {
         tracing::error!(error = %e, address = %args.tls_address, "admission server failed");
     }

@@ -34,6 +34,13 @@ pub struct WebhookLabels {
     pub webhook: &'static str,
 }
 
+/// How an undo call to a pod prepared for a downscale that did not happen ended.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UndoLabels {
+    /// `answered`, `gone` (nothing left to undo) or `failed` (retried).
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug)]
 pub struct Metrics {
     pub reviews: Family<ReviewLabels, Counter>,
@@ -41,6 +48,7 @@ pub struct Metrics {
     pub certificate_expiry: Gauge,
     pub zpdb: ZpdbMetrics,
     pub failure_policy: Family<PolicyLabels, Gauge>,
+    pub prepare_undo: Family<UndoLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -109,6 +117,7 @@ impl Default for Metrics {
             certificate_expiry: Gauge::default(),
             zpdb: ZpdbMetrics::default(),
             failure_policy: Family::default(),
+            prepare_undo: Family::default(),
         }
     }
 }
@@ -142,6 +151,11 @@ impl Metrics {
             "admission_webhook_certificate_expiry_timestamp_seconds",
             "Unix time at which the serving certificate expires (0 until one is loaded)",
             metrics.certificate_expiry.clone(),
+        );
+        registry.register(
+            "admission_webhook_prepare_downscale_undo",
+            "Undo calls to pods prepared for a downscale that did not happen, by result (answered, gone, failed and retried)",
+            metrics.prepare_undo.clone(),
         );
         metrics
     }

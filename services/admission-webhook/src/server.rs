@@ -22,6 +22,7 @@ use kube::{Api, Client};
 use serde_json::{Value, json};
 
 use crate::metrics::{Metrics, Outcome};
+use crate::prepared::{self, PreparedPod};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
 use core_rollout::evictions;
@@ -358,10 +359,11 @@ async fn may_impersonate(
 }
 
 /// Runs [`prepare`] in a task of its own. The handler's deadline drops the handler's future
-/// and answers "timed out" (a denial); pods already told to prepare must then be told to undo,
-/// which a dropped future never would. The task outlives the handler: it sees that nobody
-/// waits for its decision any more, skips recording a downscale that will not happen, and
-/// sends the DELETEs.
+/// and answers "timed out"; a dropped future would stop half-way. The task outlives the
+/// handler: it sees that nobody waits for its decision any more and skips recording the
+/// downscale. Its pods stay marked, and the undo loop ([`prepared::run`]) tells them to undo
+/// once the request is settled if their StatefulSet still wants them (under `failurePolicy:
+/// Ignore` a timed-out downscale still happens, and then they must stay prepared).
 async fn prepare_detached(
     app: &App,
     review: &Review,
@@ -379,19 +381,17 @@ async fn prepare_detached(
         if let Err(decision) = answer.send(decision)
             && decision.allowed
         {
-            // Prepared and recorded just as the deadline passed: the downscale was denied.
-            tracing::warn!("prepare-downscale answered too late; undoing the pods' preparation");
-            undo(&app, &post_urls(&decision)).await;
+            // Prepared and recorded just as the deadline passed. Whether the downscale happens
+            // now depends on the configuration's failurePolicy (Ignore lets it through), so
+            // the pods keep their marks and the undo loop judges by the replicas it sees.
+            tracing::warn!(
+                "prepare-downscale answered too late; the undo loop will tell the pods to undo if the downscale does not happen"
+            );
         }
     });
     decided
         .await
         .unwrap_or_else(|_| Decision::deny_with_code(500, "prepare-downscale stopped"))
-}
-
-/// The DELETE calls that take back the POSTs to these pod URLs.
-async fn undo(app: &App, urls: &[String]) {
-    let _ = app.http.call_all("DELETE", urls).await;
 }
 
 /// The pod URLs a prepare-downscale decision POSTs to.
@@ -404,10 +404,12 @@ fn post_urls(decision: &Decision) -> Vec<String> {
         .collect()
 }
 
-/// POSTs to every pod going away; on any failure DELETEs them all and denies. Then records
-/// the downscale time: on the StatefulSet, or in zone-tracker mode in the ConfigMap as it was
-/// read (`tracked`: `Some(None)` when it did not exist). `abandoned` says the request was
-/// already answered (deadline passed): then nothing is recorded and the pods are un-prepared.
+/// Marks every pod going away, then POSTs to each; on any failure denies and tells them all
+/// to undo (retried until they answer, see [`prepared::undo_now`]). Then records the
+/// downscale time: on the StatefulSet, or in zone-tracker mode in the ConfigMap as it was read
+/// (`tracked`: `Some(None)` when it did not exist); a failed record is a denial with the same
+/// undo. `abandoned` says the request was already answered (deadline passed): then nothing is
+/// recorded and the undo loop decides.
 async fn prepare(
     app: &App,
     review: &Review,
@@ -418,10 +420,23 @@ async fn prepare(
 ) -> Decision {
     let urls = post_urls(&decision);
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
+    let namespace = review.field("namespace");
+    let pods: Vec<PreparedPod> = urls
+        .iter()
+        .map(|url| PreparedPod::from_url(namespace, url))
+        .collect();
+    // Marked before they are called: whatever becomes of this request, they are found again.
+    if let Err(e) = prepared::mark(app, &pods).await {
+        tracing::warn!(error = %e, "prepare-downscale could not mark the pods; nothing was called");
+        return denied(&format!("{e}; no pod was prepared."));
+    }
     let results = app.http.call_all("POST", &urls).await;
     if abandoned() {
-        tracing::warn!("prepare-downscale passed its deadline while calling the pods; undoing");
-        undo(app, &urls).await;
+        // The API server was told "timed out"; with failurePolicy Ignore it may still scale
+        // down, so the undo loop decides from the replicas once the request is settled.
+        tracing::warn!(
+            "prepare-downscale passed its deadline while calling the pods; the undo loop takes over"
+        );
         return denied("the pods did not answer before the request deadline.");
     }
     if results
@@ -434,13 +449,13 @@ async fn prepare(
         {
             tracing::warn!(result = ?r, "prepare-downscale call failed");
         }
-        undo(app, &urls).await;
+        prepared::undo_now(app, &pods).await;
         return denied("one or more pods failed to prepare for shutdown.");
     }
     if let (Some(tracked), Some(config_map)) = (tracked, &app.zone_tracker) {
         if let Err(e) = record_in_zone_tracker(app, review, config_map, tracked).await {
             tracing::warn!(error = %e, "recording the downscale in the zone ConfigMap failed");
-            undo(app, &urls).await;
+            prepared::undo_now(app, &pods).await;
             return denied("setting downscale timestamp in the zone ConfigMap failed.");
         }
         return decision;
@@ -466,7 +481,7 @@ async fn prepare(
         .await
     {
         tracing::warn!(error = %e, "recording last-downscale failed");
-        undo(app, &urls).await;
+        prepared::undo_now(app, &pods).await;
         return denied("adding an annotation to the statefulset failed.");
     }
     decision

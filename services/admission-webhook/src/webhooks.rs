@@ -580,6 +580,62 @@ pub fn go_duration(d: SignedDuration) -> String {
     }
 }
 
+/// Where the pods of a StatefulSet labelled for prepare-downscale are called: read from the
+/// live object (its annotations and serviceName), never from a review.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrepareEndpoint {
+    port: String,
+    path: String,
+    service: String,
+    namespace: String,
+    cluster_domain: String,
+}
+
+impl PrepareEndpoint {
+    /// The endpoint, or the anchor's reason (the end of its denial) why there is none.
+    pub fn of(sts: &StatefulSet, cluster_domain: &str) -> Result<Self, String> {
+        let port = annotation(sts, PREPARE_PORT).unwrap_or_default();
+        if port.is_empty() {
+            return Err(format!(
+                "the {PREPARE_PORT} annotation is not set or empty."
+            ));
+        }
+        let path = annotation(sts, PREPARE_PATH).unwrap_or_default();
+        if path.is_empty() {
+            return Err(format!(
+                "the {PREPARE_PATH} annotation is not set or empty."
+            ));
+        }
+        let service = sts
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_name.clone())
+            .unwrap_or_default();
+        if service.is_empty() {
+            return Err("the serviceName is not set or empty.".into());
+        }
+        Ok(Self {
+            port: port.to_string(),
+            path: path.to_string(),
+            service,
+            namespace: sts.metadata.namespace.clone().unwrap_or_default(),
+            cluster_domain: cluster_domain.to_string(),
+        })
+    }
+
+    /// The URL of one pod (the anchor's form: its stable DNS name, the port, the path).
+    pub fn url(&self, pod: &str) -> String {
+        let Self {
+            port,
+            path,
+            service,
+            namespace,
+            cluster_domain,
+        } = self;
+        format!("http://{pod}.{service}.{namespace}.svc.{cluster_domain}:{port}/{path}")
+    }
+}
+
 /// `/admission/prepare-downscale` (annotation mode): before a StatefulSet shrinks, check the
 /// zone rules, then ask the pods going away to prepare, and record the downscale time.
 /// Most pods one prepare-downscale request prepares. The request itself names the replica
@@ -633,26 +689,10 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             old - new
         ));
     }
-    let port = annotation(&sts, PREPARE_PORT).unwrap_or_default();
-    if port.is_empty() {
-        return not_allowed(format!(
-            "the {PREPARE_PORT} annotation is not set or empty."
-        ));
-    }
-    let path = annotation(&sts, PREPARE_PATH).unwrap_or_default();
-    if path.is_empty() {
-        return not_allowed(format!(
-            "the {PREPARE_PATH} annotation is not set or empty."
-        ));
-    }
-    let service = sts
-        .spec
-        .as_ref()
-        .map(|s| s.service_name.clone().unwrap_or_default())
-        .unwrap_or_default();
-    if service.is_empty() {
-        return not_allowed("the serviceName is not set or empty.".into());
-    }
+    let endpoint = match PrepareEndpoint::of(&sts, &cluster.cluster_domain) {
+        Ok(endpoint) => endpoint,
+        Err(why) => return not_allowed(why),
+    };
     let name = sts.metadata.name.clone().unwrap_or_default();
     if let Some(group) = label(&sts.metadata.labels, keys::ROLLOUT_GROUP).filter(|g| !g.is_empty())
     {
@@ -752,10 +792,9 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             ));
             continue;
         }
-        decision.side_effects.push(format!(
-            "POST http://{pod}.{service}.{namespace}.svc.{}:{port}/{path}",
-            cluster.cluster_domain
-        ));
+        decision
+            .side_effects
+            .push(format!("POST {}", endpoint.url(&pod)));
     }
     decision.side_effects.push(match &cluster.zone_tracker {
         // FIX (a Grafana operator bug): a new ConfigMap holds only this entry; the anchor seeds

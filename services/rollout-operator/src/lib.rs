@@ -77,6 +77,10 @@ pub struct CompatArgs {
     /// The zone-tracker ConfigMap (`-zone-tracker.config-map-name`).
     #[arg(long, default_value = "rollout-operator-zone-tracker")]
     pub zone_tracker_config_map_name: String,
+    /// When a pod prepared for a downscale that did not happen is told to undo (a Strata
+    /// flag; see the admission-webhook's `--prepare-downscale-undo-after`).
+    #[arg(long, default_value = "1m", value_parser = core_k8s::args::parse_duration)]
+    pub prepare_downscale_undo_after: std::time::Duration,
 }
 
 impl CompatArgs {
@@ -105,6 +109,7 @@ impl CompatArgs {
             inject_ca_bundle: self.webhook_inject_ca_bundle,
             request_timeout: self.webhook_request_timeout,
             shutdown_delay: admission_webhook::DEFAULT_SHUTDOWN_DELAY,
+            prepare_downscale_undo_after: self.prepare_downscale_undo_after,
         }
     }
 }

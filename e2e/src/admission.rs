@@ -1,0 +1,117 @@
+//! Registering the admission-webhook with kube-apiserver in a test: webhook configurations
+//! named and labelled as the chart makes them, pointing at a server on 127.0.0.1, and the
+//! kubectl calls the tests make through them.
+
+use std::time::Duration;
+
+use anyhow::Result;
+
+use crate::support::{DeleteOnDrop, apply_yaml, cluster, eventually, webhook_configuration};
+
+/// The name the chart gives the configuration of the webhook at `path` for a server in `ns`:
+/// the only name the server's RBAC lets it inject its CA into.
+pub fn configuration_name(ns: &str, path: &str) -> String {
+    format!("{}-{ns}", path.trim_start_matches("/admission/"))
+}
+
+/// A webhook configuration for `path` of the server on `port`, labelled for CA injection,
+/// created without a caBundle, named as the chart names it.
+pub fn configuration(kind: &str, ns: &str, port: u16, path: &str, rules: &str) -> String {
+    webhook_configuration(
+        kind,
+        &configuration_name(ns, path),
+        ns,
+        path.trim_start_matches("/admission/"),
+        &format!("{{url: \"https://127.0.0.1:{port}{path}\"}}"),
+        rules,
+    )
+}
+
+/// Creates the [`configuration`] and waits until the CA is injected into it.
+pub async fn register(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    port: u16,
+    path: &str,
+    rules: &str,
+) -> Result<DeleteOnDrop> {
+    let yaml = configuration(kind, ns, port, path, rules);
+    register_yaml(client, ns, kind, &configuration_name(ns, path), &yaml).await
+}
+
+/// Creates a webhook configuration of `kind` written out in `yaml` and waits until the CA is
+/// injected into it.
+pub async fn register_yaml(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    yaml: &str,
+) -> Result<DeleteOnDrop> {
+    apply_yaml(client, ns, yaml).await?;
+    let registered = DeleteOnDrop {
+        resource: if kind == "MutatingWebhookConfiguration" {
+            "mutatingwebhookconfiguration"
+        } else {
+            "validatingwebhookconfiguration"
+        },
+        name: name.to_string(),
+    };
+    eventually(
+        &format!("caBundle injected into {name}"),
+        Duration::from_secs(30),
+        || async {
+            let out = cluster()
+                .kubectl()
+                .args([
+                    "get",
+                    registered.resource,
+                    name,
+                    "-o",
+                    "jsonpath={.webhooks[0].clientConfig.caBundle}",
+                ])
+                .output()?;
+            Ok((!out.stdout.is_empty()).then_some(()))
+        },
+    )
+    .await?;
+    Ok(registered)
+}
+
+/// `kubectl scale statefulset NAME --replicas=N` in `ns`.
+pub fn kubectl_scale(ns: &str, name: &str, replicas: u32) -> Result<std::process::Output> {
+    Ok(cluster()
+        .kubectl()
+        .args([
+            "-n",
+            ns,
+            "scale",
+            "statefulset",
+            name,
+            &format!("--replicas={replicas}"),
+        ])
+        .output()?)
+}
+
+/// Starts the admission-webhook as its chart identity, talking to the API through a
+/// [`FaultProxy`](crate::fault_proxy::FaultProxy) that injects `faults`.
+pub async fn start_behind_faults(
+    args: &[&str],
+    faults: crate::fault_proxy::Faults,
+) -> Result<(
+    crate::services::ServiceProcess,
+    crate::fault_proxy::FaultProxy,
+)> {
+    let identity =
+        crate::services::chart_identity(cluster().kubeconfig(), "admission-webhook", args)?;
+    let proxy = crate::fault_proxy::FaultProxy::start(
+        core_k8s::client::client_from(Some(&identity), None).await?,
+        faults,
+    )
+    .await?;
+    let logs = std::env::temp_dir().join("strata-e2e-logs");
+    let server =
+        crate::services::start_service_with("admission-webhook", &proxy.kubeconfig(&logs)?, args)?;
+    Ok((server, proxy))
+}

@@ -1,0 +1,150 @@
+//! Stand-in pods for the endpoints the webhooks and the rollout-operator call on pods
+//! (prepare-downscale's prepare/undo, delayed downscale's prepare/cancel), reached through the
+//! services' test-only `--pod-address-override`. The pod is named by the Host header the
+//! caller sends (`<pod>.<service>.<namespace>.svc…`); calls for pods of another namespace (a
+//! test running beside) are answered 404 and not recorded.
+//!
+//! Each pod answers as it is told ([`Answer`], per method) and keeps the state a real pod
+//! would: prepared from the moment a POST reaches it until a DELETE it answered with 2xx.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::Result;
+use axum::http::{HeaderMap, Method, StatusCode};
+
+/// How a stand-in pod answers one method.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// 200 with this body.
+    Ok(String),
+    /// This status, empty body.
+    Status(u16),
+    /// 200 with this body, after a delay.
+    Late(Duration, String),
+    /// Never answers (the caller's timeout ends the call).
+    Hang,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Per pod and method; missing: 200 "ok".
+    answers: BTreeMap<(String, String), Answer>,
+    /// Every call received: (method, pod).
+    calls: Vec<(String, String)>,
+    prepared: BTreeMap<String, bool>,
+}
+
+/// The stand-in server; clones share it.
+#[derive(Clone, Debug)]
+pub struct PodEndpoints {
+    namespace: String,
+    state: Arc<Mutex<State>>,
+    /// `host:port` to give `--pod-address-override`.
+    pub address: String,
+}
+
+impl PodEndpoints {
+    /// Serves on a free port of 127.0.0.1 for the pods of `namespace`.
+    pub async fn start(namespace: &str) -> Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?.to_string();
+        let me = Self {
+            namespace: namespace.to_string(),
+            state: Arc::default(),
+            address,
+        };
+        let server = me.clone();
+        let app = axum::Router::new().fallback(move |method: Method, headers: HeaderMap| {
+            let server = server.clone();
+            async move { server.answer(method, headers).await }
+        });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Ok(me)
+    }
+
+    async fn answer(&self, method: Method, headers: HeaderMap) -> (StatusCode, String) {
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default();
+        let mut labels = host.split('.');
+        let pod = labels.next().unwrap_or_default().to_string();
+        if labels.nth(1) != Some(self.namespace.as_str()) {
+            return (StatusCode::NOT_FOUND, String::new());
+        }
+        let answer = {
+            let mut state = self.state();
+            state.calls.push((method.to_string(), pod.clone()));
+            if method == Method::POST {
+                // The pod acts on the call as soon as it gets it, however it answers.
+                state.prepared.insert(pod.clone(), true);
+            }
+            state
+                .answers
+                .get(&(pod.clone(), method.to_string()))
+                .cloned()
+                .unwrap_or_else(|| Answer::Ok("ok".into()))
+        };
+        let (status, body) = match answer {
+            Answer::Ok(body) => (StatusCode::OK, body),
+            Answer::Status(code) => (
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                String::new(),
+            ),
+            Answer::Late(delay, body) => {
+                tokio::time::sleep(delay).await;
+                (StatusCode::OK, body)
+            }
+            Answer::Hang => {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                (StatusCode::OK, String::new())
+            }
+        };
+        if method == Method::DELETE && status.is_success() {
+            self.state().prepared.insert(pod, false);
+        }
+        (status, body)
+    }
+
+    /// The shared state; a test that panicked while holding it leaves it usable.
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// How `pod` answers `method` from now on.
+    pub fn set(&self, pod: &str, method: &str, answer: Answer) {
+        self.state()
+            .answers
+            .insert((pod.to_string(), method.to_string()), answer);
+    }
+
+    /// The pods prepared now (POST received, no answered DELETE since).
+    pub fn prepared(&self) -> Vec<String> {
+        let state = self.state();
+        state
+            .prepared
+            .iter()
+            .filter(|(_, p)| **p)
+            .map(|(pod, _)| pod.clone())
+            .collect()
+    }
+
+    /// How many times `method` reached `pod`.
+    pub fn count(&self, method: &str, pod: &str) -> usize {
+        let state = self.state();
+        state
+            .calls
+            .iter()
+            .filter(|(m, p)| m == method && p == pod)
+            .count()
+    }
+
+    /// Every call so far: (method, pod).
+    pub fn calls(&self) -> Vec<(String, String)> {
+        self.state().calls.clone()
+    }
+}
