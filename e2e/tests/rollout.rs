@@ -483,6 +483,14 @@ impl DelayEndpoints {
     }
 }
 
+/// Zone a of group ingester (3 replicas) mirroring ReplicaTemplate `ingester`, with a 1 h
+/// delayed downscale negotiated at its pods' `:8080/ingester/prepare-delayed-downscale`.
+async fn apply_delayed_zone(client: &kube::Client, ns: &str) -> Result<()> {
+    let annotations = r#""grafana.com/rollout-mirror-replicas-from-resource-name": ingester, "grafana.com/rollout-mirror-replicas-from-resource-kind": ReplicaTemplate, "grafana.com/rollout-mirror-replicas-from-resource-api-version": rollout-operator.grafana.com/v1, "grafana.com/rollout-delayed-downscale": 1h, "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod:8080/ingester/prepare-delayed-downscale""#;
+    apply_yaml(client, ns, &plain_zone("a", "ingester", 3, "", annotations)).await?;
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Result<()> {
     let client = cluster().client().await?;
@@ -493,13 +501,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     // Pod 2 prepared two hours ago, pod 1 only now: with a 1h delay only pod 2 may go.
     endpoints.prepare("ingester-zone-a-2", Duration::from_secs(7200));
     endpoints.prepare("ingester-zone-a-1", Duration::ZERO);
-    let annotations = r#""grafana.com/rollout-mirror-replicas-from-resource-name": ingester, "grafana.com/rollout-mirror-replicas-from-resource-kind": ReplicaTemplate, "grafana.com/rollout-mirror-replicas-from-resource-api-version": rollout-operator.grafana.com/v1, "grafana.com/rollout-delayed-downscale": 1h, "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod:8080/ingester/prepare-delayed-downscale""#;
-    apply_yaml(
-        &client,
-        &ns.name,
-        &plain_zone("a", "ingester", 3, "", annotations),
-    )
-    .await?;
+    apply_delayed_zone(&client, &ns.name).await?;
     let address = address.to_string();
     let operator = start_operator(&ns.name, &["--pod-address-override", &address])?;
     // Stable at start-up: the surviving pods' stale preparations are cancelled once.
@@ -736,4 +738,117 @@ fn names(pods: &[Pod]) -> Vec<String> {
             )
         })
         .collect()
+}
+
+/// The notes of the `DelayedDownscale` Events on StatefulSet `name`.
+async fn delayed_notes(client: &kube::Client, ns: &str, name: &str) -> Result<Vec<String>> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), ns);
+    Ok(events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("DelayedDownscale")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+        })
+        .filter_map(|e| e.note)
+        .collect())
+}
+
+/// With a 1 h delayed downscale from 3 to 1, pod 2 prepared two hours ago and pod 1 answering
+/// its prepare call too late, with a body without a timestamp, with garbage, or not at all:
+/// the downscale never proceeds early, and each decision (the pod, why it holds) is an Event
+/// on the StatefulSet. Once pod 1 reports an old enough time, the zone goes to 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_downscale_never_goes_early_on_a_late_invalid_or_missing_answer() -> Result<()> {
+    use strata_e2e::pod_endpoints::{Answer, PodEndpoints};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "delayed-faults").await?;
+    replica_template(&client, &ns.name, "ingester", 3).await?;
+    let pods = PodEndpoints::start(&ns.name).await?;
+    let long_ago = jiff::Timestamp::now().as_second() - 7200;
+    let prepared = format!("{{\"timestamp\": {long_ago}}}");
+    pods.set("ingester-zone-a-2", "POST", Answer::Ok(prepared.clone()));
+    apply_delayed_zone(&client, &ns.name).await?;
+    let _operator = start_operator(
+        &ns.name,
+        &[
+            "--pod-address-override",
+            &pods.address,
+            "--pod-timeout",
+            "1s",
+        ],
+    )?;
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    // (case, the pod that answers badly, its answer, the reason the decision names); the
+    // other pod going away answers with its time of two hours ago.
+    let cases = [
+        (
+            "late",
+            "ingester-zone-a-1",
+            Answer::Late(Duration::from_secs(3), prepared.clone()),
+            "timed out",
+        ),
+        (
+            "no timestamp",
+            "ingester-zone-a-1",
+            Answer::Ok(r#"{"timestamp": "soon"}"#.into()),
+            "response has no non-zero timestamp",
+        ),
+        (
+            "garbage",
+            "ingester-zone-a-1",
+            Answer::Ok("<html>busy</html>".into()),
+            "unparsable response",
+        ),
+        ("no answer", "ingester-zone-a-2", Answer::Hang, "timed out"),
+    ];
+    for (case, bad, answer, reason) in cases {
+        for pod in ["ingester-zone-a-1", "ingester-zone-a-2"] {
+            pods.set(pod, "POST", Answer::Ok(prepared.clone()));
+        }
+        pods.set(bad, "POST", answer);
+        scale_template(&ns.name, "ingester", 1)?;
+        let held = format!("held: pod {bad}: {reason}");
+        let note = eventually(
+            &format!("{case}: a held decision published"),
+            Duration::from_secs(45),
+            || async {
+                let notes = delayed_notes(&client, &ns.name, "ingester-zone-a").await?;
+                Ok(notes.into_iter().find(|n| n.contains(&held)))
+            },
+        )
+        .await?;
+        let good = if bad.ends_with('1') {
+            "ingester-zone-a-2"
+        } else {
+            "ingester-zone-a-1"
+        };
+        assert!(
+            note.contains(&format!("{good} prepared at")),
+            "{case}: the prepared pod is listed with its time: {note}"
+        );
+        assert_eq!(
+            replicas(&sts, "ingester-zone-a").await?,
+            3,
+            "{case}: nothing goes while {bad} holds ({note})"
+        );
+        // Back to stable before the next case.
+        scale_template(&ns.name, "ingester", 3)?;
+    }
+    pods.set("ingester-zone-a-2", "POST", Answer::Ok(prepared));
+    scale_template(&ns.name, "ingester", 1)?;
+    eventually("downscale to 1", Duration::from_secs(45), || async {
+        Ok((replicas(&sts, "ingester-zone-a").await? == 1).then_some(()))
+    })
+    .await?;
+    let notes = delayed_notes(&client, &ns.name, "ingester-zone-a").await?;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("scale 3 -> 1: every pod going away prepared at least 1h ago")),
+        "{notes:?}"
+    );
+    Ok(())
 }

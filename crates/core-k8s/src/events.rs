@@ -1,8 +1,16 @@
 //! Kubernetes Events, published with stable CamelCase reasons.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
 
 use crate::{Error, Result};
 
@@ -22,11 +30,41 @@ pub fn is_camel_case_reason(reason: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric())
 }
 
-/// Publishes Events as one reporting controller. Repeated identical Events are folded into a
-/// series by kube's recorder instead of flooding the API.
+/// Publishes Events as one reporting controller. An Event repeated on the same object (same
+/// type, reason, action **and note**) within [`SERIES_WINDOW`] is folded into the first one's
+/// series instead of flooding the API. kube's own recorder folds by reason alone, so a second,
+/// different note (a decision that changed, another error) was lost in the first one's count;
+/// here a new note is a new Event.
 #[derive(Clone)]
 pub struct EventPublisher {
-    recorder: Recorder,
+    client: Client,
+    controller: String,
+    instance: String,
+    published: Arc<Mutex<HashMap<EventKey, Published>>>,
+}
+
+/// How long a repeated Event is folded into the last one.
+pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct EventKey {
+    regarding: (
+        Option<String>,
+        Option<String>,
+        Option<String>,
+        Option<String>,
+    ),
+    type_: &'static str,
+    reason: String,
+    action: String,
+    note: String,
+}
+
+#[derive(Clone, Debug)]
+struct Published {
+    name: String,
+    count: i32,
+    last: Timestamp,
 }
 
 impl std::fmt::Debug for EventPublisher {
@@ -38,12 +76,11 @@ impl std::fmt::Debug for EventPublisher {
 impl EventPublisher {
     /// `controller` is the service's field-manager name; `instance` tells replicas apart.
     pub fn new(client: Client, controller: &str, instance: &str) -> Self {
-        let reporter = Reporter {
-            controller: controller.to_string(),
-            instance: Some(instance.to_string()),
-        };
         Self {
-            recorder: Recorder::new(client, reporter),
+            client,
+            controller: controller.to_string(),
+            instance: instance.to_string(),
+            published: Arc::default(),
         }
     }
 
@@ -68,15 +105,9 @@ impl EventPublisher {
             note.truncate(cut);
             note.push_str("...");
         }
-        let event = Event {
-            type_: match severity {
-                Severity::Normal => EventType::Normal,
-                Severity::Warning => EventType::Warning,
-            },
-            reason: reason.to_string(),
-            note: Some(note),
-            action: action.to_string(),
-            secondary: None,
+        let type_ = match severity {
+            Severity::Normal => "Normal",
+            Severity::Warning => "Warning",
         };
         let who = format!(
             "{} {}/{}",
@@ -84,10 +115,82 @@ impl EventPublisher {
             regarding.namespace.as_deref().unwrap_or(""),
             regarding.name.as_deref().unwrap_or("")
         );
-        self.recorder
-            .publish(&event, regarding)
-            .await
-            .map_err(|e| Error::api(format!("publish event {reason} on {who}"), e))
+        let key = EventKey {
+            regarding: (
+                regarding.uid.clone(),
+                regarding.kind.clone(),
+                regarding.namespace.clone(),
+                regarding.name.clone(),
+            ),
+            type_,
+            reason: reason.to_string(),
+            action: action.to_string(),
+            note: note.clone(),
+        };
+        let now = Timestamp::now();
+        let window = SignedDuration::try_from(SERIES_WINDOW).unwrap_or(SignedDuration::MAX);
+        let repeat = {
+            let mut published = self
+                .published
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            published.retain(|_, p| now.duration_since(p.last) < window);
+            published.get(&key).cloned()
+        };
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
+        let fail = |e| Error::api(format!("publish event {reason} on {who}"), e);
+        let (name, count) = match repeat {
+            Some(first) => {
+                let count = first.count + 1;
+                let series =
+                    json!({"series": {"count": count, "lastObservedTime": MicroTime(now)}});
+                events
+                    .patch(&first.name, &PatchParams::default(), &Patch::Merge(&series))
+                    .await
+                    .map_err(fail)?;
+                (first.name, count)
+            }
+            None => {
+                let event = K8sEvent {
+                    metadata: ObjectMeta {
+                        namespace: regarding.namespace.clone(),
+                        name: Some(format!(
+                            "{}.{:x}",
+                            regarding.name.as_deref().unwrap_or(&self.controller),
+                            now.as_nanosecond()
+                        )),
+                        ..ObjectMeta::default()
+                    },
+                    action: Some(action.to_string()),
+                    reason: Some(reason.to_string()),
+                    note: Some(note),
+                    type_: Some(type_.to_string()),
+                    event_time: Some(MicroTime(now)),
+                    regarding: Some(regarding.clone()),
+                    reporting_controller: Some(self.controller.clone()),
+                    reporting_instance: Some(self.instance.clone()),
+                    ..K8sEvent::default()
+                };
+                let created = events
+                    .create(&PostParams::default(), &event)
+                    .await
+                    .map_err(fail)?;
+                (created.metadata.name.unwrap_or_default(), 1)
+            }
+        };
+        self.published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                key,
+                Published {
+                    name,
+                    count,
+                    last: now,
+                },
+            );
+        Ok(())
     }
 }
 

@@ -25,6 +25,9 @@ pub struct Observed {
     pub recently_evicted: Vec<String>,
     /// Delayed-downscale preparation times (unix seconds) returned by pods, by pod name.
     pub prepared_at: BTreeMap<String, i64>,
+    /// Why a pod asked to prepare for a delayed downscale gave no time (timed out, refused,
+    /// an answer without a timestamp), by pod name.
+    pub prepare_failures: BTreeMap<String, String>,
 }
 
 /// An error reading the state.

@@ -282,6 +282,11 @@ pub enum RolloutCommand {
         /// Fix the clock (RFC 3339).
         #[arg(long)]
         now: Option<String>,
+        /// What a pod would answer a delayed-downscale prepare call: `POD=TIME` (RFC 3339 or
+        /// unix seconds), repeatable. Without it a delayed downscale is shown held: offline,
+        /// no pod reports a preparation time.
+        #[arg(long = "prepared", value_name = "POD=TIME")]
+        prepared: Vec<String>,
         #[arg(short = 'o', long, value_enum, default_value_t = JsonOutput::Json)]
         output: JsonOutput,
     },
@@ -357,9 +362,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             (Some(layer), None) => crate::drift::layer(layer, args.output, &args.cluster),
             (None, None) => Ok(input_error("strata drift: give a LAYER or -f DIR")),
         },
-        Command::Rollout(RolloutCommand::Plan { state, now, .. }) => {
-            crate::rollout::plan(&state, now.as_deref())
-        }
+        Command::Rollout(RolloutCommand::Plan {
+            state,
+            now,
+            prepared,
+            ..
+        }) => crate::rollout::plan(&state, now.as_deref(), &prepared),
         Command::Admission(AdmissionCommand::Review {
             review,
             state,

@@ -51,6 +51,45 @@ pub struct Plan {
     /// downscale), the controller looks again after this long instead of at the next resync.
     #[serde(skip)]
     pub recheck_after: Option<SignedDuration>,
+    /// What each delayed downscale decided and why (which pods, their preparation times,
+    /// what it waits for): the operator publishes it as an Event on the StatefulSet.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub delayed_downscales: Vec<DelayedDownscale>,
+}
+
+/// One delayed downscale's decision.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DelayedDownscale {
+    /// `namespace/name`.
+    pub stateful_set: String,
+    pub from: i32,
+    /// What the reference resource asks for.
+    pub desired: i32,
+    /// What this reconcile scales to (`from` while it waits or holds).
+    pub to: i32,
+    /// The `grafana.com/rollout-delayed-downscale` delay, as written.
+    pub delay: String,
+    /// The pods going away, highest ordinal first.
+    pub pods: Vec<PodPreparation>,
+    /// One line: `scale N -> M: …`, `waiting: …` or `held: …`.
+    pub decision: String,
+}
+
+/// What one pod going away reported.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodPreparation {
+    pub pod: String,
+    /// When the pod says it prepared (RFC 3339).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prepared_at: Option<String>,
+    /// When the delay since then has passed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub may_go_at: Option<String>,
+    /// Why the pod gave no time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 impl Plan {
@@ -71,7 +110,8 @@ const STUCK_REASONS: &[&str] = &[
     "CreateContainerError",
 ];
 
-fn sts_key(sts: &StatefulSet) -> String {
+/// `namespace/name` of a StatefulSet, as plans name them.
+pub fn sts_key(sts: &StatefulSet) -> String {
     key(sts.metadata.namespace.as_deref(), name(sts))
 }
 
@@ -189,8 +229,22 @@ pub fn plan(observed: &Observed, now: Timestamp) -> Plan {
         members.sort_by(|a, b| name(a).cmp(name(b)));
         plan_group(group, members, &mut observed, &zpdbs, now, &mut plan);
     }
+    // A reference resource's scale is read, not watched (it can be any kind): a group that
+    // mirrors one is looked at again at the anchor's pace, so a change of it (or a pod that
+    // held a delayed downscale answering again) is acted on within seconds, not at resync.
+    if observed
+        .stateful_sets
+        .iter()
+        .any(|s| annotation(s, keys::MIRROR_NAME).is_some())
+    {
+        plan.recheck(REFERENCE_POLL);
+    }
     plan
 }
+
+/// How often a group mirroring a reference resource is looked at again (the anchor's
+/// reconcile interval).
+pub const REFERENCE_POLL: SignedDuration = SignedDuration::from_secs(5);
 
 enum Progress {
     Ongoing,
@@ -684,7 +738,10 @@ pub fn prepared_at(status: u16, body: &[u8]) -> Result<i64, String> {
 }
 
 /// The delayed-downscale target: pods being removed report when they were prepared; the
-/// downscale proceeds from the highest ordinal for every pod prepared at least `delay` ago.
+/// downscale proceeds from the highest ordinal for every pod prepared at least `delay` ago. A
+/// pod that gave no time (it did not answer in time, refused, or answered without a valid
+/// timestamp) holds the whole downscale (the anchor's rule): it is never taken as prepared.
+/// The decision, with every pod's time, is recorded in `plan.delayed_downscales`.
 fn delayed_downscale_target(
     sts: &StatefulSet,
     observed: &Observed,
@@ -696,21 +753,86 @@ fn delayed_downscale_target(
     let Some((delay, _)) = delayed_downscale(sts)? else {
         return Ok(desired);
     };
-    let mut allowed = 0;
+    let text = |t: Timestamp| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut pods = Vec::new();
+    let mut held = Vec::new();
+    // Counting stops at the first pod (from the highest ordinal) not yet allowed to go.
+    let (mut allowed, mut counting, mut next) = (0, true, None);
     for ordinal in (desired..current).rev() {
         let pod = format!("{}-{ordinal}", name(sts));
-        let Some(prepared) = observed.prepared_at.get(&pod).filter(|t| **t > 0) else {
-            return Err(format!(
-                "delayed downscale of {}: pod {pod} did not report a preparation time",
-                name(sts)
-            ));
+        let prepared = observed
+            .prepared_at
+            .get(&pod)
+            .filter(|t| **t > 0)
+            .and_then(|t| Timestamp::from_second(*t).ok());
+        let Some(prepared) = prepared else {
+            let problem = observed
+                .prepare_failures
+                .get(&pod)
+                .cloned()
+                .unwrap_or_else(|| "did not report a preparation time".into());
+            held.push(format!("pod {pod}: {problem}"));
+            pods.push(PodPreparation {
+                pod,
+                problem: Some(problem),
+                ..PodPreparation::default()
+            });
+            counting = false;
+            continue;
         };
-        let prepared = Timestamp::from_second(*prepared).map_err(|e| e.to_string())?;
-        if now.duration_since(prepared) < delay {
-            plan.recheck(delay - now.duration_since(prepared));
-            break;
+        let may_go = prepared.checked_add(delay).unwrap_or(Timestamp::MAX);
+        if counting && now >= may_go {
+            allowed += 1;
+        } else if counting {
+            counting = false;
+            next = Some((pod.clone(), may_go));
         }
-        allowed += 1;
+        pods.push(PodPreparation {
+            pod,
+            prepared_at: Some(text(prepared)),
+            may_go_at: Some(text(may_go)),
+            problem: None,
+        });
     }
-    Ok(current - allowed)
+    let delay_text = annotation(sts, keys::DELAYED_DOWNSCALE)
+        .unwrap_or_default()
+        .to_string();
+    let mut record = DelayedDownscale {
+        stateful_set: sts_key(sts),
+        from: current,
+        desired,
+        to: current,
+        delay: delay_text.clone(),
+        pods,
+        decision: String::new(),
+    };
+    if !held.is_empty() {
+        let why = format!(
+            "held: {}; nothing is scaled down until every pod going away reports when it prepared",
+            held.join("; ")
+        );
+        record.decision = why.clone();
+        plan.delayed_downscales.push(record);
+        return Err(format!("delayed downscale of {}: {why}", name(sts)));
+    }
+    let target = current - allowed;
+    record.to = target;
+    let waiting = next.map(|(pod, at)| {
+        plan.recheck(at.duration_since(now));
+        format!(
+            "{pod} may go at {} ({delay_text} after it prepared)",
+            text(at)
+        )
+    });
+    record.decision = match (allowed, waiting) {
+        (0, Some(waiting)) => format!("waiting: {waiting}"),
+        (_, None) => format!(
+            "scale {current} -> {target}: every pod going away prepared at least {delay_text} ago"
+        ),
+        (_, Some(waiting)) => format!(
+            "scale {current} -> {target}: {allowed} pod(s) prepared at least {delay_text} ago; next, {waiting}"
+        ),
+    };
+    plan.delayed_downscales.push(record);
+    Ok(target)
 }

@@ -5,7 +5,7 @@
 //! only its own group dirty and is acted on at once; a periodic resync remains as a safety net.
 //! Groups are reconciled serially, so two plans never act on one group at the same time.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +29,7 @@ use crate::flags::go_parse_bool;
 use crate::keys;
 use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label, template_name};
-use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at};
+use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at, sts_key};
 use crate::ready_time;
 use core_rollout::evictions;
 
@@ -112,6 +112,9 @@ struct State {
     /// StatefulSets (`namespace/name`) whose surviving pods hold no preparation we know of;
     /// empty after start-up, so each is swept once.
     settled: HashSet<String>,
+    /// The last delayed-downscale decision published per StatefulSet (`namespace/name`): an
+    /// Event goes out only when it changes, not on every reconcile.
+    delayed_decisions: HashMap<String, String>,
 }
 
 /// Runs the rollout controller until shutdown.
@@ -274,6 +277,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         pods: ctx.pod_http(pod_args.pod_timeout, pod_args.pod_address_override),
         cluster_domain: pod_args.cluster_domain,
         settled: HashSet::new(),
+        delayed_decisions: HashMap::new(),
     };
     let mut leadership = ctx.leadership.subscribe();
     let mut resync = tokio::time::interval(RESYNC);
@@ -467,6 +471,7 @@ async fn reconcile_group_inner(
     for warning in &plan.warnings {
         tracing::warn!(namespace = %namespace, group = %key.group, "{warning}");
     }
+    publish_delayed_decisions(ctx, &observed, &plan, &mut state.delayed_decisions).await;
     if plan.errors.is_empty() {
         Ok(plan.recheck_after)
     } else {
@@ -526,9 +531,82 @@ async fn call_delayed_downscale(
                     observed.prepared_at.insert(pod, at);
                 }
                 Err(e) => {
-                    tracing::warn!(statefulset = %call.stateful_set, url = %url, error = %e, "delayed-downscale prepare failed")
+                    tracing::warn!(statefulset = %call.stateful_set, url = %url, error = %e, "delayed-downscale prepare failed");
+                    // The planner names the pod and this reason in its decision.
+                    observed.prepare_failures.insert(
+                        pod,
+                        e.strip_prefix(&format!("POST {url}: "))
+                            .unwrap_or(&e)
+                            .to_string(),
+                    );
                 }
             }
+        }
+    }
+}
+
+/// Publishes each delayed downscale's decision (which pods, when they prepared, what it
+/// waits for or why it holds) as an Event on its StatefulSet when it differs from the last one
+/// published: Warning when a pod holds it, Normal otherwise.
+async fn publish_delayed_decisions(
+    ctx: &Arc<Context>,
+    observed: &Observed,
+    plan: &Plan,
+    published: &mut HashMap<String, String>,
+) {
+    // A StatefulSet no longer downscaling forgets its last decision, so the next downscale's
+    // is published even if it reads the same.
+    for sts in &observed.stateful_sets {
+        let key = sts_key(sts);
+        if !plan
+            .delayed_downscales
+            .iter()
+            .any(|d| d.stateful_set == key)
+        {
+            published.remove(&key);
+        }
+    }
+    for decision in &plan.delayed_downscales {
+        if published.get(&decision.stateful_set) == Some(&decision.decision) {
+            continue;
+        }
+        let Some(sts) = observed
+            .stateful_sets
+            .iter()
+            .find(|s| sts_key(s) == decision.stateful_set)
+        else {
+            continue;
+        };
+        let severity = if decision.decision.starts_with("held:") {
+            Severity::Warning
+        } else {
+            Severity::Normal
+        };
+        let pods: Vec<String> = decision
+            .pods
+            .iter()
+            .map(|p| match (&p.prepared_at, &p.problem) {
+                (Some(at), _) => format!("{} prepared at {at}", p.pod),
+                (None, Some(problem)) => format!("{}: {problem}", p.pod),
+                (None, None) => p.pod.clone(),
+            })
+            .collect();
+        let note = format!(
+            "delayed downscale {} -> {} (delay {}): {} [{}]",
+            decision.from,
+            decision.desired,
+            decision.delay,
+            decision.decision,
+            pods.join(", ")
+        );
+        tracing::info!(statefulset = %decision.stateful_set, "{note}");
+        if ctx
+            .events
+            .publish(&reference(sts), severity, "DelayedDownscale", "Scale", note)
+            .await
+            .is_ok()
+        {
+            published.insert(decision.stateful_set.clone(), decision.decision.clone());
         }
     }
 }

@@ -409,6 +409,19 @@ fn mirrored(spec_replicas: i64, extra: Value) -> Vec<Value> {
 }
 
 #[test]
+fn a_mirroring_group_is_looked_at_again_at_the_anchors_pace() {
+    let stable = run(mirrored(5, json!({})));
+    assert!(stable.replica_changes.is_empty());
+    assert_eq!(
+        stable.recheck_after,
+        Some(rollout_operator::plan::REFERENCE_POLL)
+    );
+    let mut plain = zone("a", 3, "v1", "v1", &[UP, UP, UP], json!({}));
+    plain.extend(zone("b", 3, "v1", "v1", &[UP, UP, UP], json!({})));
+    assert_eq!(run(plain).recheck_after, None, "nothing to poll");
+}
+
+#[test]
 fn mirrors_the_reference_scale() {
     assert_eq!(run(mirrored(8, json!({}))).replica_changes[0].to, 8);
     assert_eq!(
@@ -494,6 +507,98 @@ fn delayed_downscale_is_partial_from_the_highest_ordinal() {
     );
     // Without the pods' answers there is no downscale at all.
     assert!(run(mirrored(2, delayed)).replica_changes.is_empty());
+}
+
+/// The decision of each delayed downscale names the pods, their times and what it waits for;
+/// a pod that gave no time holds everything, even when the others prepared long ago.
+#[test]
+fn delayed_downscale_decisions_name_pods_times_and_reasons() {
+    let delayed = json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "1h",
+        "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod/prepare-delayed-downscale"}}});
+    let now = NOW.parse::<Timestamp>().unwrap().as_second();
+    let (two_hours_ago, half_hour_ago) = (now - 7200, now - 1800);
+    let decide = |times: &[(&str, i64)], failures: &[(&str, &str)]| {
+        let p = run_with(mirrored(2, delayed.clone()), |o| {
+            for (pod, at) in times {
+                o.prepared_at.insert((*pod).into(), *at);
+            }
+            for (pod, why) in failures {
+                o.prepare_failures.insert((*pod).into(), (*why).into());
+            }
+        });
+        assert_eq!(p.delayed_downscales.len(), 1, "{p:?}");
+        (p.delayed_downscales[0].clone(), p.replica_changes)
+    };
+    // Partial: pod 4 may go, pod 3 prepared half an hour ago waits.
+    let (d, changes) = decide(
+        &[
+            ("ingester-zone-a-4", two_hours_ago),
+            ("ingester-zone-a-3", half_hour_ago),
+            ("ingester-zone-a-2", two_hours_ago),
+        ],
+        &[],
+    );
+    assert_eq!((d.from, d.desired, d.to), (5, 2, 4));
+    assert_eq!(changes.len(), 1);
+    assert_eq!(
+        d.decision,
+        "scale 5 -> 4: 1 pod(s) prepared at least 1h ago; next, ingester-zone-a-3 may go at 2026-01-01T12:30:00Z (1h after it prepared)"
+    );
+    assert_eq!(
+        d.pods.iter().map(|p| p.pod.as_str()).collect::<Vec<_>>(),
+        [
+            "ingester-zone-a-4",
+            "ingester-zone-a-3",
+            "ingester-zone-a-2"
+        ]
+    );
+    assert_eq!(
+        d.pods[1].prepared_at.as_deref(),
+        Some("2026-01-01T11:30:00Z")
+    );
+    // Waiting: the highest pod is not ready to go.
+    let (d, changes) = decide(
+        &[
+            ("ingester-zone-a-4", half_hour_ago),
+            ("ingester-zone-a-3", two_hours_ago),
+            ("ingester-zone-a-2", two_hours_ago),
+        ],
+        &[],
+    );
+    assert!(changes.is_empty());
+    assert_eq!(d.to, 5);
+    assert!(
+        d.decision
+            .starts_with("waiting: ingester-zone-a-4 may go at 2026-01-01T12:30:00Z"),
+        "{}",
+        d.decision
+    );
+    // Held: pod 3 timed out, pod 2 answered garbage; pod 4 prepared long ago but nothing goes.
+    let (d, changes) = decide(
+        &[("ingester-zone-a-4", two_hours_ago)],
+        &[
+            ("ingester-zone-a-3", "timed out after 1s"),
+            (
+                "ingester-zone-a-2",
+                "unparsable response: expected value at line 1 column 1",
+            ),
+        ],
+    );
+    assert!(changes.is_empty(), "never early: {changes:?}");
+    assert_eq!(d.to, 5);
+    assert_eq!(
+        d.decision,
+        "held: pod ingester-zone-a-3: timed out after 1s; pod ingester-zone-a-2: unparsable response: expected value at line 1 column 1; nothing is scaled down until every pod going away reports when it prepared"
+    );
+    assert_eq!(d.pods[1].problem.as_deref(), Some("timed out after 1s"));
+    // No answer recorded at all (the offline plan): held, said so.
+    let (d, _) = decide(&[], &[]);
+    assert!(
+        d.decision
+            .contains("pod ingester-zone-a-4: did not report a preparation time"),
+        "{}",
+        d.decision
+    );
 }
 
 fn observed(docs: Vec<Value>) -> Observed {
