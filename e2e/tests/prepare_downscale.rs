@@ -138,6 +138,8 @@ async fn setup(prefix: &str, faults: Option<Faults>, zones: &[(&str, u32, &str)]
         &pods.address,
         "--prepare-downscale-undo-after",
         "3s",
+        "--pod-timeout",
+        "2s",
     ];
     let (server, proxy) = match faults {
         None => (
@@ -199,7 +201,9 @@ async fn a_failed_prepare_call_undoes_every_pod_called_even_one_unreachable_at_f
     s.pods.set("store-2", "DELETE", Answer::Status(503));
     let stderr = denial(&kubectl_scale(&s.ns.name, "store", 1)?);
     assert!(
-        stderr.contains("is not allowed because one or more pods failed to prepare for shutdown."),
+        stderr.contains(
+            "is not allowed because one or more pods failed to prepare for shutdown. Failed: store-1 answered HTTP 500."
+        ),
         "{stderr}"
     );
     assert_eq!(s.pods.count("POST", "store-2"), 1);
@@ -223,6 +227,20 @@ async fn a_failed_prepare_call_undoes_every_pod_called_even_one_unreachable_at_f
     );
     s.pods.set("store-2", "DELETE", Answer::Ok("ok".into()));
     nothing_left_prepared(&s.client, &s.ns.name, &s.pods, Duration::from_secs(90)).await?;
+    assert_eq!(replicas(&s.client, &s.ns.name, "store").await?, Some(3));
+
+    // A pod that hangs costs one call's timeout (2 s, inside the request's deadline) and is
+    // named in the denial; it got the POST, so it is undone too.
+    s.pods.set("store-1", "POST", Answer::Ok("ok".into()));
+    s.pods.set("store-2", "POST", Answer::Hang);
+    let stderr = denial(&kubectl_scale(&s.ns.name, "store", 1)?);
+    assert!(
+        stderr.contains(
+            "one or more pods failed to prepare for shutdown. Failed: store-2: timed out"
+        ),
+        "{stderr}"
+    );
+    nothing_left_prepared(&s.client, &s.ns.name, &s.pods, Duration::from_secs(30)).await?;
     assert_eq!(replicas(&s.client, &s.ns.name, "store").await?, Some(3));
     Ok(())
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use core_k8s::apply::typed_value;
-use core_k8s::pod_http::{PodHttp, PodResponse};
+use core_k8s::pod_http::PodHttp;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -439,18 +439,30 @@ async fn prepare(
         );
         return denied("the pods did not answer before the request deadline.");
     }
-    if results
+    // Each pod that failed, with why: the anchor's sentence stays first (users match on it),
+    // the pods follow, so the denial says which pod to look at.
+    let failed: Vec<String> = pods
         .iter()
-        .any(|r| !r.as_ref().is_ok_and(PodResponse::is_success))
-    {
-        for r in results
-            .iter()
-            .filter(|r| !r.as_ref().is_ok_and(PodResponse::is_success))
-        {
-            tracing::warn!(result = ?r, "prepare-downscale call failed");
+        .zip(&results)
+        .filter_map(|(pod, result)| match result {
+            Ok(r) if r.is_success() => None,
+            Ok(r) => Some(format!("{} answered HTTP {}", pod.name, r.status)),
+            Err(e) => Some(format!(
+                "{}: {}",
+                pod.name,
+                e.strip_prefix(&format!("POST {}: ", pod.url)).unwrap_or(e)
+            )),
+        })
+        .collect();
+    if !failed.is_empty() {
+        for why in &failed {
+            tracing::warn!(failure = %why, "prepare-downscale call failed");
         }
         prepared::undo_now(app, &pods).await;
-        return denied("one or more pods failed to prepare for shutdown.");
+        return denied(&format!(
+            "one or more pods failed to prepare for shutdown. Failed: {}.",
+            failed.join(", ")
+        ));
     }
     if let (Some(tracked), Some(config_map)) = (tracked, &app.zone_tracker) {
         if let Err(e) = record_in_zone_tracker(app, review, config_map, tracked).await {
