@@ -306,7 +306,13 @@ def admission_webhook():
                 "happens a third of the validity before expiry.", [
         (f"max by (pod) (admission_webhook_certificate_expiry_timestamp_seconds{{{SEL}}} > 0) - time()",
          "{{pod}}"),
-    ], unit="s", kind="stat", width=24)
+    ], unit="s", kind="stat")
+    board.panel("Undo calls to prepared pods", "prepare-downscale's undo DELETEs to pods prepared for a "
+                "downscale that did not happen, by result; `failed` calls are retried, so a lasting "
+                "`failed` rate is a pod left prepared.", [
+        (f"sum by (result) (rate(admission_webhook_prepare_downscale_undo_total{{{SEL}}}[$__rate_interval]))",
+         "{{result}}"),
+    ], unit="reqps")
     board.row("Zone-aware disruption budgets")
     zpdb_panels(board, "admission-webhook")
     controller_rows(board, "admission-webhook")

@@ -157,6 +157,10 @@ impl Metrics {
             "Undo calls to pods prepared for a downscale that did not happen, by result (answered, gone, failed and retried)",
             metrics.prepare_undo.clone(),
         );
+        // Every result at 0 from the start, so rate() and the panel have a series to show.
+        for result in ["answered", "gone", "failed"] {
+            let _ = metrics.prepare_undo.get_or_create(&UndoLabels { result });
+        }
         metrics
     }
 
