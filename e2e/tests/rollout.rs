@@ -837,7 +837,41 @@ async fn a_delayed_downscale_never_goes_early_on_a_late_invalid_or_missing_answe
         // Back to stable before the next case.
         scale_template(&ns.name, "ingester", 3)?;
     }
-    pods.set("ingester-zone-a-2", "POST", Answer::Ok(prepared));
+    // The "garbage" decision once more: folded into the first Event's series, not a new Event.
+    pods.set("ingester-zone-a-2", "POST", Answer::Ok(prepared.clone()));
+    pods.set(
+        "ingester-zone-a-1",
+        "POST",
+        Answer::Ok("<html>busy</html>".into()),
+    );
+    scale_template(&ns.name, "ingester", 1)?;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(client.clone(), &ns.name);
+    let garbage = eventually(
+        "the repeated decision folded into one Event",
+        Duration::from_secs(45),
+        || async {
+            let garbage: Vec<_> = events
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.note.as_deref().is_some_and(|n| {
+                        n.contains("held: pod ingester-zone-a-1: unparsable response")
+                    })
+                })
+                .collect();
+            let folded = garbage
+                .iter()
+                .any(|e| e.series.as_ref().is_some_and(|s| s.count == 2));
+            Ok(folded.then_some(garbage))
+        },
+    )
+    .await?;
+    assert_eq!(garbage.len(), 1, "one Event for one decision: {garbage:?}");
+    assert_eq!(replicas(&sts, "ingester-zone-a").await?, 3);
+    pods.set("ingester-zone-a-1", "POST", Answer::Ok(prepared));
     scale_template(&ns.name, "ingester", 1)?;
     eventually("downscale to 1", Duration::from_secs(45), || async {
         Ok((replicas(&sts, "ingester-zone-a").await? == 1).then_some(()))
