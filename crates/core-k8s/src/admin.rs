@@ -137,8 +137,8 @@ pub async fn serve(
     readiness: Readiness,
     stop: CancellationToken,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
+    let listener = crate::net::listen(address)
+        .and_then(tokio::net::TcpListener::from_std)
         .map_err(|e| Error::Admin {
             address: address.to_string(),
             reason: e.to_string(),

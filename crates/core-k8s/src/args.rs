@@ -131,7 +131,8 @@ pub fn random_suffix() -> String {
     format!("{:08x}", hasher.finish() as u32)
 }
 
-/// Parses a listen address: `:8080` (all interfaces), `127.0.0.1:8080`, `[::1]:8080`.
+/// Parses a listen address: `:8080` (all interfaces, IPv6 and IPv4: see [`crate::net`]),
+/// `127.0.0.1:8080`, `[::1]:8080`.
 pub fn parse_listen_address(value: &str) -> Result<SocketAddr> {
     let invalid = |reason: &str| Error::InvalidFlag {
         flag: "address",
@@ -141,7 +142,7 @@ pub fn parse_listen_address(value: &str) -> Result<SocketAddr> {
         let port: u16 = port
             .parse()
             .map_err(|_| invalid("port is not a number 0-65535"))?;
-        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port));
+        return Ok(crate::net::all_interfaces(port));
     }
     if let Ok(addr) = value.parse::<SocketAddr>() {
         return Ok(addr);
@@ -219,7 +220,7 @@ mod tests {
     #[test]
     fn listen_addresses() {
         let cases: &[(&str, Option<&str>)] = &[
-            (":8080", Some("0.0.0.0:8080")),
+            (":8080", Some("[::]:8080")),
             ("127.0.0.1:9000", Some("127.0.0.1:9000")),
             ("[::1]:8443", Some("[::1]:8443")),
             ("localhost:1234", Some("127.0.0.1:1234")),
@@ -258,7 +259,7 @@ mod tests {
         // SAFETY of the test: these env vars would change defaults; the test asserts the
         // documented defaults only when they are unset in the test environment.
         let args = parse(&[]).unwrap();
-        assert_eq!(args.admin_address.to_string(), "0.0.0.0:8080");
+        assert_eq!(args.admin_address.to_string(), "[::]:8080");
         assert!(args.leader_elect);
         assert_eq!(args.lease_duration, Duration::from_secs(10));
         if std::env::var_os("STRATA_LOG_FORMAT").is_none() {

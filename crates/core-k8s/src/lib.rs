@@ -18,6 +18,7 @@ pub mod http_metrics;
 pub mod leader;
 pub mod logfmt;
 pub mod metrics;
+pub mod net;
 pub mod pod_http;
 pub mod runtime;
 pub mod shutdown;

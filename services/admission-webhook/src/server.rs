@@ -581,7 +581,7 @@ pub async fn serve(
     // the last one waits for the client's delayed ACK — up to 40 ms on Linux.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
-    axum_server::bind(address)
+    axum_server::from_tcp(core_k8s::net::listen(address)?)?
         .acceptor(acceptor)
         .handle(handle)
         .serve(

@@ -2,7 +2,9 @@ use clap::Parser;
 
 /// Deploys ordered, dependency-aware layers of addons (AddonsLayer).
 #[derive(Debug, Parser)]
-#[command(name = "layer-controller", version, about)]
+// A flag given twice takes its last value, so a chart's `extraArgs` can override a flag the
+// chart itself sets (clap refuses repeats by default).
+#[command(name = "layer-controller", version, about, args_override_self = true)]
 struct Args {
     #[command(flatten)]
     common: core_k8s::CommonArgs,

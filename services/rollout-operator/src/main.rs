@@ -2,7 +2,9 @@ use clap::Parser;
 
 /// Zone-by-zone StatefulSet rollouts and replica coordination (drop-in for Grafana's rollout-operator).
 #[derive(Debug, Parser)]
-#[command(name = "rollout-operator", version, about)]
+// A flag given twice takes its last value, so a chart's `extraArgs` can override a flag the
+// chart itself sets (clap refuses repeats by default).
+#[command(name = "rollout-operator", version, about, args_override_self = true)]
 struct Args {
     #[command(flatten)]
     common: core_k8s::CommonArgs,
