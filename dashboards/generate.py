@@ -307,6 +307,12 @@ def admission_webhook():
         (f"max by (pod) (admission_webhook_certificate_expiry_timestamp_seconds{{{SEL}}} > 0) - time()",
          "{{pod}}"),
     ], unit="s", kind="stat")
+    board.panel("Certificate file reloads", "Changes of the mounted certificate files: reloaded, or "
+                "failed (the last good certificate keeps serving; see the CertificateReloadFailed "
+                "Event).", [
+        (f"sum by (result) (increase(admission_webhook_certificate_reloads_total{{{SEL}}}[$__rate_interval]))",
+         "{{result}}"),
+    ])
     board.panel("Undo calls to prepared pods", "prepare-downscale's undo DELETEs to pods prepared for a "
                 "downscale that did not happen, by result; `failed` calls are retried, so a lasting "
                 "`failed` rate is a pod left prepared.", [

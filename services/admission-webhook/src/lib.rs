@@ -4,6 +4,7 @@
 //! the HTTPS shell every replica runs, [`certs`] the self-managed certificates shared through
 //! a Secret, and [`inject`] the leader-only CA injection into webhook configurations.
 
+pub mod cert_files;
 pub mod certs;
 pub mod inject;
 pub mod metrics;
@@ -39,6 +40,10 @@ pub struct WebhookArgs {
     pub tls_cert_file: Option<PathBuf>,
     #[arg(long, requires = "tls_cert_file")]
     pub tls_key_file: Option<PathBuf>,
+    /// How often the certificate files are checked for a change (reloaded without a
+    /// restart; a change that does not load keeps the last good certificate).
+    #[arg(long, default_value = "10s", value_parser = core_k8s::args::parse_duration)]
+    pub tls_file_check_interval: Duration,
     /// Require every caller to present a client certificate signed by a CA in this PEM file
     /// (give kube-apiserver one through its AdmissionConfiguration's kubeconfig, see
     /// docs/admission-webhook.md): a review from anything else is refused at the TLS
@@ -192,12 +197,27 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     }
     let tls = match (&args.tls_cert_file, &args.tls_key_file) {
         (Some(cert), Some(key)) => {
-            match std::fs::read(cert)
-                .and_then(|c| Ok((c, std::fs::read(key)?)))
-                .map_err(|e| e.to_string())
-                .and_then(|(cert, key)| tls::server_config(&cert, &key, &trust))
-            {
-                Ok(config) => RustlsConfig::from_config(Arc::new(config)),
+            let files = cert_files::CertFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            };
+            match files.load(&trust) {
+                Ok(loaded) => {
+                    metrics.certificate_expiry.set(loaded.not_after.as_second());
+                    let tls = RustlsConfig::from_config(Arc::new(loaded.config));
+                    // Rotated files (cert-manager renewing its Secret, kubelet swapping the
+                    // mounted files) are picked up without a restart.
+                    tokio::spawn(files.watch(
+                        ctx.clone(),
+                        cert_files::regarding(&args.tls_secret_name, &namespace),
+                        trust.clone(),
+                        tls.clone(),
+                        metrics.clone(),
+                        args.tls_file_check_interval,
+                        loaded.fingerprint,
+                    ));
+                    tls
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "reading --tls-cert-file/--tls-key-file");
                     return;

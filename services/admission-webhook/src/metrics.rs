@@ -41,6 +41,13 @@ pub struct UndoLabels {
     pub result: &'static str,
 }
 
+/// How a check of the certificate files ended when they had changed.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// `reloaded`, or `failed` (the last good certificate still serves).
+    pub result: &'static str,
+}
+
 #[derive(Clone, Debug)]
 pub struct Metrics {
     pub reviews: Family<ReviewLabels, Counter>,
@@ -49,6 +56,7 @@ pub struct Metrics {
     pub zpdb: ZpdbMetrics,
     pub failure_policy: Family<PolicyLabels, Gauge>,
     pub prepare_undo: Family<UndoLabels, Counter>,
+    pub certificate_reloads: Family<ReloadLabels, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,6 +126,7 @@ impl Default for Metrics {
             zpdb: ZpdbMetrics::default(),
             failure_policy: Family::default(),
             prepare_undo: Family::default(),
+            certificate_reloads: Family::default(),
         }
     }
 }
@@ -157,9 +166,19 @@ impl Metrics {
             "Undo calls to pods prepared for a downscale that did not happen, by result (answered, gone, failed and retried)",
             metrics.prepare_undo.clone(),
         );
-        // Every result at 0 from the start, so rate() and the panel have a series to show.
+        registry.register(
+            "admission_webhook_certificate_reloads",
+            "Changes of the certificate files (--tls-cert-file) loaded, or refused with the last good certificate still serving, by result",
+            metrics.certificate_reloads.clone(),
+        );
+        // Every result at 0 from the start, so rate() and the panels have a series to show.
         for result in ["answered", "gone", "failed"] {
             let _ = metrics.prepare_undo.get_or_create(&UndoLabels { result });
+        }
+        for result in ["reloaded", "failed"] {
+            let _ = metrics
+                .certificate_reloads
+                .get_or_create(&ReloadLabels { result });
         }
         metrics
     }

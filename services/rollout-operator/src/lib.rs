@@ -90,6 +90,7 @@ impl CompatArgs {
             tls_address: self.webhook_tls_address,
             tls_cert_file: self.webhook_tls_cert_file.clone(),
             tls_key_file: self.webhook_tls_key_file.clone(),
+            tls_file_check_interval: std::time::Duration::from_secs(10),
             // Caller certificates are a Strata flag of the native deployable only.
             client_ca_file: None,
             // The anchor serves no AddonsLayer validation; the defaults only matter there.
