@@ -115,3 +115,25 @@ pub async fn start_behind_faults(
         crate::services::start_service_with("admission-webhook", &proxy.kubeconfig(&logs)?, args)?;
     Ok((server, proxy))
 }
+
+/// A StatefulSet `name` of 3 replicas (`OnDelete`) with `labels` and `annotations` (YAML
+/// flow-mapping entries), for webhook traffic: nothing else in it matters.
+pub fn stateful_set(name: &str, labels: &str, annotations: &str) -> String {
+    format!(
+        r#"apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: {name}
+  labels: {{{labels}}}
+  annotations: {{{annotations}}}
+spec:
+  replicas: 3
+  serviceName: {name}
+  updateStrategy: {{type: OnDelete}}
+  selector: {{matchLabels: {{name: {name}}}}}
+  template:
+    metadata: {{labels: {{name: {name}}}}}
+    spec: {{containers: [{{name: c, image: x}}]}}
+"#
+    )
+}

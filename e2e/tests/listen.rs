@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Result;
-use strata_e2e::admission::{configuration_name, kubectl_scale, register_yaml};
+use strata_e2e::admission::{configuration_name, kubectl_scale, register_yaml, stateful_set};
 use strata_e2e::flux::install_layer_crds;
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{SERVICES, start_admission_webhook, start_service};
@@ -85,19 +85,7 @@ async fn kube_apiserver_calls_the_webhook_on_an_ipv6_loopback_address() -> Resul
     apply_yaml(
         &client,
         &ns.name,
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: store
-  labels: {grafana.com/no-downscale: "true"}
-spec:
-  replicas: 3
-  serviceName: store
-  selector: {matchLabels: {name: store}}
-  template:
-    metadata: {labels: {name: store}}
-    spec: {containers: [{name: c, image: x}]}
-"#,
+        &stateful_set("store", r#"grafana.com/no-downscale: "true""#, ""),
     )
     .await?;
     let stderr = eventually(

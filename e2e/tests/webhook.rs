@@ -13,6 +13,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use strata_e2e::admission::{
     configuration, configuration_name, kubectl_scale, register, register_yaml, start_behind_faults,
+    stateful_set,
 };
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, start_admission_webhook};
@@ -25,26 +26,6 @@ fn start(ns: &str, tls_port: u16, extra: &[&str]) -> Result<ServiceProcess> {
     let mut args = vec!["--tls-extra-names", "127.0.0.1"];
     args.extend_from_slice(extra);
     start_admission_webhook(ns, &format!("127.0.0.1:{tls_port}"), &args)
-}
-
-fn sts(name: &str, labels: &str, annotations: &str) -> String {
-    format!(
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata:
-  name: {name}
-  labels: {{{labels}}}
-  annotations: {{{annotations}}}
-spec:
-  replicas: 3
-  serviceName: {name}
-  updateStrategy: {{type: OnDelete}}
-  selector: {{matchLabels: {{name: {name}}}}}
-  template:
-    metadata: {{labels: {{name: {name}}}}}
-    spec: {{containers: [{{name: c, image: x}}]}}
-"#
-    )
 }
 
 /// A local stand-in for the pods' prepare-downscale endpoint (reached through the webhook's
@@ -124,7 +105,7 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
     apply_yaml(
         &client,
         &ns.name,
-        &sts("ingester", r#""grafana.com/no-downscale": "true""#, ""),
+        &stateful_set("ingester", r#""grafana.com/no-downscale": "true""#, ""),
     )
     .await?;
     let message = format!(
@@ -307,7 +288,7 @@ async fn register_prepare_downscale(
     apply_yaml(
         client,
         ns,
-        &sts("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
+        &stateful_set("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
     )
     .await?;
     // prepare-downscale calls only pods the StatefulSet owns: wait until it has all three.
@@ -553,7 +534,7 @@ async fn concurrent_zone_downscales_through_two_replicas_let_exactly_one_through
         apply_yaml(
             &client,
             &ns.name,
-            &sts(
+            &stateful_set(
                 &format!("store-zone-{zone}"),
                 &format!(
                     r#"zone: "{zone}", rollout-group: store, "grafana.com/prepare-downscale": "true", "grafana.com/min-time-between-zones-downscale": 1h"#
@@ -670,7 +651,7 @@ async fn under_traffic(
         STATEFULSET_UPDATE_RULES,
     )
     .await?;
-    apply_yaml(&client, &ns.name, &sts("traffic", "", "")).await?;
+    apply_yaml(&client, &ns.name, &stateful_set("traffic", "", "")).await?;
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let configs: Api<k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration> =
         Api::all(client.clone());

@@ -12,7 +12,7 @@ use anyhow::Result;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use strata_e2e::admission::{configuration_name, register_yaml};
+use strata_e2e::admission::{configuration_name, register_yaml, stateful_set};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::start_admission_webhook;
 use strata_e2e::support::{
@@ -114,22 +114,7 @@ async fn a_mounted_certificate_rotates_under_traffic_and_a_broken_one_keeps_the_
         STATEFULSET_UPDATE_RULES,
     );
     let _hook = register_yaml(&client, &ns.name, kind, &name, &yaml).await?;
-    apply_yaml(
-        &client,
-        &ns.name,
-        r#"apiVersion: apps/v1
-kind: StatefulSet
-metadata: {name: traffic}
-spec:
-  replicas: 3
-  serviceName: traffic
-  selector: {matchLabels: {name: traffic}}
-  template:
-    metadata: {labels: {name: traffic}}
-    spec: {containers: [{name: c, image: x}]}
-"#,
-    )
-    .await?;
+    apply_yaml(&client, &ns.name, &stateful_set("traffic", "", "")).await?;
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let (next_cert, next_key) = leaf(&ca, (2031, 6, 1))?;
     let (mut ok, mut failed) = (0usize, Vec::new());
