@@ -182,6 +182,7 @@ fn enum_of(key: &str, path: &[String]) -> Option<Vec<&'static str>> {
         "pullPolicy" if global => Some(vec!["Always", "IfNotPresent", "Never"]),
         "pullPolicy" => Some(vec!["", "Always", "IfNotPresent", "Never"]),
         "failurePolicy" => Some(vec!["Fail", "Ignore"]),
+        "mode" if path.iter().any(|k| k == "tls") => Some(vec!["self", "certManager", "secret"]),
         _ => None,
     }
 }

@@ -462,3 +462,169 @@ fn values_table_documents_every_service_toggle() {
     }
     assert!(docs.len() > 100, "{} documented values", docs.len());
 }
+
+/// `admissionWebhook.tls.mode`: the self-managed certificate (default), a cert-manager
+/// Certificate with the CA injector's annotation, or a Secret of the user's; in the last two
+/// the Secret is mounted and the server neither writes Secrets nor patches configurations.
+#[test]
+fn the_serving_certificate_comes_from_the_chosen_mode() {
+    let render = |sets: &[&str]| -> Vec<Value> {
+        let args: Vec<String> = sets
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.to_string()])
+            .collect();
+        template(&args)
+    };
+    let webhook = |objs: &[Value]| -> Value {
+        objs.iter()
+            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == "admission-webhook")
+            .unwrap()
+            .clone()
+    };
+    let args = |objs: &[Value]| -> Vec<String> {
+        webhook(objs)["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    };
+    let configs = |objs: &[Value]| -> Vec<Value> {
+        objs.iter()
+            .filter(|o| {
+                o["kind"]
+                    .as_str()
+                    .unwrap()
+                    .ends_with("WebhookConfiguration")
+            })
+            .cloned()
+            .collect()
+    };
+    let writes_secrets = |objs: &[Value]| {
+        objs.iter().any(|o| {
+            o["kind"] == "Role"
+                && o["metadata"]["name"] == "admission-webhook"
+                && o["rules"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|r| r["resources"][0] == "secrets")
+        })
+    };
+    let patches_configs = |objs: &[Value]| {
+        objs.iter().any(|o| {
+            o["kind"] == "ClusterRole"
+                && o["rules"].as_array().unwrap().iter().any(|r| {
+                    r["resources"][0] == "validatingwebhookconfigurations"
+                        && r["verbs"].as_array().unwrap().iter().any(|v| v == "patch")
+                })
+        })
+    };
+
+    let own = render(&[]);
+    assert!(args(&own).contains(&"--inject-ca-bundle=true".to_string()));
+    assert!(!args(&own).iter().any(|a| a.starts_with("--tls-cert-file")));
+    assert!(kinds_named(&own, "Certificate").is_empty());
+    assert!(writes_secrets(&own) && patches_configs(&own));
+
+    let managed = render(&[
+        "admissionWebhook.tls.mode=certManager",
+        "admissionWebhook.tls.extraNames={webhook.example.com,10.0.0.1}",
+    ]);
+    let flags = args(&managed);
+    for flag in [
+        "--tls-cert-file=/etc/strata/tls/tls.crt",
+        "--tls-key-file=/etc/strata/tls/tls.key",
+        "--inject-ca-bundle=false",
+    ] {
+        assert!(flags.contains(&flag.to_string()), "{flag}: {flags:?}");
+    }
+    let pod = &webhook(&managed)["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "strata-admission-webhook-certificate"),
+        "{pod}"
+    );
+    let certificate = managed
+        .iter()
+        .find(|o| o["kind"] == "Certificate")
+        .expect("a Certificate");
+    assert_eq!(
+        certificate["spec"]["secretName"],
+        "strata-admission-webhook-certificate"
+    );
+    let dns = certificate["spec"]["dnsNames"].as_array().unwrap();
+    for name in [
+        "admission-webhook.strata-system.svc",
+        "admission-webhook.strata-system.svc.cluster.local",
+        "webhook.example.com",
+    ] {
+        assert!(dns.iter().any(|d| d == name), "{name}: {dns:?}");
+    }
+    assert_eq!(
+        certificate["spec"]["ipAddresses"],
+        serde_json::json!(["10.0.0.1"])
+    );
+    assert_eq!(
+        certificate["spec"]["issuerRef"]["name"],
+        "admission-webhook-selfsigned"
+    );
+    assert_eq!(
+        kinds_named(&managed, "Issuer"),
+        ["admission-webhook-selfsigned"]
+    );
+    for config in configs(&managed) {
+        assert_eq!(
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "strata-system/admission-webhook",
+            "{}",
+            config["metadata"]["name"]
+        );
+    }
+    assert!(!writes_secrets(&managed) && !patches_configs(&managed));
+
+    let corporate = render(&[
+        "admissionWebhook.tls.mode=certManager",
+        "admissionWebhook.tls.certManager.issuerRef.name=corp-ca",
+        "admissionWebhook.tls.certManager.issuerRef.kind=ClusterIssuer",
+    ]);
+    assert!(kinds_named(&corporate, "Issuer").is_empty());
+    let certificate = corporate
+        .iter()
+        .find(|o| o["kind"] == "Certificate")
+        .unwrap();
+    assert_eq!(
+        certificate["spec"]["issuerRef"],
+        serde_json::json!({"name": "corp-ca", "kind": "ClusterIssuer"})
+    );
+
+    let theirs = render(&[
+        "admissionWebhook.tls.mode=secret",
+        "admissionWebhook.tls.secretName=my-webhook-tls",
+        "admissionWebhook.webhooks.caBundle=Q0E=",
+    ]);
+    assert!(kinds_named(&theirs, "Certificate").is_empty());
+    assert!(args(&theirs).contains(&"--tls-cert-file=/etc/strata/tls/tls.crt".to_string()));
+    let pod = &webhook(&theirs)["spec"]["template"]["spec"];
+    assert!(
+        pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "my-webhook-tls")
+    );
+    for config in configs(&theirs) {
+        assert_eq!(config["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
+        assert!(config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].is_null());
+    }
+    assert!(!writes_secrets(&theirs) && !patches_configs(&theirs));
+
+    let refused = chart::template(&["--set", "admissionWebhook.tls.mode=vault"]).unwrap_err();
+    assert!(
+        format!("{refused:#}").contains("/admissionWebhook/tls/mode"),
+        "{refused:#}"
+    );
+}
