@@ -177,12 +177,19 @@ async fn contend(
     gauge: Gauge,
     stop: CancellationToken,
 ) {
+    // After a failed renewal: read the Lease every second until a read succeeds. The manager
+    // reports changes only, so when it renews again after the error it still believes it leads
+    // and says nothing; the Lease itself decides whether to act again. One read was not enough:
+    // right after a restarted API server a read fails too (403 while it warms its RBAC caches),
+    // and the leader then stayed idle forever, holding a Lease nobody else could take.
+    let mut recheck = false;
     loop {
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
             changed = manager.changed() => match changed {
                 Ok(leading) => {
+                    recheck = false;
                     if leading {
                         tracing::info!(%lease, %identity, "became leader");
                     } else {
@@ -199,19 +206,23 @@ async fn contend(
                         gauge.set(0);
                         tx.send_replace(false);
                     }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    // The manager reports changes only: when it renews again after the error it
-                    // still believes it leads and says nothing, so the Lease itself decides
-                    // whether to act again (without this a leader stayed idle forever after one
-                    // failed renewal — a 403 while a restarted API server warms its RBAC caches
-                    // — holding a Lease nobody else could take).
-                    if !*tx.borrow()
-                        && let Ok(Some(current)) = fence.api.get_opt(&lease).await
-                        && lease_holds(&current, &identity, jiff::Timestamp::now())
-                    {
-                        tracing::info!(%lease, %identity, "still holding the Lease; leading again");
-                        gauge.set(1);
-                        tx.send_replace(true);
+                    recheck = true;
+                }
+            },
+            _ = tokio::time::sleep(Duration::from_secs(1)), if recheck => {
+                match fence.api.get_opt(&lease).await {
+                    Ok(current) => {
+                        // Read: the Lease is the truth from here (someone else's, or gone, is
+                        // reported by the manager when it acts on it).
+                        recheck = false;
+                        if current.is_some_and(|c| lease_holds(&c, &identity, jiff::Timestamp::now())) {
+                            tracing::info!(%lease, %identity, "still holding the Lease; leading again");
+                            gauge.set(1);
+                            tx.send_replace(true);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(%lease, error = %e, "reading the Lease after a failed renewal; retrying");
                     }
                 }
             }
