@@ -600,12 +600,33 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
         "{future}"
     );
 
-    // Hold freezes: a source change is not applied until the hold is lifted.
-    let layers: Api<AddonsLayer> = Api::all(client.clone());
-    let hold = |on: bool| json!({"spec": {"hold": on}});
-    layers
-        .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(true)))
-        .await?;
+    // Hold freezes: a source change is not applied until the hold is lifted. The hold is set
+    // with `kubectl strata layers suspend`: the CLI as a kubectl plugin (`kubectl-strata` on
+    // PATH, the kubeconfig from the environment as kubectl passes it).
+    let plugins = std::env::temp_dir().join(format!("strata-kubectl-plugin-{ns}"));
+    std::fs::create_dir_all(&plugins)?;
+    let plugin = plugins.join("kubectl-strata");
+    let _ = std::fs::remove_file(&plugin);
+    std::os::unix::fs::symlink(bin_dir().join("strata"), &plugin)?;
+    let path = format!(
+        "{}:{}",
+        plugins.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new(strata_e2e::support::kubectl_binary())
+        .args(["strata", "layers", "suspend", &solo])
+        .env("PATH", &path)
+        .env("KUBECONFIG", cluster().kubeconfig())
+        .output()?;
+    assert!(
+        out.status.success(),
+        "kubectl strata: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("addonslayer/{solo}: suspended (spec.hold: true)")
+    );
     wait_state(&client, &solo, "Hold", Duration::from_secs(20)).await?;
     let before = controller.reconciles().await?;
     apply_yaml(&client, &ns, &source("solo", &["x", "later"])).await?;
@@ -677,15 +698,48 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
     let out = strata(&["layers", "graph", "-o", "dot"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("\"{ns}-c1\" -> \"{ns}-c2\"")));
 
-    layers
-        .patch(&solo, &PatchParams::default(), &Patch::Merge(&hold(false)))
-        .await?;
+    let out = strata(&["layers", "resume", &solo]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     eventually(
         "y applied after the hold",
         Duration::from_secs(30),
         || async { Ok(configmap(&client, &ns, "later").await) },
     )
     .await?;
+    // `strata layers reconcile --wait` returns once the controller handled that very request.
+    let out = strata(&["layers", "reconcile", &solo, "--wait", "--timeout", "60s"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("addonslayer/{solo}: reconciled: Deployed")),
+        "{stdout}"
+    );
+    let requested = stdout
+        .lines()
+        .next()
+        .and_then(|l| l.rsplit_once("requested at "))
+        .map(|(_, at)| at.to_string())
+        .unwrap();
+    assert_eq!(
+        layer_status(&client, &solo).await?["lastHandledReconcileAt"],
+        json!(requested)
+    );
+    let missing = strata(&["layers", "suspend", "no-such-layer"]);
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("addonslayer no-such-layer not found"),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
 
     // Breaking the cycle releases its members.
     layers

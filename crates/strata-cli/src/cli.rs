@@ -36,6 +36,13 @@ pub enum Command {
     /// Run admission reviews offline through Strata's webhooks.
     #[command(subcommand)]
     Admission(AdmissionCommand),
+    /// Print a shell completion script: `source <(strata completion bash)`, or write it where
+    /// your shell loads completions (zsh: a file `_strata` on `$fpath`; fish:
+    /// `~/.config/fish/completions/strata.fish`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -206,6 +213,36 @@ pub enum LayersCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
+    /// Ask the layer-controller to reconcile LAYER now (as `flux reconcile`): sets
+    /// `strata.dev/reconcile-requested-at`; with `--wait`, waits until the controller has
+    /// handled the request and prints the layer's state.
+    Reconcile {
+        /// The AddonsLayer name.
+        layer: String,
+        /// Wait until the layer-controller handled the request.
+        #[arg(long)]
+        wait: bool,
+        /// How long `--wait` waits.
+        #[arg(long, default_value = "2m", value_parser = core_k8s::args::parse_duration)]
+        timeout: std::time::Duration,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Hold LAYER: the layer-controller touches nothing of it until `resume` (`spec.hold`,
+    /// Kraan's hold, Flux's suspend).
+    Suspend {
+        /// The AddonsLayer name.
+        layer: String,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Release a held LAYER and ask for a reconcile at once.
+    Resume {
+        /// The AddonsLayer name.
+        layer: String,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
     /// Convert Kraan AddonsLayers (`kraan.io/v1alpha1`) and Flux Kustomizations
     /// (`kustomize.toolkit.fluxcd.io`) to Strata's AddonsLayers, printing the result as
     /// YAML and every change (with the reason) on stderr. Exit 1 when a converted layer would
@@ -349,6 +386,23 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::layers::graph(output, &cluster)
         }
         Command::Layers(LayersCommand::Import { files }) => crate::layers::import(&files),
+        Command::Layers(LayersCommand::Reconcile {
+            layer,
+            wait,
+            timeout,
+            cluster,
+        }) => crate::layers::reconcile(&layer, wait.then_some(timeout), &cluster),
+        Command::Layers(LayersCommand::Suspend { layer, cluster }) => {
+            crate::layers::set_hold(&layer, true, &cluster)
+        }
+        Command::Layers(LayersCommand::Resume { layer, cluster }) => {
+            crate::layers::set_hold(&layer, false, &cluster)
+        }
+        Command::Completion { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Cli::command(), "strata", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Layers(LayersCommand::Plan {
             layer,
             output,

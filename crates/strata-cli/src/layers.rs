@@ -353,3 +353,88 @@ pub fn import(files: &[String]) -> anyhow::Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+/// Merge-patches AddonsLayer `name`; a missing layer is an error naming it.
+async fn patch_layer(client: &Client, name: &str, patch: Value) -> anyhow::Result<()> {
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    match api
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => {
+            anyhow::bail!("addonslayer {name} not found")
+        }
+        other => other.map(drop).map_err(Into::into),
+    }
+}
+
+/// The patch asking the layer-controller to reconcile now, and its value.
+fn reconcile_request() -> (Value, String) {
+    let at = jiff::Timestamp::now().to_string();
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        layer_controller::keys::RECONCILE_REQUESTED_AT: at}}});
+    (patch, at)
+}
+
+/// `strata layers reconcile`: asks for a reconcile; with `wait`, waits until the controller
+/// recorded handling this very request. Exit 1 when the layer is then Failed, or on timeout.
+pub fn reconcile(
+    name: &str,
+    wait: Option<Duration>,
+    cluster: &ClusterArgs,
+) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = cluster.client().await?;
+        let (patch, at) = reconcile_request();
+        patch_layer(&client, name, patch).await?;
+        println!("addonslayer/{name}: reconcile requested at {at}");
+        let Some(timeout) = wait else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let api: Api<AddonsLayer> = Api::all(client);
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let layer = api.get(name).await?;
+            let status = layer.status.unwrap_or_default();
+            if status.last_handled_reconcile_at.as_deref() == Some(at.as_str()) {
+                let state = status.state.unwrap_or_default();
+                let revision = status.revision.unwrap_or_default();
+                println!("addonslayer/{name}: reconciled: {state} (revision {revision})");
+                return Ok(if state == "Failed" {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                eprintln!(
+                    "strata: addonslayer {name}: the layer-controller did not handle the request within {timeout:?}"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
+/// `strata layers suspend|resume`: sets `spec.hold`; resuming also asks for a reconcile.
+pub fn set_hold(name: &str, hold: bool, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = cluster.client().await?;
+        let mut patch = serde_json::json!({"spec": {"hold": hold}});
+        if hold {
+            patch_layer(&client, name, patch).await?;
+            println!("addonslayer/{name}: suspended (spec.hold: true)");
+        } else {
+            let (request, at) = reconcile_request();
+            patch["metadata"] = request["metadata"].clone();
+            patch_layer(&client, name, patch).await?;
+            println!("addonslayer/{name}: resumed, reconcile requested at {at}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
