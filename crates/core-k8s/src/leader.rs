@@ -168,6 +168,34 @@ pub async fn elect(
     ))
 }
 
+/// After a failed renewal, reads the Lease: when it still names us and has not expired, we
+/// lead again. Returns whether the read succeeded (then the Lease is the truth: someone
+/// else's, or gone, is reported by the manager when it acts on it).
+async fn read_lease_again(
+    fence: &Fence,
+    lease: &str,
+    identity: &str,
+    tx: &watch::Sender<bool>,
+    gauge: &Gauge,
+) -> bool {
+    match fence.api.get_opt(lease).await {
+        Ok(current) => {
+            if !*tx.borrow()
+                && current.is_some_and(|c| lease_holds(&c, identity, jiff::Timestamp::now()))
+            {
+                tracing::info!(%lease, %identity, "still holding the Lease; leading again");
+                gauge.set(1);
+                tx.send_replace(true);
+            }
+            true
+        }
+        Err(e) => {
+            tracing::debug!(%lease, error = %e, "reading the Lease after a failed renewal; retrying");
+            false
+        }
+    }
+}
+
 async fn contend(
     manager: LeaseManager,
     fence: Arc<Fence>,
@@ -206,25 +234,13 @@ async fn contend(
                         gauge.set(0);
                         tx.send_replace(false);
                     }
-                    recheck = true;
+                    // The manager may report the same error at once again: never spin.
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    recheck = !read_lease_again(&fence, &lease, &identity, &tx, &gauge).await;
                 }
             },
             _ = tokio::time::sleep(Duration::from_secs(1)), if recheck => {
-                match fence.api.get_opt(&lease).await {
-                    Ok(current) => {
-                        // Read: the Lease is the truth from here (someone else's, or gone, is
-                        // reported by the manager when it acts on it).
-                        recheck = false;
-                        if current.is_some_and(|c| lease_holds(&c, &identity, jiff::Timestamp::now())) {
-                            tracing::info!(%lease, %identity, "still holding the Lease; leading again");
-                            gauge.set(1);
-                            tx.send_replace(true);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::debug!(%lease, error = %e, "reading the Lease after a failed renewal; retrying");
-                    }
-                }
+                recheck = !read_lease_again(&fence, &lease, &identity, &tx, &gauge).await;
             }
         }
     }
