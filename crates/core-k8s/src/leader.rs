@@ -169,8 +169,10 @@ pub async fn elect(
 }
 
 /// After a failed renewal, reads the Lease: when it still names us and has not expired, we
-/// lead again. Returns whether the read succeeded (then the Lease is the truth: someone
-/// else's, or gone, is reported by the manager when it acts on it).
+/// lead again. Returns whether to stop reading: we lead again, or another holder has it (the
+/// manager reports that when it acts on it). A failed read, an expired Lease or none means
+/// read again: the manager, which reports changes only, may renew or take it back silently
+/// (its Lease expired while the API server was away, then it renewed unseen).
 async fn read_lease_again(
     fence: &Fence,
     lease: &str,
@@ -178,17 +180,23 @@ async fn read_lease_again(
     tx: &watch::Sender<bool>,
     gauge: &Gauge,
 ) -> bool {
+    let now = jiff::Timestamp::now();
     match fence.api.get_opt(lease).await {
-        Ok(current) => {
-            if !*tx.borrow()
-                && current.is_some_and(|c| lease_holds(&c, identity, jiff::Timestamp::now()))
-            {
+        Ok(Some(current)) if lease_holds(&current, identity, now) => {
+            if !*tx.borrow() {
                 tracing::info!(%lease, %identity, "still holding the Lease; leading again");
                 gauge.set(1);
                 tx.send_replace(true);
             }
             true
         }
+        // Someone else's and still valid: the manager reports that when it acts on it.
+        Ok(Some(current)) => current
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.holder_identity.as_deref())
+            .is_some_and(|holder| holder != identity && lease_holds(&current, holder, now)),
+        Ok(None) => false,
         Err(e) => {
             tracing::debug!(%lease, error = %e, "reading the Lease after a failed renewal; retrying");
             false
