@@ -213,11 +213,12 @@ async fn contend(
     gauge: Gauge,
     stop: CancellationToken,
 ) {
-    // After a failed renewal: read the Lease every second until a read succeeds. The manager
-    // reports changes only, so when it renews again after the error it still believes it leads
-    // and says nothing; the Lease itself decides whether to act again. One read was not enough:
-    // right after a restarted API server a read fails too (403 while it warms its RBAC caches),
-    // and the leader then stayed idle forever, holding a Lease nobody else could take.
+    // After a failed renewal: read the Lease every second until it names us again or another
+    // holder ([`read_lease_again`]). The manager reports changes only, so when it renews again
+    // after the error it still believes it leads and says nothing; the Lease itself decides
+    // whether to act again. One read was not enough: right after a restarted API server a read
+    // fails too (403 while it warms its RBAC caches), or finds our Lease expired just before the
+    // manager renews it, and the leader then stayed idle forever holding its Lease.
     let mut recheck = false;
     loop {
         tokio::select! {

@@ -174,6 +174,17 @@ impl PodHttp {
     }
 }
 
+/// The reason of a failed [`PodHttp::call`], without the `METHOD URL: ` its error starts with
+/// (for messages that name the pod already).
+pub fn failure_reason<'a>(error: &'a str, method: &str, url: &str) -> &'a str {
+    error
+        .strip_prefix(method)
+        .and_then(|rest| rest.strip_prefix(' '))
+        .and_then(|rest| rest.strip_prefix(url))
+        .and_then(|rest| rest.strip_prefix(": "))
+        .unwrap_or(error)
+}
+
 /// The endpoint of one pod: `template` with its host replaced by the pod's stable DNS name
 /// `<pod>.<service>.<namespace>.svc.<cluster domain>` (scheme, port, path and query kept).
 pub fn pod_url(
@@ -243,6 +254,20 @@ mod tests {
         }
         assert!(pod_url("/relative", "p", "s", "n", "d").is_err());
         assert!(pod_url("http:///path", "p", "s", "n", "d").is_err());
+    }
+
+    #[test]
+    fn failure_reasons_drop_the_call() {
+        let url = "http://pod-0.svc.ns.svc.cluster.local.:80/prepare";
+        assert_eq!(
+            failure_reason(&format!("POST {url}: timed out"), "POST", url),
+            "timed out"
+        );
+        // Another call's error is kept whole.
+        assert_eq!(
+            failure_reason("DELETE x: refused", "POST", url),
+            "DELETE x: refused"
+        );
     }
 
     #[test]

@@ -74,31 +74,7 @@ pub fn parse(object: &Value) -> Result<Zpdb, String> {
     let partition =
         partition_regex(spec).map_err(|e| format!("invalid value: regex is not valid, got {e}"))?;
     let match_labels = match_labels(spec)?;
-    let delay = match spec.get("crossZoneEvictionDelay") {
-        None => Duration::ZERO,
-        Some(value) => {
-            let text = value
-                .as_str()
-                .ok_or("failed to extract value from config field crossZoneEvictionDelay")?;
-            if text.is_empty() {
-                Duration::ZERO
-            } else {
-                match go_text::parse_duration(text) {
-                    Err(e) => {
-                        return Err(format!(
-                            "invalid value: crossZoneEvictionDelay is not a valid duration, got {e}"
-                        ));
-                    }
-                    Ok((true, d)) if !d.is_zero() => {
-                        return Err(format!(
-                            "invalid value: crossZoneEvictionDelay must be >= 0, got {text}"
-                        ));
-                    }
-                    Ok((_, d)) => d,
-                }
-            }
-        }
-    };
+    let delay = cross_zone_eviction_delay(spec)?;
     if delay > Duration::ZERO && partition.is_none() {
         return Err(
             "invalid value: crossZoneEvictionDelay requires podNamePartitionRegex to be set".into(),
@@ -126,6 +102,28 @@ pub fn parse(object: &Value) -> Result<Zpdb, String> {
         partition,
         cross_zone_eviction_delay: delay,
     })
+}
+
+/// `crossZoneEvictionDelay`: absent or empty is none; read as Go reads durations.
+fn cross_zone_eviction_delay(spec: &serde_json::Map<String, Value>) -> Result<Duration, String> {
+    let Some(value) = spec.get("crossZoneEvictionDelay") else {
+        return Ok(Duration::ZERO);
+    };
+    let text = value
+        .as_str()
+        .ok_or("failed to extract value from config field crossZoneEvictionDelay")?;
+    if text.is_empty() {
+        return Ok(Duration::ZERO);
+    }
+    match go_text::parse_duration(text) {
+        Err(e) => Err(format!(
+            "invalid value: crossZoneEvictionDelay is not a valid duration, got {e}"
+        )),
+        Ok((true, d)) if !d.is_zero() => Err(format!(
+            "invalid value: crossZoneEvictionDelay must be >= 0, got {text}"
+        )),
+        Ok((_, d)) => Ok(d),
+    }
 }
 
 /// `podNamePartitionRegex` (anchored at both ends) and the capture group that names a pod's

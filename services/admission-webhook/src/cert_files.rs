@@ -23,7 +23,7 @@ use rustls::server::ServerConfig;
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::tls::{ClientTrust, server_config};
 
-/// The certificate and key files, and what was last loaded from them.
+/// The certificate and key files.
 #[derive(Clone, Debug)]
 pub struct CertFiles {
     pub cert: PathBuf,
@@ -39,22 +39,42 @@ pub struct Loaded {
     pub fingerprint: u64,
 }
 
+/// Both files' bytes, as read, and their fingerprint.
+struct Contents {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+    fingerprint: u64,
+}
+
 impl CertFiles {
     /// Reads and checks both files; an error names the file and what is wrong.
     pub fn load(&self, trust: &ClientTrust) -> Result<Loaded, String> {
+        self.parse(self.read()?, trust)
+    }
+
+    fn read(&self) -> Result<Contents, String> {
         let read = |path: &Path| {
             std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))
         };
         let (cert, key) = (read(&self.cert)?, read(&self.key)?);
-        let not_after = not_after(&cert).map_err(|e| format!("{}: {e}", self.cert.display()))?;
-        let config = server_config(&cert, &key, trust)
-            .map_err(|e| format!("{} and {}: {e}", self.cert.display(), self.key.display()))?;
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         (&cert, &key).hash(&mut hasher);
+        Ok(Contents {
+            cert,
+            key,
+            fingerprint: hasher.finish(),
+        })
+    }
+
+    fn parse(&self, contents: Contents, trust: &ClientTrust) -> Result<Loaded, String> {
+        let not_after =
+            not_after(&contents.cert).map_err(|e| format!("{}: {e}", self.cert.display()))?;
+        let config = server_config(&contents.cert, &contents.key, trust)
+            .map_err(|e| format!("{} and {}: {e}", self.cert.display(), self.key.display()))?;
         Ok(Loaded {
             config,
             not_after,
-            fingerprint: hasher.finish(),
+            fingerprint: contents.fingerprint,
         })
     }
 
@@ -82,9 +102,16 @@ impl CertFiles {
                     .get_or_create(&ReloadLabels { result })
                     .inc();
             };
-            match self.load(&trust) {
-                Ok(loaded) if loaded.fingerprint == fingerprint => {}
-                Ok(loaded) => {
+            // Unchanged files are not parsed again: only bytes that differ build a config.
+            match self.read().and_then(|c| {
+                if c.fingerprint == fingerprint {
+                    Ok(None)
+                } else {
+                    self.parse(c, &trust).map(Some)
+                }
+            }) {
+                Ok(None) => {}
+                Ok(Some(loaded)) => {
                     tls.reload_from_config(Arc::new(loaded.config));
                     metrics.certificate_expiry.set(loaded.not_after.as_second());
                     fingerprint = loaded.fingerprint;

@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::server::App;
 use crate::webhooks::{PREPARE_DOWNSCALE_LABEL, PrepareEndpoint};
-use core_rollout::observed::label;
+use core_rollout::observed::{label, spec_replicas};
 
 /// Marks a pod that was (or is about to be) told to prepare for a downscale.
 pub const PREPARED_LABEL: &str = "strata.dev/prepared-for-downscale";
@@ -113,12 +113,7 @@ pub fn verdict(
         .strip_prefix(sts_name)
         .and_then(|rest| rest.strip_prefix('-'))
         .and_then(|n| n.parse::<i64>().ok());
-    let wanted = sts
-        .spec
-        .as_ref()
-        .and_then(|s| s.replicas)
-        .map_or(1, i64::from);
-    if ordinal.is_none_or(|n| n >= wanted) {
+    if ordinal.is_none_or(|n| n >= i64::from(spec_replicas(sts))) {
         return Verdict::GoingAway;
     }
     let marked_at = pod
@@ -144,18 +139,36 @@ pub fn verdict(
     }
 }
 
+/// Most marks written at once: a downscale of many pods is marked within the request's
+/// deadline without opening a connection per pod.
+const MARKS_IN_FLIGHT: usize = 16;
+
 /// Marks the pods before they are called, so that whatever happens to the request they are
-/// found again. Fails naming the first pod that could not be marked.
+/// found again. Fails naming a pod that could not be marked.
 pub async fn mark(app: &App, pods: &[PreparedPod]) -> Result<(), String> {
+    use futures::StreamExt as _;
     let now = Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let patch = json!({"metadata": {"labels": {PREPARED_LABEL: "true"}, "annotations": {PREPARED_AT: now}}});
-    for pod in pods {
-        let api: Api<Pod> = Api::namespaced(app.client.clone(), &pod.namespace);
-        api.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| format!("marking pod {}/{} failed: {e}", pod.namespace, pod.name))?;
-    }
-    Ok(())
+    // Owned futures: borrowed ones trip the spawned handler's higher-ranked bounds.
+    let marks: Vec<_> = pods
+        .iter()
+        .map(|pod| {
+            let api: Api<Pod> = Api::namespaced(app.client.clone(), &pod.namespace);
+            let (patch, who) = (patch.clone(), format!("{}/{}", pod.namespace, pod.name));
+            let name = pod.name.clone();
+            async move {
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("marking pod {who} failed: {e}"))
+            }
+        })
+        .collect();
+    let results: Vec<Result<(), String>> = futures::stream::iter(marks)
+        .buffer_unordered(MARKS_IN_FLIGHT)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }
 
 /// The merge patch removing a pod's mark.

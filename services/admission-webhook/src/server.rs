@@ -450,7 +450,7 @@ async fn prepare(
             Err(e) => Some(format!(
                 "{}: {}",
                 pod.name,
-                e.strip_prefix(&format!("POST {}: ", pod.url)).unwrap_or(e)
+                core_k8s::pod_http::failure_reason(e, "POST", &pod.url)
             )),
         })
         .collect();

@@ -332,14 +332,14 @@ fn registered(api_version: &str, kind: &str) -> bool {
 }
 
 /// JSON's name for a value's type, as Go's decoder names it in its errors.
-fn json_type(value: &Value) -> String {
+fn json_kind(value: &Value) -> &'static str {
     match value {
-        Value::String(_) => "string".into(),
-        Value::Number(n) => format!("number {n}"),
-        Value::Bool(_) => "bool".into(),
-        Value::Array(_) => "array".into(),
-        Value::Object(_) => "object".into(),
-        Value::Null => "null".into(),
+        Value::String(_) => "string",
+        Value::Number(_) => "number",
+        Value::Bool(_) => "bool",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+        Value::Null => "null",
     }
 }
 
@@ -353,7 +353,7 @@ fn replicas_of(object: Option<&Value>) -> Result<Option<i64>, Unreadable> {
     let Some(fields) = raw.as_object() else {
         return Err(Unreadable::Decode(format!(
             "couldn't get version/kind; json parse error: json: cannot unmarshal {} into Go value of type struct {{ APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }}",
-            json_type(raw).split(' ').next().unwrap_or_default()
+            json_kind(raw)
         )));
     };
     let text = |key: &str| fields.get(key).and_then(Value::as_str).unwrap_or_default();
@@ -387,7 +387,7 @@ fn replicas_of(object: Option<&Value>) -> Result<Option<i64>, Unreadable> {
         Some(other) => {
             return Err(Unreadable::Decode(format!(
                 "json: cannot unmarshal {} into Go struct field {kind}.spec of type v1.{kind}Spec",
-                json_type(other).split(' ').next().unwrap_or_default()
+                json_kind(other)
             )));
         }
     };
@@ -398,9 +398,13 @@ fn replicas_of(object: Option<&Value>) -> Result<Option<i64>, Unreadable> {
             .filter(|n| i32::try_from(*n).is_ok())
             .map(Some)
             .ok_or_else(|| {
+                // Go names a number by its literal too.
+                let found = match value {
+                    Value::Number(n) => format!("number {n}"),
+                    other => json_kind(other).to_string(),
+                };
                 Unreadable::Decode(format!(
-                    "json: cannot unmarshal {} into Go struct field {kind}Spec.spec.replicas of type int32",
-                    json_type(value)
+                    "json: cannot unmarshal {found} into Go struct field {kind}Spec.spec.replicas of type int32"
                 ))
             }),
     }

@@ -755,7 +755,6 @@ fn delayed_downscale_target(
     };
     let text = |t: Timestamp| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
     let mut pods = Vec::new();
-    let mut held = Vec::new();
     // Counting stops at the first pod (from the highest ordinal) not yet allowed to go.
     let (mut allowed, mut counting, mut next) = (0, true, None);
     for ordinal in (desired..current).rev() {
@@ -771,7 +770,6 @@ fn delayed_downscale_target(
                 .get(&pod)
                 .cloned()
                 .unwrap_or_else(|| "did not report a preparation time".into());
-            held.push(format!("pod {pod}: {problem}"));
             pods.push(PodPreparation {
                 pod,
                 problem: Some(problem),
@@ -794,6 +792,10 @@ fn delayed_downscale_target(
             problem: None,
         });
     }
+    let held: Vec<String> = pods
+        .iter()
+        .filter_map(|p| Some(format!("pod {}: {}", p.pod, p.problem.as_ref()?)))
+        .collect();
     let delay_text = annotation(sts, keys::DELAYED_DOWNSCALE)
         .unwrap_or_default()
         .to_string();

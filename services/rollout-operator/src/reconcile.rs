@@ -533,12 +533,8 @@ async fn call_delayed_downscale(
                 Err(e) => {
                     tracing::warn!(statefulset = %call.stateful_set, url = %url, error = %e, "delayed-downscale prepare failed");
                     // The planner names the pod and this reason in its decision.
-                    observed.prepare_failures.insert(
-                        pod,
-                        e.strip_prefix(&format!("POST {url}: "))
-                            .unwrap_or(&e)
-                            .to_string(),
-                    );
+                    let reason = core_k8s::pod_http::failure_reason(&e, "POST", &url);
+                    observed.prepare_failures.insert(pod, reason.to_string());
                 }
             }
         }
@@ -577,7 +573,8 @@ async fn publish_delayed_decisions(
         else {
             continue;
         };
-        let severity = if decision.decision.starts_with("held:") {
+        // Held exactly when a pod going away gave no time.
+        let severity = if decision.pods.iter().any(|p| p.problem.is_some()) {
             Severity::Warning
         } else {
             Severity::Normal
