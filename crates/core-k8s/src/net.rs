@@ -16,6 +16,15 @@ pub fn all_interfaces(port: u16) -> SocketAddr {
 /// A non-blocking listener on `address`, ready for tokio. `[::]` is dual-stack, and falls
 /// back to `0.0.0.0` on the same port when the host has no IPv6.
 pub fn listen(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    listen_with(address, open)
+}
+
+/// [`listen`] with the socket opener given, so the IPv4-only fallback can be exercised on a
+/// host that has IPv6.
+fn listen_with(
+    address: SocketAddr,
+    open: impl Fn(SocketAddr) -> io::Result<std::net::TcpListener>,
+) -> io::Result<std::net::TcpListener> {
     match open(address) {
         Err(e) if address.ip() == IpAddr::V6(Ipv6Addr::UNSPECIFIED) && no_ipv6(&e) => {
             let fallback = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), address.port());
@@ -83,6 +92,42 @@ mod tests {
                 "accepted from {client} as {from}"
             );
         }
+    }
+
+    /// An IPv4-only host: opening an IPv6 socket fails as the kernel says when the family
+    /// is missing (or has no address); `:PORT` then listens on `0.0.0.0` and answers IPv4.
+    #[test]
+    fn all_interfaces_falls_back_to_ipv4_without_ipv6() {
+        for errno in [EAFNOSUPPORT, EADDRNOTAVAIL] {
+            let ipv4_only = |address: SocketAddr| {
+                if address.is_ipv6() {
+                    Err(io::Error::from_raw_os_error(errno))
+                } else {
+                    open(address)
+                }
+            };
+            let listener = listen_with(all_interfaces(0), ipv4_only).unwrap();
+            let bound = listener.local_addr().unwrap();
+            assert_eq!(
+                bound.ip(),
+                IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                "errno {errno}"
+            );
+            std::net::TcpStream::connect(SocketAddr::new(
+                "127.0.0.1".parse().unwrap(),
+                bound.port(),
+            ))
+            .unwrap();
+        }
+        // Any other failure is the caller's to see (a port in use is not a missing family),
+        // and a specific IPv6 address never falls back.
+        let in_use = |_: SocketAddr| Err(io::Error::from(io::ErrorKind::AddrInUse));
+        assert_eq!(
+            listen_with(all_interfaces(0), in_use).unwrap_err().kind(),
+            io::ErrorKind::AddrInUse
+        );
+        let missing = |_: SocketAddr| Err(io::Error::from_raw_os_error(EAFNOSUPPORT));
+        assert!(listen_with("[::1]:0".parse().unwrap(), missing).is_err());
     }
 
     #[test]
