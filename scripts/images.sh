@@ -14,8 +14,15 @@ log() { echo "images: $*" >&2; }
 
 version="$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' "$root/Cargo.toml")"
 revision="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
-source_url="${IMAGE_SOURCE:-$(git -C "$root" config --get remote.origin.url 2>/dev/null || echo unknown)}"
-registry_prefix="${IMAGE_PREFIX:-strata}"
+# The source label: the workspace's `repository` (never a git remote, whose URL may carry a
+# token); whatever is given, user:password@ is stripped.
+source_url="${IMAGE_SOURCE:-$(sed -n '/^\[workspace.package\]/,/^\[/s/^repository *= *"\(.*\)"/\1/p' "$root/Cargo.toml")}"
+source_url="$(sed -E 's#^([a-z+]+://)[^/@]*@#\1#' <<<"$source_url")"
+# The registry the chart's `global.image.registry` names: `localhost` is where podman keeps
+# local images, so a chart left at its default never pulls a stranger's `strata/*` image.
+registry_prefix="${IMAGE_REGISTRY:-localhost}/strata"
+# SBOMs (CycloneDX JSON, from Cargo.lock) are written here, one per image.
+sbom_dir="${IMAGE_SBOM_DIR:-$cache/images}"
 
 # The image tool: podman when present; docker only with a running engine. Debian's podman is
 # installed when neither is usable and this is a root shell with apt (the CI machine).
@@ -53,6 +60,14 @@ for s in "${services[@]}"; do
     log "$s accepts the test-only --pod-address-override: built with test hooks"; exit 1
   fi
   install -m 0555 "$bindir/$s" "$context/bin/$s"
+done
+
+log "writing SBOMs to $sbom_dir"
+mkdir -p "$sbom_dir"
+# strata-sbom comes with `make build` (a dependency of `make images`).
+sbom="${STRATA_BIN_DIR:-$cache/cargo-target/debug}/strata-sbom"
+for s in "${services[@]}"; do
+  (cd "$root" && "$sbom" "$s" --target "$target") >"$sbom_dir/$s-$version.cdx.json"
 done
 
 fail=0

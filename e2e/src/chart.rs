@@ -49,6 +49,18 @@ pub fn helm() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("helm"))
 }
 
+/// The Kubernetes version the plane runs (`KUBERNETES_VERSION` in `versions.env`): what
+/// `helm template` and `helm lint` are told the cluster is, since the chart's `kubeVersion`
+/// refuses helm's offline default (1.20).
+pub fn kube_version() -> String {
+    std::fs::read_to_string(crate::plane::plane_source_dir().join("versions.env"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("KUBERNETES_VERSION="))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| "v1.34.0".to_string())
+}
+
 /// One documented value: its dotted key, type, default (compact JSON) and description.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueDoc {
@@ -156,8 +168,10 @@ pub fn readme_with_table(readme: &str, table: &str) -> Result<String> {
 }
 
 /// Keys whose value is a Kubernetes type or a free-form map: any object is accepted.
-const FREE_FORM: [&str; 6] = [
+const FREE_FORM: [&str; 8] = [
     "resources",
+    "startupProbe",
+    "objectSelector",
     "podSecurityContext",
     "securityContext",
     "affinity",
@@ -183,6 +197,14 @@ fn enum_of(key: &str, path: &[String]) -> Option<Vec<&'static str>> {
         "pullPolicy" => Some(vec!["", "Always", "IfNotPresent", "Never"]),
         "failurePolicy" => Some(vec!["Fail", "Ignore"]),
         "mode" if path.iter().any(|k| k == "tls") => Some(vec!["self", "certManager", "secret"]),
+        "dnsPolicy" => Some(vec![
+            "",
+            "ClusterFirst",
+            "ClusterFirstWithHostNet",
+            "Default",
+            "None",
+        ]),
+        "scope" => Some(vec!["*", "Cluster", "Namespaced"]),
         _ => None,
     }
 }
@@ -207,9 +229,8 @@ fn schema_of(value: &Value, path: &[String], docs: &[ValueDoc]) -> Value {
                 child.push(k.clone());
                 properties.insert(k.clone(), schema_of(v, &child, docs));
             }
-            // `global` is shared with parent charts, which may set keys of their own.
-            let closed = !(path.len() == 1 && key == "global");
-            json!({"type": "object", "properties": properties, "additionalProperties": !closed})
+            // `global` too: a misspelt global key is as silent as any other.
+            json!({"type": "object", "properties": properties, "additionalProperties": false})
         }
         Value::Array(_) if key == "imagePullSecrets" => json!({
             "type": "array",
@@ -226,6 +247,10 @@ fn schema_of(value: &Value, path: &[String], docs: &[ValueDoc]) -> Value {
         Value::Bool(_) => json!({"type": "boolean"}),
         Value::Number(_) if path.iter().any(|k| k == "ports") => {
             json!({"type": "integer", "minimum": 1, "maximum": 65535})
+        }
+        // kube-apiserver refuses a webhook timeout outside 1–30 s.
+        Value::Number(_) if key == "timeoutSeconds" => {
+            json!({"type": "integer", "minimum": 1, "maximum": 30})
         }
         // Rates are fractional even when their default is a whole number; `--set` passes a
         // fraction as a string.
@@ -273,6 +298,7 @@ pub fn render(helm: &Path, release: &str, namespace: &str, args: &[&str]) -> Res
     let output = Command::new(helm)
         .args(["template", release])
         .arg(chart_dir())
+        .args(["--kube-version", &kube_version()])
         .args(["--namespace", namespace])
         .args(args)
         .output()
@@ -334,7 +360,13 @@ pub fn plain_manifests() -> Result<Vec<(String, String)>> {
         "# Generated from helm/strata by `make manifests` (default values); do not edit.\n";
     let mut files = Vec::new();
     for (key, service) in SERVICES {
-        let mut args = vec!["--set".to_string(), "crds.enabled=false".to_string()];
+        // `helm test` pods are Helm's alone.
+        let mut args = vec![
+            "--set".to_string(),
+            "crds.enabled=false".to_string(),
+            "--set".to_string(),
+            "tests.enabled=false".to_string(),
+        ];
         for (other, _) in SERVICES {
             args.push("--set".into());
             args.push(format!("{other}.enabled={}", other == key));

@@ -27,5 +27,6 @@ pub mod plane;
 pub mod pod_endpoints;
 pub mod release;
 pub mod rollout_watch;
+pub mod sbom;
 pub mod services;
 pub mod support;

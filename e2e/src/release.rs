@@ -169,11 +169,15 @@ impl Rendered {
             .collect()
     }
 
-    /// The Deployment of `service`.
+    /// The Deployment of `service` (by its `app.kubernetes.io/name` label: with a name
+    /// override the Deployment's own name carries a prefix).
     pub fn deployment(&self, service: &str) -> Result<&Value> {
         self.objects
             .iter()
-            .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == service)
+            .find(|o| {
+                o["kind"] == "Deployment"
+                    && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+            })
             .with_context(|| format!("release {} renders no Deployment {service}", self.release))
     }
 

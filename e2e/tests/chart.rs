@@ -51,7 +51,8 @@ fn lint_is_clean_with_default_all_toggles_and_kraan_values() {
     let kraan = chart::chart_dir().join("values-kraan.yaml");
     for values in [None, Some(all_toggles()), Some(kraan.display().to_string())] {
         let mut cmd = Command::new(chart::helm());
-        cmd.args(["lint", "--strict"]).arg(chart::chart_dir());
+        cmd.args(["lint", "--strict", "--kube-version", &chart::kube_version()])
+            .arg(chart::chart_dir());
         if let Some(values) = &values {
             cmd.args(["-f", values]);
         }
@@ -81,7 +82,12 @@ fn each_service_renders_alone_with_only_its_objects() {
         );
         for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
             for name in kinds_named(&objs, kind) {
-                assert!(name.contains(service), "{key} alone renders {kind} {name}");
+                // The CRDs' additions to `view`/`edit` come with the CRDs, not a service.
+                let crds = kind == "ClusterRole" && name.starts_with("strata-aggregate-to-");
+                assert!(
+                    name.contains(service) || crds,
+                    "{key} alone renders {kind} {name}"
+                );
             }
         }
         let webhooks = kinds_named(&objs, "ValidatingWebhookConfiguration").len()
@@ -390,6 +396,20 @@ fn the_schema_refuses_misspelt_keys_and_bad_values() {
         ("rolloutOperator.ports.admin=70000", "admin"),
         ("crds.enabled=yes", "enabled"),
         ("layerController.clientQPS=abc", "clientQPS"),
+        (
+            "admissionWebhook.webhooks.timeoutSeconds=31",
+            "timeoutSeconds",
+        ),
+        (
+            "admissionWebhook.webhooks.timeoutSeconds=0",
+            "timeoutSeconds",
+        ),
+        ("global.imageRegistry=x", "imageRegistry"),
+        ("layerController.dnsPolicy=Cluster", "dnsPolicy"),
+        (
+            "admissionWebhook.webhooks.podEviction.scope=Everywhere",
+            "scope",
+        ),
     ] {
         let err = chart::template(&["--set", set]).expect_err(set).to_string();
         assert!(
@@ -627,4 +647,436 @@ fn the_serving_certificate_comes_from_the_chosen_mode() {
         format!("{refused:#}").contains("/admissionWebhook/tls/mode"),
         "{refused:#}"
     );
+}
+
+/// Renders `helm template RELEASE` in namespace `shared` with `--set` values.
+fn release(name: &str, sets: &[&str]) -> Vec<Value> {
+    let mut args: Vec<&str> = Vec::new();
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let rendered =
+        chart::render(&chart::helm(), name, "shared", &args).unwrap_or_else(|e| panic!("{e:#}"));
+    objects(&rendered)
+}
+
+fn deployment<'a>(objs: &'a [Value], service: &str) -> &'a Value {
+    objs.iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+        })
+        .unwrap_or_else(|| panic!("no Deployment of {service}"))
+}
+
+fn container_args(objs: &[Value], service: &str) -> Vec<String> {
+    deployment(objs, service)["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every object's identity: kind, namespace (empty when cluster-scoped) and name.
+fn identities(objs: &[Value]) -> Vec<(String, String, String)> {
+    objs.iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap().to_string(),
+                o["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                o["metadata"]["name"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `nameOverride`/`fullnameOverride`: two releases in one namespace share no object, Lease,
+/// certificate Secret or webhook, and every reference inside a release follows its names;
+/// without an override, names stay what they were (an upgrade renames nothing).
+#[test]
+fn two_releases_in_one_namespace_share_no_name() {
+    let everything = [
+        "serviceMonitor.enabled=true",
+        "podMonitor.enabled=true",
+        "prometheusRule.enabled=true",
+        "dashboards.enabled=true",
+    ];
+    let mut a_sets = vec!["fullnameOverride=team-a"];
+    a_sets.extend(everything);
+    let mut b_sets = vec!["nameOverride=strata", "crds.enabled=false"];
+    b_sets.extend(everything);
+    let a = release("a", &a_sets);
+    let b = release("b", &b_sets);
+    let plain = release("strata", &[]);
+
+    let ids_a = identities(&a);
+    let ids_b = identities(&b);
+    let shared: Vec<_> = ids_a
+        .iter()
+        .filter(|id| ids_b.contains(id) && id.0 != "CustomResourceDefinition")
+        .collect();
+    assert!(shared.is_empty(), "both releases render {shared:?}");
+    for (objs, prefix) in [(&a, "team-a-"), (&b, "b-strata-")] {
+        for (kind, namespace, name) in identities(objs) {
+            if kind == "CustomResourceDefinition" {
+                continue;
+            }
+            assert!(
+                name.starts_with(prefix),
+                "{kind} {namespace}/{name}: not {prefix}…"
+            );
+        }
+        for (_, service) in SERVICES {
+            let args = container_args(objs, service);
+            let lease = format!("--lease-name={prefix}{service}-leader");
+            assert!(args.contains(&lease), "{service}: {args:?}");
+            let pod = &deployment(objs, service)["spec"]["template"]["spec"];
+            assert_eq!(pod["serviceAccountName"], format!("{prefix}{service}"));
+        }
+        let webhook = container_args(objs, "admission-webhook");
+        for flag in [
+            format!("--service-name={prefix}admission-webhook"),
+            format!("--tls-secret-name={prefix}admission-webhook-certificate"),
+        ] {
+            assert!(webhook.contains(&flag), "{flag}: {webhook:?}");
+        }
+        assert!(
+            webhook
+                .iter()
+                .any(|f| f.starts_with("--inject-ca-selector=app.kubernetes.io/instance=")),
+            "{webhook:?}"
+        );
+        for config in objs.iter().filter(|o| {
+            o["kind"]
+                .as_str()
+                .unwrap()
+                .ends_with("WebhookConfiguration")
+        }) {
+            assert_eq!(
+                config["webhooks"][0]["clientConfig"]["service"]["name"],
+                format!("{prefix}admission-webhook"),
+            );
+        }
+        let observer = container_args(objs, "drift-observer");
+        let apply_as = format!("--apply-as=system:serviceaccount:shared:{prefix}layer-controller");
+        assert!(observer.contains(&apply_as), "{observer:?}");
+        // Every binding names a ServiceAccount of its own release.
+        for binding in objs
+            .iter()
+            .filter(|o| o["kind"].as_str().unwrap().ends_with("Binding"))
+        {
+            for subject in binding["subjects"].as_array().unwrap() {
+                let sa = subject["name"].as_str().unwrap();
+                assert!(
+                    sa.starts_with(prefix),
+                    "{}: {sa}",
+                    binding["metadata"]["name"]
+                );
+            }
+        }
+    }
+    // No override: the names of earlier versions, and no Lease flag (its default name).
+    assert_eq!(
+        deployment(&plain, "layer-controller")["metadata"]["name"],
+        "layer-controller"
+    );
+    assert!(
+        !container_args(&plain, "layer-controller")
+            .iter()
+            .any(|a| a.starts_with("--lease-name"))
+    );
+    let webhook = container_args(&plain, "admission-webhook");
+    assert!(
+        webhook.contains(&"--tls-secret-name=strata-admission-webhook-certificate".to_string())
+    );
+    assert!(
+        !webhook
+            .iter()
+            .any(|a| a.starts_with("--inject-ca-selector"))
+    );
+}
+
+/// The values users reach for in other charts, each reaching its object.
+#[test]
+fn values_users_reach_for_reach_the_objects() {
+    let values = r#"
+global: {image: {registry: registry.example.com/platform}}
+serviceMonitor:
+  enabled: true
+  namespace: monitoring
+  scrapeTimeout: 10s
+  relabelings: [{targetLabel: cluster, replacement: prod}]
+  metricRelabelings: [{sourceLabels: [__name__], regex: go_.*, action: drop}]
+podMonitor: {enabled: true, interval: 15s}
+extraObjects:
+  - apiVersion: v1
+    kind: ConfigMap
+    metadata: {name: extra-object, namespace: "{{ .Release.Namespace }}"}
+  - |
+    apiVersion: v1
+    kind: Secret
+    metadata: {name: extra-string, namespace: {{ .Release.Namespace }}}
+layerController:
+  image: {registry: mirror.example.com}
+  podLabels: {team: platform, app.kubernetes.io/name: not-the-selector}
+  podAnnotations: {example.com/pod: "yes"}
+  annotations: {example.com/deployment: "yes"}
+  extraEnvFrom: [{secretRef: {name: proxy-settings}}]
+  extraVolumes: [{name: ca, configMap: {name: corporate-ca}}]
+  extraVolumeMounts: [{name: ca, mountPath: /etc/corporate-ca, readOnly: true}]
+  hostNetwork: true
+  dnsPolicy: ClusterFirstWithHostNet
+  minReadySeconds: 7
+  revisionHistoryLimit: 2
+  startupProbe: {httpGet: {path: /livez, port: admin}, failureThreshold: 30}
+admissionWebhook:
+  webhooks:
+    excludeSystemNamespaces: false
+    namespaceSelector: null
+    objectSelector: {matchLabels: {guarded: "yes"}}
+    timeoutSeconds: 30
+    noDownscale: {scope: Namespaced, namespaceSelector: {matchLabels: {team: mimir}}}
+"#;
+    let path =
+        std::env::temp_dir().join(format!("strata-chart-values-{}.yaml", std::process::id()));
+    std::fs::write(&path, values).unwrap();
+    let objs = template(&["-f".into(), path.display().to_string()]);
+    std::fs::remove_file(&path).ok();
+
+    let lc = deployment(&objs, "layer-controller");
+    assert_eq!(
+        lc["metadata"]["annotations"]["example.com/deployment"],
+        "yes"
+    );
+    assert_eq!(lc["spec"]["minReadySeconds"], 7);
+    assert_eq!(lc["spec"]["revisionHistoryLimit"], 2);
+    let template_meta = &lc["spec"]["template"]["metadata"];
+    assert_eq!(template_meta["labels"]["team"], "platform");
+    assert_eq!(
+        template_meta["labels"]["app.kubernetes.io/name"], "layer-controller",
+        "the selector's label wins"
+    );
+    assert_eq!(template_meta["annotations"]["example.com/pod"], "yes");
+    let pod = &lc["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], "corporate-ca");
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["image"],
+        "mirror.example.com/strata/layer-controller:0.1.0"
+    );
+    assert_eq!(c["envFrom"][0]["secretRef"]["name"], "proxy-settings");
+    assert_eq!(c["volumeMounts"][0]["mountPath"], "/etc/corporate-ca");
+    assert_eq!(c["startupProbe"]["failureThreshold"], 30);
+    // Defaults elsewhere: the global registry, no startup probe, spread by node and zone.
+    let ro = deployment(&objs, "rollout-operator");
+    let ro_pod = &ro["spec"]["template"]["spec"];
+    assert_eq!(
+        ro_pod["containers"][0]["image"],
+        "registry.example.com/platform/strata/rollout-operator:0.1.0"
+    );
+    assert!(ro_pod["containers"][0].get("startupProbe").is_none());
+    assert!(ro_pod.get("hostNetwork").is_none());
+    let keys: Vec<&str> = ro_pod["topologySpreadConstraints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["topologyKey"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        ["kubernetes.io/hostname", "topology.kubernetes.io/zone"]
+    );
+
+    let monitors: Vec<&Value> = objs
+        .iter()
+        .filter(|o| o["kind"] == "ServiceMonitor")
+        .collect();
+    assert_eq!(monitors.len(), 4);
+    for m in &monitors {
+        assert_eq!(m["metadata"]["namespace"], "monitoring");
+        assert_eq!(
+            m["spec"]["namespaceSelector"]["matchNames"][0],
+            "strata-system"
+        );
+        let endpoint = &m["spec"]["endpoints"][0];
+        assert_eq!(endpoint["scrapeTimeout"], "10s");
+        assert_eq!(endpoint["relabelings"][0]["targetLabel"], "cluster");
+        assert_eq!(endpoint["metricRelabelings"][0]["action"], "drop");
+    }
+    let pod_monitors: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "PodMonitor").collect();
+    assert_eq!(pod_monitors.len(), 4);
+    assert_eq!(
+        pod_monitors[0]["spec"]["podMetricsEndpoints"][0]["interval"],
+        "15s"
+    );
+    assert_eq!(pod_monitors[0]["metadata"]["namespace"], "strata-system");
+
+    assert_eq!(kinds_named(&objs, "ConfigMap"), ["extra-object"]);
+    let secret = objs.iter().find(|o| o["kind"] == "Secret").unwrap();
+    assert_eq!(secret["metadata"]["namespace"], "strata-system", "tpl ran");
+
+    for config in objs.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .unwrap()
+            .ends_with("WebhookConfiguration")
+    }) {
+        let hook = &config["webhooks"][0];
+        let name = config["metadata"]["name"].as_str().unwrap();
+        assert_eq!(hook["timeoutSeconds"], 30);
+        assert_eq!(
+            hook["objectSelector"]["matchLabels"]["guarded"], "yes",
+            "{name}"
+        );
+        assert!(
+            hook["namespaceSelector"].get("matchExpressions").is_none(),
+            "{name}: release namespace guarded too"
+        );
+        if name.starts_with("no-downscale") {
+            assert_eq!(hook["namespaceSelector"]["matchLabels"]["team"], "mimir");
+            assert_eq!(hook["rules"][0]["scope"], "Namespaced");
+        } else {
+            assert_eq!(hook["namespaceSelector"], serde_json::json!({}), "{name}");
+            assert_eq!(hook["rules"][0]["scope"], "*", "{name}");
+        }
+    }
+    // Default: the system namespaces stay out.
+    let default = template(&[]);
+    let config = default
+        .iter()
+        .find(|o| o["kind"] == "ValidatingWebhookConfiguration")
+        .unwrap();
+    assert_eq!(
+        config["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["kube-system", "strata-system"])
+    );
+}
+
+/// `helm test` checks each enabled service's `/readyz` through its Service, and the CRDs join
+/// Kubernetes' `view` and `edit` roles.
+#[test]
+fn helm_test_pods_and_aggregated_roles() {
+    let objs = template(&only("rolloutOperator"));
+    let pods: Vec<&Value> = objs.iter().filter(|o| o["kind"] == "Pod").collect();
+    assert_eq!(pods.len(), 1, "one enabled service, one test pod");
+    assert_eq!(pods[0]["metadata"]["annotations"]["helm.sh/hook"], "test");
+    let command: Vec<&str> = pods[0]["spec"]["containers"][0]["command"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        command.last(),
+        Some(&"http://rollout-operator.strata-system.svc:8080/readyz")
+    );
+    let all = template(&[]);
+    assert_eq!(all.iter().filter(|o| o["kind"] == "Pod").count(), 4);
+
+    let role = |name: &str| {
+        all.iter()
+            .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{name}"))
+    };
+    let view = role("strata-aggregate-to-view");
+    assert_eq!(
+        view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    let verbs = |r: &Value| {
+        r["rules"][0]["verbs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(verbs(view), ["get", "list", "watch"]);
+    let edit = role("strata-aggregate-to-edit");
+    assert_eq!(
+        edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+    assert!(verbs(edit).contains(&"delete".to_string()));
+    let resources: Vec<String> = edit["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+        })
+        .collect();
+    for kind in [
+        "addonslayers",
+        "zoneawarepoddisruptionbudgets",
+        "replicatemplates",
+        "addonslayers/status",
+    ] {
+        assert!(
+            resources.contains(&kind.to_string()),
+            "{kind}: {resources:?}"
+        );
+    }
+    // Status stays the controllers': read only, even for `edit`.
+    let status_rule = edit["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0] == "addonslayers/status")
+        .unwrap();
+    assert_eq!(
+        status_rule["verbs"],
+        serde_json::json!(["get", "list", "watch"])
+    );
+    let off = template(&[
+        "--set".into(),
+        "tests.enabled=false".into(),
+        "--set".into(),
+        "rbac.aggregateToDefaultRoles=false".into(),
+    ]);
+    assert!(!off.iter().any(|o| {
+        o["kind"] == "Pod"
+            || o["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .contains("aggregate")
+    }));
+}
+
+/// Chart.yaml says which Kubernetes it needs and where it comes from (the workspace's own
+/// `repository`).
+#[test]
+fn chart_metadata_names_its_kubernetes_and_sources() {
+    let chart: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart::chart_dir().join("Chart.yaml")).unwrap(),
+    )
+    .unwrap();
+    let cargo = std::fs::read_to_string(chart::repo_root().join("Cargo.toml")).unwrap();
+    let repository = cargo
+        .lines()
+        .find_map(|l| l.strip_prefix("repository = "))
+        .unwrap()
+        .trim_matches('"');
+    assert_eq!(chart["home"], repository);
+    assert_eq!(chart["sources"][0], repository);
+    assert!(chart["kubeVersion"].as_str().unwrap().starts_with(">="));
+    // helm's offline default (1.20) is refused: the chart uses APIs newer than it.
+    let err = Command::new(chart::helm())
+        .args(["template", "x"])
+        .arg(chart::chart_dir())
+        .args(["--kube-version", "1.20.0"])
+        .output()
+        .unwrap();
+    assert!(!err.status.success());
+    assert!(String::from_utf8_lossy(&err.stderr).contains("kubeVersion"));
 }

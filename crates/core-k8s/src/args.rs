@@ -52,6 +52,11 @@ pub struct CommonArgs {
     #[arg(long, env = "POD_NAMESPACE")]
     pub lease_namespace: Option<String>,
 
+    /// Name of the leader Lease; defaults to `<service>-leader`. Two installations in one
+    /// namespace (the chart's `nameOverride`/`fullnameOverride`) each need their own.
+    #[arg(long)]
+    pub lease_name: Option<String>,
+
     /// How long a leader's Lease stays valid without renewal; a successor takes over after it.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub lease_duration: Duration,
@@ -281,6 +286,8 @@ mod tests {
             "strata-system",
             "--lease-duration",
             "20s",
+            "--lease-name",
+            "b-layer-controller-leader",
             "--watch-namespace",
             "mimir",
             "--context",
@@ -295,6 +302,10 @@ mod tests {
         assert!(!args.leader_elect);
         assert_eq!(args.lease_namespace(), "strata-system");
         assert_eq!(args.lease_duration, Duration::from_secs(20));
+        assert_eq!(
+            args.lease_name.as_deref(),
+            Some("b-layer-controller-leader")
+        );
         assert_eq!(args.watch_namespace(), Some("mimir"));
         assert_eq!(args.context.as_deref(), Some("kind-dev"));
         assert!(args.identity().starts_with("pod-0-"));

@@ -116,6 +116,8 @@ impl Leadership {
 #[derive(Clone, Debug)]
 pub struct LeaseConfig {
     pub service: String,
+    /// The Lease's name ([`lease_name`] of the service unless told otherwise).
+    pub lease: String,
     pub namespace: String,
     pub identity: String,
     pub duration: Duration,
@@ -129,7 +131,7 @@ pub async fn elect(
     gauge: Gauge,
     stop: CancellationToken,
 ) -> Result<(Leadership, JoinHandle<()>)> {
-    let lease = lease_name(&config.service);
+    let lease = config.lease.clone();
     let duration = config.duration.as_secs().max(2);
     let manager = LeaseManagerBuilder::new(client.clone(), &lease)
         .with_namespace(&config.namespace)

@@ -140,11 +140,16 @@ impl Runtime {
         let (leadership, lease_task) = if args.leader_elect {
             let config = LeaseConfig {
                 service: service.to_string(),
+                lease: args
+                    .lease_name
+                    .clone()
+                    .filter(|name| !name.is_empty())
+                    .unwrap_or_else(|| leader::lease_name(service)),
                 namespace: args.lease_namespace(),
                 identity: identity.clone(),
                 duration: args.lease_duration,
             };
-            tracing::info!(lease = %leader::lease_name(service), namespace = %config.namespace, %identity, "contending for leadership");
+            tracing::info!(lease = %config.lease, namespace = %config.namespace, %identity, "contending for leadership");
             let (leadership, task) = leader::elect(
                 client.clone(),
                 config,

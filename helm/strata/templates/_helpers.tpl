@@ -7,6 +7,32 @@ certificate's DNS names depend on it); cluster-scoped objects are prefixed with 
 name so two releases never collide.
 */}}
 
+{{/*
+Prefix of the release's object names. Empty by default, so an upgrade keeps every name (and
+so every leader Lease: renamed Deployments would elect a second leader beside the old ones);
+`fullnameOverride: X` gives `X-`, `nameOverride: N` gives `<release>-N-` (or `<release>-`
+when the release name contains N). Two releases in one namespace set one of them.
+*/}}
+{{- define "strata.prefix" -}}
+{{- $name := "" -}}
+{{- if .Values.fullnameOverride -}}
+{{- $name = .Values.fullnameOverride -}}
+{{- else if .Values.nameOverride -}}
+{{- $name = ternary .Release.Name (printf "%s-%s" .Release.Name .Values.nameOverride) (contains .Values.nameOverride .Release.Name) -}}
+{{- end -}}
+{{- with $name }}{{ printf "%s-" (. | trunc 36 | trimSuffix "-") }}{{ end -}}
+{{- end }}
+
+{{/* Prefix of cluster-scoped names: the name prefix, else the release name. */}}
+{{- define "strata.clusterPrefix" -}}
+{{- default (printf "%s-" .Release.Name) (include "strata.prefix" .) -}}
+{{- end }}
+
+{{/* A service's namespaced object name (Deployment, Service, Roles, ...). */}}
+{{- define "strata.fullname" -}}
+{{- printf "%s%s" (include "strata.prefix" .root) .name -}}
+{{- end }}
+
 {{- define "strata.labels" -}}
 {{- $labels := dict "app.kubernetes.io/part-of" "strata" "app.kubernetes.io/managed-by" .root.Release.Service "app.kubernetes.io/instance" .root.Release.Name "app.kubernetes.io/version" .root.Chart.AppVersion "helm.sh/chart" (printf "%s-%s" .root.Chart.Name .root.Chart.Version) -}}
 {{- toYaml (merge $labels (.root.Values.global.extraLabels | default dict)) -}}
@@ -26,13 +52,13 @@ chart's own labels win over extra labels of the same key, so selectors keep work
 
 {{- define "strata.serviceAccountName" -}}
 {{- $v := index .root.Values .key -}}
-{{- default .name $v.serviceAccount.name -}}
+{{- default (include "strata.fullname" .) $v.serviceAccount.name -}}
 {{- end }}
 
 {{- define "strata.image" -}}
 {{- $v := index .root.Values .key -}}
 {{- $repo := $v.image.repository -}}
-{{- with .root.Values.global.image.registry }}{{ $repo = printf "%s/%s" . $repo }}{{ end -}}
+{{- with (default .root.Values.global.image.registry $v.image.registry) }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
 {{- if $v.image.digest -}}
 {{ printf "%s@%s" $repo $v.image.digest }}
 {{- else -}}
@@ -51,6 +77,9 @@ chart's own labels win over extra labels of the same key, so selectors keep work
 - --client-qps={{ $v.clientQPS }}
 - --client-burst={{ $v.clientBurst }}
 - --client-max-in-flight={{ $v.clientMaxInFlight }}
+{{- if include "strata.prefix" .root }}
+- --lease-name={{ include "strata.fullname" . }}-leader
+{{- end }}
 {{- end }}
 
 {{/* Pull secrets: names or {name: ...} objects. */}}
@@ -76,6 +105,7 @@ ServiceMonitor. RBAC and webhook configurations live in the service's own templa
 {{- $root := .root -}}
 {{- $v := index $root.Values .key -}}
 {{- $sa := include "strata.serviceAccountName" . -}}
+{{- $fullname := include "strata.fullname" . -}}
 {{- if $v.serviceAccount.create }}
 apiVersion: v1
 kind: ServiceAccount
@@ -93,13 +123,20 @@ metadata:
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: {{ .name }}
+  name: {{ $fullname }}
   namespace: {{ $root.Release.Namespace }}
   labels:
     {{- include "strata.serviceLabels" . | nindent 4 }}
+  {{- with $v.annotations }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
 spec:
   replicas: {{ $v.replicas }}
-  revisionHistoryLimit: 5
+  revisionHistoryLimit: {{ $v.revisionHistoryLimit }}
+  {{- with $v.minReadySeconds }}
+  minReadySeconds: {{ . }}
+  {{- end }}
   selector:
     matchLabels:
       {{- include "strata.selectorLabels" . | nindent 6 }}
@@ -111,8 +148,9 @@ spec:
   template:
     metadata:
       labels:
-        {{- include "strata.serviceLabels" . | nindent 8 }}
-      {{- $annotations := merge (dict) ($v.extraPodAnnotations | default dict) ($root.Values.global.extraPodAnnotations | default dict) }}
+        {{- /* Selector labels win over pod labels of the same key. */}}
+        {{- toYaml (merge (include "strata.serviceLabels" . | fromYaml) ($v.podLabels | default dict)) | nindent 8 }}
+      {{- $annotations := merge (dict) ($v.podAnnotations | default dict) ($v.extraPodAnnotations | default dict) ($root.Values.global.extraPodAnnotations | default dict) }}
       {{- if $v.prometheus.enabled }}
       {{- $_ := set $annotations "prometheus.io/scrape" "true" }}
       {{- $_ := set $annotations "prometheus.io/port" (toString $v.ports.admin) }}
@@ -125,6 +163,12 @@ spec:
     spec:
       serviceAccountName: {{ $sa }}
       automountServiceAccountToken: true
+      {{- if $v.hostNetwork }}
+      hostNetwork: true
+      {{- end }}
+      {{- with $v.dnsPolicy }}
+      dnsPolicy: {{ . }}
+      {{- end }}
       {{- with include "strata.imagePullSecrets" . }}
       {{- . | nindent 6 }}
       {{- end }}
@@ -149,12 +193,15 @@ spec:
       {{- if $v.topologySpreadConstraints }}
         {{- toYaml $v.topologySpreadConstraints | nindent 8 }}
       {{- else }}
+        {{- /* Replicas apart by node and by zone, when the cluster allows it. */}}
+        {{- range list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
         - maxSkew: 1
-          topologyKey: kubernetes.io/hostname
+          topologyKey: {{ . }}
           whenUnsatisfiable: ScheduleAnyway
           labelSelector:
             matchLabels:
-              {{- include "strata.selectorLabels" . | nindent 14 }}
+              {{- include "strata.selectorLabels" $ | nindent 14 }}
+        {{- end }}
       {{- end }}
       containers:
         - name: {{ .name }}
@@ -186,6 +233,10 @@ spec:
             {{- with $v.extraEnv }}
             {{- toYaml . | nindent 12 }}
             {{- end }}
+          {{- with $v.extraEnvFrom }}
+          envFrom:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
           ports:
             - {name: admin, containerPort: {{ $v.ports.admin }}, protocol: TCP}
             {{- with $v.ports.https }}
@@ -198,15 +249,19 @@ spec:
           readinessProbe:
             httpGet: {path: /readyz, port: admin}
             periodSeconds: 5
+          {{- with $v.startupProbe }}
+          startupProbe:
+            {{- toYaml . | nindent 12 }}
+          {{- end }}
           resources:
             {{- toYaml $v.resources | nindent 12 }}
           securityContext:
             {{- toYaml $v.securityContext | nindent 12 }}
-          {{- with .mounts }}
+          {{- with concat (.mounts | default list) ($v.extraVolumeMounts | default list) }}
           volumeMounts:
             {{- toYaml . | nindent 12 }}
           {{- end }}
-      {{- with .volumes }}
+      {{- with concat (.volumes | default list) ($v.extraVolumes | default list) }}
       volumes:
         {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -214,7 +269,7 @@ spec:
 apiVersion: v1
 kind: Service
 metadata:
-  name: {{ .name }}
+  name: {{ $fullname }}
   namespace: {{ $root.Release.Namespace }}
   labels:
     {{- include "strata.serviceLabels" . | nindent 4 }}
@@ -231,7 +286,7 @@ spec:
 apiVersion: policy/v1
 kind: PodDisruptionBudget
 metadata:
-  name: {{ .name }}
+  name: {{ $fullname }}
   namespace: {{ $root.Release.Namespace }}
   labels:
     {{- include "strata.serviceLabels" . | nindent 4 }}
@@ -249,7 +304,7 @@ spec:
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata:
-  name: {{ .name }}
+  name: {{ $fullname }}
   namespace: {{ $root.Release.Namespace }}
   labels:
     {{- include "strata.serviceLabels" . | nindent 4 }}
@@ -274,26 +329,43 @@ spec:
       {{- end }}
     {{- end }}
 {{- end }}
-{{- if $root.Values.serviceMonitor.enabled }}
+{{- range $kind, $m := dict "ServiceMonitor" $root.Values.serviceMonitor "PodMonitor" $root.Values.podMonitor }}
+{{- if $m.enabled }}
 ---
 apiVersion: monitoring.coreos.com/v1
-kind: ServiceMonitor
+kind: {{ $kind }}
 metadata:
-  name: {{ .name }}
-  namespace: {{ $root.Release.Namespace }}
+  name: {{ $fullname }}
+  namespace: {{ default $root.Release.Namespace $m.namespace }}
   labels:
-    {{- include "strata.serviceLabels" . | nindent 4 }}
-    {{- with $root.Values.serviceMonitor.labels }}
+    {{- include "strata.serviceLabels" $ | nindent 4 }}
+    {{- with $m.labels }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
 spec:
+  {{- with $m.namespace }}
+  namespaceSelector:
+    matchNames: [{{ $root.Release.Namespace }}]
+  {{- end }}
   selector:
     matchLabels:
-      {{- include "strata.selectorLabels" . | nindent 6 }}
-  endpoints:
+      {{- include "strata.selectorLabels" $ | nindent 6 }}
+  {{ ternary "endpoints" "podMetricsEndpoints" (eq $kind "ServiceMonitor") }}:
     - port: admin
       path: /metrics
-      interval: {{ $root.Values.serviceMonitor.interval }}
+      interval: {{ $m.interval }}
+      {{- with $m.scrapeTimeout }}
+      scrapeTimeout: {{ . }}
+      {{- end }}
+      {{- with $m.relabelings }}
+      relabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $m.metricRelabelings }}
+      metricRelabelings:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end }}
 {{- end }}
 {{- end }}
 
@@ -310,7 +382,7 @@ may act as an account, never cluster-wide. `name` tells whose Roles they are.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:
-  name: {{ $root.Release.Name }}-{{ $.name }}-impersonate
+  name: {{ include "strata.clusterPrefix" $root }}{{ $.name }}-impersonate
   namespace: {{ .namespace }}
   labels:
     {{- include "strata.serviceLabels" $ctx | nindent 4 }}
@@ -326,11 +398,11 @@ rules:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
-  name: {{ $root.Release.Name }}-{{ $.name }}-impersonate
+  name: {{ include "strata.clusterPrefix" $root }}{{ $.name }}-impersonate
   namespace: {{ .namespace }}
   labels:
     {{- include "strata.serviceLabels" $ctx | nindent 4 }}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{ $root.Release.Name }}-{{ $.name }}-impersonate}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: {{ include "strata.clusterPrefix" $root }}{{ $.name }}-impersonate}
 subjects:
   - {kind: ServiceAccount, name: {{ $.sa }}, namespace: {{ $root.Release.Namespace }}}
 {{- end }}

@@ -21,9 +21,14 @@ use tokio::sync::watch;
 pub const INJECT_LABEL: &str = "grafana.com/inject-rollout-operator-ca";
 pub const NAMESPACE_LABEL: &str = "grafana.com/namespace";
 
-/// The label selector of the configurations we own the caBundle of.
-pub fn selector(namespace: &str) -> String {
-    format!("{INJECT_LABEL}=true,{NAMESPACE_LABEL}={namespace}")
+/// The label selector of the configurations we own the caBundle of, narrowed by `extra`
+/// (`--inject-ca-selector`) when two installations share a namespace.
+pub fn selector(namespace: &str, extra: Option<&str>) -> String {
+    let own = format!("{INJECT_LABEL}=true,{NAMESPACE_LABEL}={namespace}");
+    match extra.map(str::trim).filter(|e| !e.is_empty()) {
+        Some(extra) => format!("{own},{extra}"),
+        None => own,
+    }
 }
 
 /// The strategic-merge patch that sets `caBundle` on the webhooks whose bundle differs
@@ -51,9 +56,10 @@ impl core_k8s::controller::ReconcileError for InjectError {
 }
 
 /// Runs both injection controllers until shutdown.
-pub async fn run(ctx: Arc<Context>, ca: watch::Receiver<String>) {
+pub async fn run(ctx: Arc<Context>, ca: watch::Receiver<String>, extra_selector: Option<String>) {
     let namespace = ctx.args.lease_namespace();
-    let config = watcher::Config::default().labels(&selector(&namespace));
+    let labels = selector(&namespace, extra_selector.as_deref());
+    let config = watcher::Config::default().labels(&labels);
     let v = run_kind::<ValidatingWebhookConfiguration>(
         ctx.clone(),
         "validating-webhook-configurations",
@@ -203,8 +209,13 @@ mod tests {
         assert_eq!(names, vec!["b", "c"]);
         assert_eq!(patch_for(&hooks[..1], ca), None);
         assert_eq!(
-            selector("strata-system"),
+            selector("strata-system", None),
             "grafana.com/inject-rollout-operator-ca=true,grafana.com/namespace=strata-system"
         );
+        assert_eq!(
+            selector("strata-system", Some("app.kubernetes.io/instance=b")),
+            "grafana.com/inject-rollout-operator-ca=true,grafana.com/namespace=strata-system,app.kubernetes.io/instance=b"
+        );
+        assert_eq!(selector("ns", Some(" ")), selector("ns", None));
     }
 }

@@ -101,6 +101,11 @@ pub struct WebhookArgs {
     /// `-webhooks.update-ca-bundle`).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub inject_ca_bundle: bool,
+    /// A label selector the injected configurations must also match, beside the anchor's
+    /// labels: two installations in one namespace (the chart's name overrides) each inject
+    /// only their own (`app.kubernetes.io/instance=<release>`).
+    #[arg(long)]
+    pub inject_ca_selector: Option<String>,
     /// Budget of one admission request; decisions must be made within 90 % of it (the
     /// anchor's `-server-tls.request-timeout`). Keep it at or under the webhook
     /// configurations' `timeoutSeconds` (10 s by default).
@@ -346,7 +351,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     let injecting = async {
         // With a provided certificate there is no CA of ours to inject.
         if args.inject_ca_bundle && args.tls_cert_file.is_none() {
-            inject::run(ctx.clone(), ca_rx).await;
+            inject::run(ctx.clone(), ca_rx, args.inject_ca_selector.clone()).await;
         }
     };
     let collecting = policy::run(ctx.clone(), metrics.failure_policy.clone());
