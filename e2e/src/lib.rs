@@ -23,6 +23,7 @@ pub mod demo;
 pub mod fault_proxy;
 pub mod flux;
 pub mod git;
+pub mod http_proxy;
 pub mod plane;
 pub mod pod_endpoints;
 pub mod release;

@@ -146,7 +146,9 @@ fn every_pod_is_locked_down_and_every_deployment_runs_its_binary() {
             .map(|e| e["name"].as_str().unwrap())
             .collect();
         assert!(
-            env.contains(&"HTTPS_PROXY") && env.contains(&"NO_PROXY"),
+            env.contains(&"HTTPS_PROXY")
+                && env.contains(&"HTTP_PROXY")
+                && env.contains(&"NO_PROXY"),
             "{name}: {env:?}"
         );
         assert_eq!(pod["imagePullSecrets"][0]["name"], "regcred", "{name}");
@@ -672,9 +674,9 @@ fn deployment<'a>(objs: &'a [Value], service: &str) -> &'a Value {
 fn container_args(objs: &[Value], service: &str) -> Vec<String> {
     deployment(objs, service)["spec"]["template"]["spec"]["containers"][0]["args"]
         .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
+        .into_iter()
+        .flatten()
+        .map(|a| a.as_str().unwrap_or_default().to_string())
         .collect()
 }
 
@@ -683,12 +685,15 @@ fn identities(objs: &[Value]) -> Vec<(String, String, String)> {
     objs.iter()
         .map(|o| {
             (
-                o["kind"].as_str().unwrap().to_string(),
+                o["kind"].as_str().unwrap_or_default().to_string(),
                 o["metadata"]["namespace"]
                     .as_str()
                     .unwrap_or("")
                     .to_string(),
-                o["metadata"]["name"].as_str().unwrap().to_string(),
+                o["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
             )
         })
         .collect()

@@ -20,7 +20,7 @@ pub async fn config_from(
         context: context.map(str::to_string),
         ..KubeConfigOptions::default()
     };
-    match (kubeconfig, context) {
+    let mut config = match (kubeconfig, context) {
         (Some(path), _) => {
             let kubeconfig = Kubeconfig::read_from(path)
                 .map_err(|e| Error::Kubeconfig(format!("{}: {e}", path.display())))?;
@@ -34,7 +34,17 @@ pub async fn config_from(
         (None, None) => Config::infer()
             .await
             .map_err(|e| Error::Kubeconfig(e.to_string())),
+    }?;
+    crate::proxy::apply_to_config(&mut config, &crate::proxy::Proxies::from_env()?);
+    if let Some(proxy) = &config.proxy_url {
+        tracing::info!(server = %config.cluster_url, proxy = %redacted(proxy), "reaching the API server through a proxy");
     }
+    Ok(config)
+}
+
+/// A proxy URL without its credentials, for logs.
+pub fn redacted(proxy: &http::Uri) -> String {
+    crate::proxy::without_credentials(&proxy.to_string())
 }
 
 /// A client built from [`config`].
@@ -48,5 +58,9 @@ pub async fn client_from(
     context: Option<&str>,
 ) -> Result<Client> {
     let config = config_from(kubeconfig, context).await?;
-    Client::try_from(config).map_err(|e| Error::Kubeconfig(format!("building client: {e}")))
+    Client::try_from(config).map_err(|e| {
+        Error::Kubeconfig(crate::proxy::without_credentials(&format!(
+            "building client: {e}"
+        )))
+    })
 }

@@ -53,9 +53,15 @@ pub fn init(service: &str, format: LogFormat, filter: &str) -> Result<Telemetry>
         .filter(|e| !e.is_empty());
     let (otel, provider) = match endpoint {
         Some(_) => {
-            // The exporter reads the endpoint and headers from the standard OTEL_* variables.
-            let exporter = opentelemetry_otlp::SpanExporter::builder()
-                .with_tonic()
+            // The exporter reads the endpoint and headers from the standard OTEL_* variables;
+            // through a proxy it gets a channel tunnelled with CONNECT.
+            use opentelemetry_otlp::WithTonicConfig as _;
+            let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
+            let builder = match otlp_proxy_channel()? {
+                Some(channel) => builder.with_channel(channel),
+                None => builder,
+            };
+            let exporter = builder
                 .build()
                 .map_err(|e| Error::Telemetry(format!("otlp exporter: {e}")))?;
             let resource = opentelemetry_sdk::Resource::builder()
@@ -79,4 +85,39 @@ pub fn init(service: &str, format: LogFormat, filter: &str) -> Result<Telemetry>
         .try_init()
         .map_err(|e| Error::Telemetry(format!("installing subscriber: {e}")))?;
     Ok(Telemetry { provider })
+}
+
+/// The OTLP endpoint (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT`).
+fn otlp_endpoint() -> Option<String> {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .into_iter()
+    .find_map(|v| std::env::var(v).ok().filter(|e| !e.is_empty()))
+}
+
+/// A gRPC channel to the OTLP endpoint through `HTTPS_PROXY` (CONNECT), when one applies.
+fn otlp_proxy_channel() -> Result<Option<tonic::transport::Channel>> {
+    use hyper_util::client::legacy::connect::HttpConnector;
+    use hyper_util::client::legacy::connect::proxy::Tunnel;
+
+    let Some(endpoint) = otlp_endpoint() else {
+        return Ok(None);
+    };
+    let target: http::Uri = endpoint
+        .parse()
+        .map_err(|e| Error::Telemetry(format!("OTLP endpoint {endpoint:?}: {e}")))?;
+    let proxies = crate::proxy::Proxies::from_env()?;
+    let Some(proxy) = proxies.for_grpc(&target) else {
+        return Ok(None);
+    };
+    let mut tunnel = Tunnel::new(proxy.clone(), HttpConnector::new());
+    if let Some(auth) = crate::proxy::basic_auth(proxy) {
+        tunnel = tunnel.with_auth(auth);
+    }
+    tracing::info!(%endpoint, proxy = %crate::client::redacted(proxy), "exporting traces through a proxy");
+    Ok(Some(
+        tonic::transport::Endpoint::from(target).connect_with_connector_lazy(tunnel),
+    ))
 }

@@ -345,12 +345,20 @@ pub async fn download(url: &str, limits: &Limits) -> Result<Vec<u8>, LayerError>
     let uri: http::Uri = url
         .parse()
         .map_err(|e| LayerError::Artifact(format!("artifact URL {url:?}: {e}")))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<hyper::body::Bytes>>();
+    let proxies = core_k8s::proxy::Proxies::from_env()
+        .map_err(|e| LayerError::Artifact(format!("downloading {url}: {e}")))?;
+    let proxy = proxies.for_uri(&uri).cloned();
     let fetch = async {
-        let response = client
-            .get(uri)
-            .await
-            .map_err(|e| LayerError::Artifact(format!("downloading {url}: {e}")))?;
+        let response = match &proxy {
+            // Through HTTP_PROXY: the request goes to the proxy, in absolute form.
+            Some(proxy) => via_proxy(&uri, proxy).await,
+            None => Client::builder(TokioExecutor::new())
+                .build_http::<Empty<hyper::body::Bytes>>()
+                .get(uri.clone())
+                .await
+                .map_err(|e| e.to_string()),
+        }
+        .map_err(|e| LayerError::Artifact(format!("downloading {url}: {e}")))?;
         if !response.status().is_success() {
             return Err(LayerError::Artifact(format!(
                 "downloading {url}: HTTP {}",
@@ -377,6 +385,45 @@ pub async fn download(url: &str, limits: &Limits) -> Result<Vec<u8>, LayerError>
                 limits.download_timeout.as_secs()
             ))
         })?
+}
+
+/// GET `target` (http://) through an HTTP proxy: one connection to the proxy, the request
+/// line in absolute form, `Proxy-Authorization` from the proxy URL's credentials.
+async fn via_proxy(
+    target: &http::Uri,
+    proxy: &http::Uri,
+) -> Result<http::Response<hyper::body::Incoming>, String> {
+    use http_body_util::Empty;
+    use hyper_util::rt::TokioIo;
+
+    let address = format!(
+        "{}:{}",
+        proxy.host().unwrap_or_default(),
+        proxy.port_u16().unwrap_or(80)
+    );
+    let stream = tokio::net::TcpStream::connect(&address)
+        .await
+        .map_err(|e| format!("proxy {address}: {e}"))?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("proxy {address}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let mut request = http::Request::get(target.clone()).header(
+        http::header::HOST,
+        target.authority().map(|a| a.as_str()).unwrap_or_default(),
+    );
+    if let Some(auth) = core_k8s::proxy::basic_auth(proxy) {
+        request = request.header("proxy-authorization", auth);
+    }
+    let request = request
+        .body(Empty::<hyper::body::Bytes>::new())
+        .map_err(|e| e.to_string())?;
+    sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("proxy {address}: {e}"))
 }
 
 /// Builds a gzipped tarball from files (tests, the benchmark and the e2e artifact server).

@@ -224,6 +224,9 @@ spec:
             {{- with $root.Values.global.env.httpsProxy }}
             - {name: HTTPS_PROXY, value: {{ . | quote }}}
             {{- end }}
+            {{- with $root.Values.global.env.httpProxy }}
+            - {name: HTTP_PROXY, value: {{ . | quote }}}
+            {{- end }}
             {{- with $root.Values.global.env.noProxy }}
             - {name: NO_PROXY, value: {{ . | quote }}}
             {{- end }}

@@ -108,6 +108,7 @@ impl CompatArgs {
             use_zone_tracker: self.use_zone_tracker,
             zone_tracker_config_map_name: self.zone_tracker_config_map_name.clone(),
             inject_ca_bundle: self.webhook_inject_ca_bundle,
+            inject_ca_selector: None,
             request_timeout: self.webhook_request_timeout,
             shutdown_delay: admission_webhook::DEFAULT_SHUTDOWN_DELAY,
             prepare_downscale_undo_after: self.prepare_downscale_undo_after,
