@@ -17,7 +17,7 @@ CARGO ?= cargo
 # cargo never rebuilds a service just for a different feature set.
 TEST_FEATURES := --features admission-webhook/test-hooks,rollout-operator/test-hooks
 
-.PHONY: all build demo demo-check test lint unit e2e chaos plane-build bench crds dashboards manifests images fmt fuzz clean-plane help
+.PHONY: all build demo demo-check test lint unit e2e chaos plane-build bench crds dashboards manifests images dist fmt fuzz clean-plane help
 
 all: build
 
@@ -106,6 +106,12 @@ fuzz:
 # `make test` fails when any of them is stale.
 manifests: plane-build
 	STRATA_UPDATE_MANIFESTS=1 $(CARGO) test -p strata-e2e --test chart generated_files_are_current
+
+# The CLI as a kubectl plugin for krew: dist/kubectl-strata_v<version>_linux_amd64.tar.gz and
+# dist/strata.yaml (krew/strata.yaml with the archive's URL and SHA-256). DIST_URL: where the
+# archive will be published.
+dist:
+	scripts/dist.sh
 
 # Container images of the four services (podman; see scripts/images.sh), checked and started
 # against the local control plane. Not part of `make test` (a release build of four binaries).
