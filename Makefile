@@ -67,8 +67,10 @@ demo: build plane-build
 demo-check: build plane-build
 	@$(STRATA_BIN_DIR)/strata-plane demo --check --dir $(CARGO_TARGET_DIR)/strata-demo-check --bin-dir $(STRATA_BIN_DIR) $(DEMO_ARGS)
 
-# Benchmarks against the Go anchors, built and measured in the same run; results are written
-# to docs/benchmarks.md. Never part of `make test`.
+# Benchmarks; results are written to docs/benchmarks.md. The Go anchors are measured in the
+# same run from binaries built by hand outside this repository and named by environment
+# variables (ANCHOR_ROLLOUT_OPERATOR_BIN, ...; see bench/run.sh): the repository never builds
+# them. Never part of `make test`.
 bench:
 	bench/run.sh
 
