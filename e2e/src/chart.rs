@@ -61,6 +61,28 @@ pub fn kube_version() -> String {
         .unwrap_or_else(|| "v1.34.0".to_string())
 }
 
+/// The chart's default memory limit of a service (`<values_key>.resources.limits.memory`
+/// in values.yaml), in bytes.
+pub fn documented_memory_limit(values_key: &str) -> Result<u64> {
+    let path = chart_dir().join("values.yaml");
+    let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)?;
+    let limit = values[values_key]["resources"]["limits"]["memory"]
+        .as_str()
+        .with_context(|| format!("{values_key}.resources.limits.memory in {}", path.display()))?;
+    let (number, unit) = limit.split_at(
+        limit
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(limit.len()),
+    );
+    let scale = match unit {
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ki" => 1 << 10,
+        other => bail!("unexpected unit {other:?} in {limit}"),
+    };
+    Ok(number.parse::<u64>()? * scale)
+}
+
 /// One documented value: its dotted key, type, default (compact JSON) and description.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValueDoc {

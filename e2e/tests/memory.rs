@@ -31,27 +31,6 @@ use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 const OBJECTS: usize = 5_000;
 const LAYERS: usize = 5;
 
-/// The chart's documented memory limit of a service, in bytes.
-fn documented_limit(values_key: &str) -> Result<u64> {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../helm/strata/values.yaml");
-    let values: serde_json::Value = serde_saphyr::from_str(&std::fs::read_to_string(&path)?)?;
-    let limit = values[values_key]["resources"]["limits"]["memory"]
-        .as_str()
-        .with_context(|| format!("{values_key}.resources.limits.memory in {}", path.display()))?;
-    let (number, unit) = limit.split_at(
-        limit
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(limit.len()),
-    );
-    let scale = match unit {
-        "Mi" => 1 << 20,
-        "Gi" => 1 << 30,
-        "Ki" => 1 << 10,
-        other => anyhow::bail!("unexpected unit {other:?} in {limit}"),
-    };
-    Ok(number.parse::<u64>()? * scale)
-}
-
 /// Peak and current resident memory of a process, in bytes (`VmHWM`, `VmRSS`).
 fn memory(process: &ServiceProcess) -> Result<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid()))?;
@@ -172,7 +151,7 @@ async fn every_service_stays_under_its_documented_limit_with_5000_watched_object
         ("rollout-operator", "rolloutOperator", &rollouts),
         ("admission-webhook", "admissionWebhook", &webhook),
     ] {
-        let limit = documented_limit(key)?;
+        let limit = strata_e2e::chart::documented_memory_limit(key)?;
         let (peak, now) = memory(process)?;
         let mib = |b: u64| b as f64 / f64::from(1 << 20);
         report.push(format!(

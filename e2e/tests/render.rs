@@ -40,27 +40,7 @@ fn kubectl(args: &[&str]) -> Result<String> {
 }
 
 fn helm() -> PathBuf {
-    std::env::var_os("HELM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let versions = std::fs::read_to_string(
-                Path::new(
-                    std::env::var("CARGO_MANIFEST_DIR")
-                        .as_deref()
-                        .unwrap_or(env!("CARGO_MANIFEST_DIR")),
-                )
-                .join("plane/versions.env"),
-            )
-            .unwrap_or_default();
-            let version = versions
-                .lines()
-                .find_map(|l| l.strip_prefix("HELM_VERSION="))
-                .unwrap_or("v3.21.4")
-                .trim()
-                .to_string();
-            PathBuf::from(std::env::var_os("HOME").unwrap())
-                .join(format!(".cache/strata/bin/helm-{version}/helm"))
-        })
+    strata_e2e::chart::helm()
 }
 
 fn files_under(dir: &Path) -> Vec<PathBuf> {

@@ -45,6 +45,16 @@ async fn holder(leases: &Api<Lease>, service: &str) -> Result<Option<String>> {
         .filter(|h| !h.is_empty()))
 }
 
+/// When the Lease was last renewed.
+async fn renewed_at(leases: &Api<Lease>, service: &str) -> Result<Option<jiff::Timestamp>> {
+    Ok(leases
+        .get_opt(&format!("{service}-leader"))
+        .await?
+        .and_then(|l| l.spec)
+        .and_then(|s| s.renew_time)
+        .map(|t| t.0))
+}
+
 #[tokio::test]
 async fn every_service_gets_ready_exposes_metrics_and_leads() -> Result<()> {
     let client = cluster().client().await?;
@@ -69,17 +79,30 @@ async fn every_service_gets_ready_exposes_metrics_and_leads() -> Result<()> {
         .await?;
         let (status, _) = http_get(address, "/livez").await?;
         assert_eq!(status, 200, "{} /livez", process.name);
-        let leading = eventually(
-            &format!("{} leads", process.name),
+        // The Lease says who leads; once it has renewed it (so it has led for a while), the
+        // process must report leading too.
+        let held_by = eventually(
+            &format!("{} holds its Lease", process.name),
             Duration::from_secs(30),
-            || async { Ok(leader_gauge(process).await?.filter(|v| *v == 1.0)) },
+            || async { holder(&leases, &process.name).await },
         )
         .await?;
-        assert_eq!(leading, 1.0);
-        let held_by = holder(&leases, &process.name).await?.unwrap_or_default();
         assert!(
             held_by.starts_with("solo-"),
             "{} lease held by {held_by:?}",
+            process.name
+        );
+        let first = renewed_at(&leases, &process.name).await?;
+        eventually(
+            &format!("{} renews its Lease", process.name),
+            Duration::from_secs(30),
+            || async { Ok((renewed_at(&leases, &process.name).await? > first).then_some(())) },
+        )
+        .await?;
+        assert_eq!(
+            leader_gauge(process).await?,
+            Some(1.0),
+            "{}: holds the Lease but does not report leading",
             process.name
         );
         // Reconcile metrics exist from the start, so dashboards have a series to show.

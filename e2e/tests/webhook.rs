@@ -627,7 +627,8 @@ async fn concurrent_zone_downscales_through_two_replicas_let_exactly_one_through
 /// Starts a webhook with `flags` in a fresh namespace, registers no-downscale for it, and
 /// changes a StatefulSet's replicas every 50 ms for `run`, handing the certificate Secret and
 /// the webhook configuration to `sample` after each request. Returns how many requests were
-/// admitted and the errors of the others.
+/// admitted, the errors of the others, and how many no-downscale reviews the server answered
+/// meanwhile (its own count: proof the admitted requests went through it).
 async fn under_traffic(
     prefix: &str,
     flags: &[&str],
@@ -636,11 +637,28 @@ async fn under_traffic(
         Option<&k8s_openapi::api::core::v1::Secret>,
         Option<&k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration>,
     ),
-) -> Result<(usize, Vec<String>)> {
+) -> Result<(usize, Vec<String>, usize)> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, prefix).await?;
     let port = free_port()?;
-    let _server = start(&ns.name, port, flags)?;
+    let server = start(&ns.name, port, flags)?;
+    let reviews = || async {
+        let mut total = 0.0;
+        for outcome in ["allowed", "denied"] {
+            total += server
+                .metric(
+                    "admission_webhook_reviews_total",
+                    &[
+                        "webhook=\"no-downscale\"",
+                        &format!("outcome=\"{outcome}\""),
+                    ],
+                )
+                .await
+                .unwrap_or(0.0);
+        }
+        total
+    };
+    let reviewed_before = reviews().await;
     let name = configuration_name(&ns.name, "/admission/no-downscale");
     let _hook = register(
         &client,
@@ -680,17 +698,25 @@ async fn under_traffic(
         sample(secret.as_ref(), config.as_ref());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    Ok((ok, failed))
+    let reviewed = (reviews().await - reviewed_before).max(0.0) as usize;
+    Ok((ok, failed, reviewed))
 }
 
 #[track_caller]
-fn assert_all_admitted(ok: usize, failed: &[String]) {
+fn assert_all_admitted(ok: usize, failed: &[String], reviewed: usize) {
     assert!(
         failed.is_empty(),
         "{} of {} requests failed: {:?}",
         failed.len(),
         ok + failed.len(),
         &failed[..failed.len().min(3)]
+    );
+    assert!(ok > 0, "no request was made");
+    // Each admitted change was reviewed by the server (kube-apiserver may retry one, so
+    // at least as many).
+    assert!(
+        reviewed >= ok,
+        "{ok} changes admitted but the server answered {reviewed} reviews"
     );
 }
 
@@ -703,11 +729,12 @@ async fn certificates_rotate_under_traffic_without_failures() -> Result<()> {
     // A 9 s certificate renewed 3 s before expiry, checked every second: several rotations.
     let mut seen = std::collections::BTreeSet::new();
     let flags = ["--cert-validity", "9s", "--cert-check-interval", "1s"];
-    let (ok, failed) = under_traffic("rotate", &flags, Duration::from_secs(20), |secret, _| {
-        seen.extend(annotation(secret, "strata.dev/not-after"));
-    })
-    .await?;
-    assert_all_admitted(ok, &failed);
+    let (ok, failed, reviewed) =
+        under_traffic("rotate", &flags, Duration::from_secs(20), |secret, _| {
+            seen.extend(annotation(secret, "strata.dev/not-after"));
+        })
+        .await?;
+    assert_all_admitted(ok, &failed, reviewed);
     assert!(
         seen.len() >= 3,
         "the certificate should have rotated at least twice: {seen:?}"
@@ -729,7 +756,7 @@ async fn the_ca_rotates_under_traffic_without_failures() -> Result<()> {
         "--cert-check-interval",
         "1s",
     ];
-    let (ok, failed) = under_traffic(
+    let (ok, failed, reviewed) = under_traffic(
         "carotate",
         &flags,
         Duration::from_secs(35),
@@ -750,7 +777,7 @@ async fn the_ca_rotates_under_traffic_without_failures() -> Result<()> {
         },
     )
     .await?;
-    assert_all_admitted(ok, &failed);
+    assert_all_admitted(ok, &failed, reviewed);
     assert!(
         ca_names.len() >= 2,
         "the CA should have rotated: {ca_names:?}"
@@ -794,21 +821,20 @@ async fn a_deleted_certificate_secret_is_restored_without_failures() -> Result<(
         anyhow::Ok(deleted)
     });
     let flags = ["--cert-check-interval", "1s"];
-    let (ok, failed) =
-        under_traffic(
-            "restore",
-            &flags,
-            Duration::from_secs(12),
-            |secret, _| match annotation(secret, "strata.dev/ca-name") {
-                Some(name) => {
-                    ca_names.insert(name);
-                }
-                None => gone += 1,
-            },
-        )
-        .await?;
+    let (ok, failed, reviewed) = under_traffic(
+        "restore",
+        &flags,
+        Duration::from_secs(12),
+        |secret, _| match annotation(secret, "strata.dev/ca-name") {
+            Some(name) => {
+                ca_names.insert(name);
+            }
+            None => gone += 1,
+        },
+    )
+    .await?;
     assert_eq!(deleter.await??, 2, "the Secret was deleted twice");
-    assert_all_admitted(ok, &failed);
+    assert_all_admitted(ok, &failed, reviewed);
     assert_eq!(ca_names.len(), 1, "the same CA throughout: {ca_names:?}");
     Ok(())
 }

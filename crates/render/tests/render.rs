@@ -2,9 +2,10 @@
 //! each GitOps tool, idempotence, prune safety, secrets, `--diff`, and a chart repository served
 //! over HTTP on 127.0.0.1.
 //!
-//! The helm binary is `$HELM`, else the one the local control plane builds
-//! (`~/.cache/strata/bin/helm-v3.21.4/helm`), else `helm` on `PATH`; without any, each test says
-//! so and passes. `UPDATE_GOLDEN=1` rewrites the golden trees.
+//! The helm binary is `$HELM`, else the one the local control plane builds (the version of
+//! `e2e/plane/versions.env`), else `helm` on `PATH`; without any, each test fails saying how
+//! to get one (`STRATA_SKIP_HELM_TESTS=1` skips them). `UPDATE_GOLDEN=1` rewrites the golden
+//! trees.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -25,34 +26,14 @@ fn fixtures() -> PathBuf {
     .join("tests/fixtures")
 }
 
-fn helm() -> Option<PathBuf> {
-    if let Some(helm) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
-        return Some(PathBuf::from(helm));
-    }
-    let plane = std::env::var_os("HOME")
-        .map(|home| PathBuf::from(home).join(".cache/strata/bin/helm-v3.21.4/helm"));
-    if let Some(plane) = plane.filter(|p| p.is_file()) {
-        return Some(plane);
-    }
-    let on_path = std::process::Command::new("helm").arg("version").output();
-    on_path
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|_| PathBuf::from("helm"))
-}
+#[path = "support/helm.rs"]
+mod support;
 
 macro_rules! require_helm {
     () => {
-        match helm() {
+        match support::helm() {
             Some(helm) => helm,
-            None => {
-                assert!(
-                    std::env::var_os("STRATA_REQUIRE_HELM").is_none(),
-                    "no helm binary ($HELM, the local plane's, or on PATH), and make test requires one"
-                );
-                eprintln!("SKIPPED: no helm binary ($HELM, the local plane's, or on PATH)");
-                return;
-            }
+            None => return,
         }
     };
 }

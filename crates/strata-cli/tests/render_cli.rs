@@ -16,14 +16,8 @@ fn fixtures() -> PathBuf {
     .join("../render/tests/fixtures")
 }
 
-fn helm() -> Option<PathBuf> {
-    if let Some(helm) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
-        return Some(PathBuf::from(helm));
-    }
-    let plane = std::env::var_os("HOME")
-        .map(|home| PathBuf::from(home).join(".cache/strata/bin/helm-v3.21.4/helm"))?;
-    plane.is_file().then_some(plane)
-}
+#[path = "../../render/tests/support/helm.rs"]
+mod support;
 
 fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -50,12 +44,7 @@ fn strata(helm: &Path, args: &[&str]) -> Output {
 
 #[test]
 fn render_writes_beside_the_course_and_diff_reports_changes() {
-    let Some(helm) = helm() else {
-        assert!(
-            std::env::var_os("STRATA_REQUIRE_HELM").is_none(),
-            "no helm binary ($HELM or the local plane's), and make test requires one"
-        );
-        eprintln!("SKIPPED: no helm binary ($HELM or the local plane's)");
+    let Some(helm) = support::helm() else {
         return;
     };
     let dir = std::env::temp_dir().join(format!("strata-render-cli-{}", std::process::id()));

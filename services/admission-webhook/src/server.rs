@@ -538,9 +538,31 @@ async fn record_in_zone_tracker(
 }
 
 /// Largest AdmissionReview body read: the object and its old version, each at most etcd's
-/// 1.5 MiB, plus the envelope, with room to spare. A larger body is answered 413 before it is
-/// buffered, so a client cannot make the server hold more than this per request.
+/// 1.5 MiB, plus the envelope, with room to spare. A body announced larger is answered 413
+/// before a byte of it is read; one without a length (chunked) is cut off at this size, so a
+/// client cannot make the server hold more than this per request.
 pub const MAX_REVIEW_BYTES: usize = 6 * 1024 * 1024;
+
+/// Answers 413 at once to a request whose `Content-Length` is over [`MAX_REVIEW_BYTES`]
+/// (the body limit alone would read it up to the limit first).
+async fn refuse_announced_oversize(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if let Some(length) = announced.filter(|n| *n > MAX_REVIEW_BYTES as u64) {
+        return (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body of {length} bytes is over the {MAX_REVIEW_BYTES}-byte limit"),
+        )
+            .into_response();
+    }
+    next.run(request).await
+}
 
 /// The routes.
 pub fn router(app: Arc<App>) -> Router {
@@ -554,6 +576,7 @@ pub fn router(app: Arc<App>) -> Router {
             router.route(webhook.path(), route(*webhook))
         })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_REVIEW_BYTES))
+        .layer(axum::middleware::from_fn(refuse_announced_oversize))
         .with_state(());
     core_k8s::http_metrics::instrument(routes, app.http_metrics.clone())
 }
