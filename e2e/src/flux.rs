@@ -238,6 +238,42 @@ pub async fn layer_status(client: &Client, layer: &str) -> Result<serde_json::Va
     )?)
 }
 
+/// Asks the layer-controller to reconcile `layer` now (the `strata.dev/reconcile-requested-at`
+/// annotation, a value never used before) and waits until the layer's own status says that
+/// request was handled (`status.lastHandledReconcileAt`): a signal only a reconcile of this
+/// layer, begun after the call, can give.
+pub async fn reconciled(
+    client: &Client,
+    layer: &str,
+    timeout: std::time::Duration,
+) -> Result<serde_json::Value> {
+    let api: Api<layer_controller::crd::AddonsLayer> = Api::all(client.clone());
+    let token = format!(
+        "{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    );
+    api.patch(
+        layer,
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"metadata": {"annotations": {"strata.dev/reconcile-requested-at": token}}}),
+        ),
+    )
+    .await?;
+    crate::support::eventually(
+        &format!("{layer} reconciled after request {token}"),
+        timeout,
+        || async {
+            let status = layer_status(client, layer).await?;
+            Ok((status["lastHandledReconcileAt"] == token.as_str()).then_some(status))
+        },
+    )
+    .await
+}
+
 /// The names of the objects in a layer status's inventory, in order.
 pub fn inventory_names(status: &serde_json::Value) -> Vec<String> {
     status["inventory"]

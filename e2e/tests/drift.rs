@@ -513,16 +513,17 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         !drift_entries(&s).is_empty(),
         "status kept while the observer is down"
     );
+    // An observed field edited while nobody watches.
+    kubectl(&["-n", &ns, "scale", "deployment", "web-w", "--replicas=5"])?;
     observer = start_observer(&ns)?;
     eventually(
-        "restarted observer checked objects",
+        "the edit made while the observer was down reported",
         Duration::from_secs(30),
         || async {
-            Ok((observer
-                .metric("drift_observer_checks_total", &[])
-                .await
-                .unwrap_or(0.0)
-                >= 4.0)
+            let s = layer_status(&client, &warn).await?;
+            Ok(drift_entries(&s)
+                .iter()
+                .any(|e| e["path"] == "spec.replicas" && e["actual"] == "5")
                 .then_some(()))
         },
     )

@@ -468,13 +468,8 @@ async fn layers_deploy_in_order_fail_recover_prune_and_move() -> Result<()> {
     .await?;
     let failed = wait_state(&client, &boot, "Failed", Duration::from_secs(30)).await?;
     assert!(failed.to_string().contains("digest mismatch"), "{failed}");
-    // Nothing applied, not even after the controller looked again (its retry of the Failed
-    // layer is a reconcile counted after this point).
-    let before = controller.reconciles().await?;
-    eventually("another reconcile", Duration::from_secs(40), || async {
-        Ok((controller.reconciles().await? > before).then_some(()))
-    })
-    .await?;
+    // Nothing applied, not even after the controller looked at this layer again.
+    strata_e2e::flux::reconciled(&client, &boot, Duration::from_secs(40)).await?;
     assert!(configmap(&client, &ns, "tampered").await.is_none());
 
     cleanup(&client, &ns, &["bootstrap", "base", "apps"], controller).await;
@@ -628,15 +623,10 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
         format!("addonslayer/{solo}: suspended (spec.hold: true)")
     );
     wait_state(&client, &solo, "Hold", Duration::from_secs(20)).await?;
-    let before = controller.reconciles().await?;
     apply_yaml(&client, &ns, &source("solo", &["x", "later"])).await?;
-    // The source change reaches the controller (a reconcile after it), which holds.
-    eventually(
-        "the held layer reconciled",
-        Duration::from_secs(40),
-        || async { Ok((controller.reconciles().await? > before).then_some(())) },
-    )
-    .await?;
+    // A reconcile of the held layer after the source change, which holds.
+    let held = strata_e2e::flux::reconciled(&client, &solo, Duration::from_secs(40)).await?;
+    assert_eq!(held["state"], "Hold", "{held}");
     assert!(
         configmap(&client, &ns, "later").await.is_none(),
         "a held layer applied a change"

@@ -526,8 +526,16 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
         "the surviving pod is never asked to prepare"
     );
     // The operator looks at the group again (an unrelated change to the StatefulSet wakes it;
-    // its reconcile counter shows it ran) and still keeps pod 1.
-    let before = operator.reconciles().await?;
+    // the group's own reconcile counter shows it ran) and still keeps pod 1.
+    let group_reconciles = || async {
+        operator
+            .metric(
+                "rollout_operator_group_reconciles_total",
+                &["rollout_group=\"ingester\""],
+            )
+            .await
+    };
+    let before = group_reconciles().await?;
     sts.patch(
         "ingester-zone-a",
         &PatchParams::default(),
@@ -535,9 +543,9 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     )
     .await?;
     eventually(
-        "the operator reconciled again",
+        "the operator reconciled the group again",
         Duration::from_secs(30),
-        || async { Ok((operator.reconciles().await? > before).then_some(())) },
+        || async { Ok((group_reconciles().await? > before).then_some(())) },
     )
     .await?;
     assert_eq!(

@@ -279,6 +279,8 @@ async fn acts_after_takeover(
                 })
                 .await
             } else {
+                // The replicas observe only this test's layers (their selector), and this
+                // is the only one: the counter moving is this layer's reconcile.
                 eventually("the new layer reconciled", within, || async {
                     Ok((leader.reconciles().await? > before).then_some(()))
                 })
