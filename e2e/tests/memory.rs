@@ -140,8 +140,50 @@ async fn every_service_stays_under_its_documented_limit_with_5000_watched_object
         .items
         .len();
     ensure!(listed == OBJECTS, "{listed} pods");
-    // Let a few periodic rounds of every service go by with everything in place.
-    tokio::time::sleep(Duration::from_secs(15)).await;
+    // Every service works once more with everything in place, each shown by its own signal
+    // (not a pause): each layer reconciled again on request; the observer checks a managed
+    // object edited by hand; the operator reconciles the group the 5,000 pods belong to
+    // (reading them from its cache).
+    for name in &names {
+        strata_e2e::flux::reconciled(&client, name, Duration::from_secs(120)).await?;
+    }
+    let checks_before = observer.metric("drift_observer_checks_total", &[]).await?;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    maps.patch(
+        "many-0-0000",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(serde_json::json!({"data": {"k": "edited"}})),
+    )
+    .await?;
+    eventually(
+        "the observer checked the edit",
+        Duration::from_secs(60),
+        || async {
+            let checks = observer.metric("drift_observer_checks_total", &[]).await?;
+            Ok((checks > checks_before).then_some(()))
+        },
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &strata_e2e::support::group_stateful_set("watched", "watched", 0, "", ""),
+    )
+    .await?;
+    eventually(
+        "the operator reconciled the pods' group",
+        Duration::from_secs(60),
+        || async {
+            let reconciles = rollouts
+                .metric(
+                    "rollout_operator_group_reconciles_total",
+                    &["rollout_group=\"watched\""],
+                )
+                .await?;
+            Ok((reconciles > 0.0).then_some(()))
+        },
+    )
+    .await?;
 
     let mut report = Vec::new();
     let mut over = Vec::new();

@@ -163,16 +163,58 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
         )
         .await?;
     }
-    // Halted: for several seconds nothing in b or c is touched.
-    for _ in 0..20 {
-        let s = snapshot(&client, &ns.name, &old).await?;
-        assert_eq!(
-            (s["b"], s["c"]),
-            ((0, 0), (0, 0)),
-            "zones b and c must wait for zone a: {s:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    // Halted: once the new revisions of b and c are published, the operator reconciles the
+    // group (its own counter for the group moves past a poke made after them) and still
+    // deletes nothing in b or c.
+    eventually(
+        "b and c revisions published",
+        Duration::from_secs(30),
+        || async {
+            let r = revisions(&client, &ns.name).await?;
+            Ok((r["b"] != old["b"] && r["c"] != old["c"]).then_some(()))
+        },
+    )
+    .await?;
+    let group_reconciles = || async {
+        let mut total = 0.0;
+        for operator in [&one, &two] {
+            total += operator
+                .metric(
+                    "rollout_operator_group_reconciles_total",
+                    &["rollout_group=\"ingester\""],
+                )
+                .await
+                .unwrap_or(0.0);
+        }
+        total
+    };
+    let deletions_before = deleted_by(&one).await + deleted_by(&two).await;
+    let reconciles_before = group_reconciles().await;
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    sts_api
+        .patch(
+            "ingester-zone-b",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"e2e/poke": "halted"}}})),
+        )
+        .await?;
+    eventually(
+        "the group reconciled after the poke",
+        Duration::from_secs(30),
+        || async { Ok((group_reconciles().await > reconciles_before).then_some(())) },
+    )
+    .await?;
+    let s = snapshot(&client, &ns.name, &old).await?;
+    assert_eq!(
+        (s["b"], s["c"]),
+        ((0, 0), (0, 0)),
+        "zones b and c must wait for zone a: {s:?}"
+    );
+    assert_eq!(
+        deleted_by(&one).await + deleted_by(&two).await,
+        deletions_before,
+        "a pod was deleted while zone a has a pod not ready"
+    );
     // Recover: the rollout resumes and finishes, one zone at a time, within the budget.
     pods.patch(
         "ingester-zone-a-0",
