@@ -89,13 +89,19 @@ async fn hostile_and_broken_artifacts_fail_precisely_and_change_nothing() -> Res
     )
     .await?;
 
+    // Good revision n: `keep` and `prev-<n>`. Bad revision n drops `prev-<n>` and adds a valid
+    // new `fresh-<n>` beside its fault: a failure that applied anything would show `fresh-<n>`,
+    // one that pruned anything would lose `prev-<n>`.
     let keep = cm(&ns, "keep");
     let good = |n: usize| {
-        let (url, digest) = server.publish(
+        let prev = cm(&ns, &format!("prev-{n}"));
+        server.publish(
             &format!("good-{n}.tar.gz"),
-            &[("app/keep.yaml", keep.as_str())],
-        );
-        (url, digest)
+            &[
+                ("app/keep.yaml", keep.as_str()),
+                ("app/prev.yaml", prev.as_str()),
+            ],
+        )
     };
     let (url, digest) = good(0);
     set_artifact(&client, &ns, "main@sha1:good0", &url, &digest).await?;
@@ -104,87 +110,80 @@ async fn hostile_and_broken_artifacts_fail_precisely_and_change_nothing() -> Res
         .with_context(|| controller.logs())?;
 
     let evil = cm(&ns, "evil");
-    let valid = ArtifactServer::archive(&[
-        ("app/keep.yaml", keep.as_str()),
-        ("app/evil.yaml", evil.as_str()),
-    ]);
     let bomb_text = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: evil, namespace: {ns}}}\ndata: {{k: {}}}\n",
         "a".repeat(1 << 20)
-    );
-    let bomb = ArtifactServer::archive(&[
-        ("app/keep.yaml", keep.as_str()),
-        ("app/evil.yaml", bomb_text.as_str()),
-    ]);
-    assert!(
-        bomb.len() < 65536,
-        "the bomb itself is small: {} bytes",
-        bomb.len()
     );
     let invalid_yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: evil\n";
     let unknown_kind = format!(
         "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {{name: evil, namespace: {ns}}}\n"
     );
-    // (what, archive bytes, digest override, what the condition must say)
-    let faults: Vec<(&str, Vec<u8>, Option<String>, String)> = vec![
-        (
-            "truncated",
-            valid[..valid.len() / 2].to_vec(),
-            None,
-            "ArtifactFailed".into(),
-        ),
-        (
-            "wrong digest",
-            valid.clone(),
-            Some(format!("sha256:{}", "0".repeat(64))),
-            "digest mismatch".into(),
-        ),
-        (
-            "path traversal",
-            ArtifactServer::archive(&[
-                ("app/keep.yaml", keep.as_str()),
-                ("app/../../evil.yaml", evil.as_str()),
-            ]),
-            None,
-            "escapes the archive root".into(),
-        ),
-        (
-            "absolute path",
-            ArtifactServer::archive(&[
-                ("app/keep.yaml", keep.as_str()),
-                ("/etc/evil.yaml", evil.as_str()),
-            ]),
-            None,
-            "absolute path".into(),
-        ),
+    // Incompressible, so an archive holding it is over the 64 KiB limit.
+    let mut seed: u64 = 11;
+    let noise: String = (0..140_000)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            char::from(b'a' + ((seed >> 33) % 26) as u8)
+        })
+        .collect();
+    let padding = format!("# {noise}\n");
+    // (what, what the condition must say)
+    let faults = [
+        ("truncated", "ArtifactFailed"),
+        ("wrong digest", "digest mismatch"),
+        ("path traversal", "escapes the archive root"),
+        ("absolute path", "absolute path"),
         (
             "decompression bomb",
-            bomb,
-            None,
-            "unpacked content exceeds 262144 bytes".into(),
+            "unpacked content exceeds 262144 bytes",
         ),
-        ("oversized", vec![0u8; 70_000], None, "65536".into()),
-        (
-            "invalid YAML",
-            ArtifactServer::archive(&[
-                ("app/keep.yaml", keep.as_str()),
-                ("app/bad.yaml", invalid_yaml),
-            ]),
-            None,
-            "bad.yaml".into(),
-        ),
-        (
-            "a kind the cluster does not serve",
-            ArtifactServer::archive(&[
-                ("app/keep.yaml", keep.as_str()),
-                ("app/gizmo.yaml", unknown_kind.as_str()),
-            ]),
-            None,
-            "Gizmo".into(),
-        ),
+        ("oversized", "65536"),
+        ("invalid YAML", "bad.yaml"),
+        ("a kind the cluster does not serve", "Gizmo"),
     ];
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
-    for (n, (what, bytes, digest_override, needle)) in faults.into_iter().enumerate() {
+    for (n, (what, needle)) in faults.into_iter().enumerate() {
+        let fresh = cm(&ns, &format!("fresh-{n}"));
+        let with_fresh = |extra: &[(&str, &str)]| {
+            let mut files = vec![
+                ("app/keep.yaml", keep.as_str()),
+                ("app/fresh.yaml", fresh.as_str()),
+            ];
+            files.extend_from_slice(extra);
+            ArtifactServer::archive(&files)
+        };
+        let (bytes, digest_override) = match what {
+            "truncated" => {
+                let whole = with_fresh(&[]);
+                (whole[..whole.len() / 2].to_vec(), None)
+            }
+            "wrong digest" => (with_fresh(&[]), Some(format!("sha256:{}", "0".repeat(64)))),
+            "path traversal" => (with_fresh(&[("app/../../evil.yaml", evil.as_str())]), None),
+            "absolute path" => (with_fresh(&[("/etc/evil.yaml", evil.as_str())]), None),
+            "decompression bomb" => {
+                let bomb = with_fresh(&[("app/evil.yaml", bomb_text.as_str())]);
+                assert!(
+                    bomb.len() < 65536,
+                    "the bomb itself is small: {} bytes",
+                    bomb.len()
+                );
+                (bomb, None)
+            }
+            "oversized" => {
+                let big = with_fresh(&[("app/padding.yaml", padding.as_str())]);
+                assert!(
+                    big.len() > 65536,
+                    "the archive is over the limit: {} bytes",
+                    big.len()
+                );
+                (big, None)
+            }
+            "invalid YAML" => (with_fresh(&[("app/bad.yaml", invalid_yaml)]), None),
+            _ => (
+                with_fresh(&[("app/gizmo.yaml", unknown_kind.as_str())]),
+                None,
+            ),
+        };
         let name = format!("bad-{n}.tar.gz");
         let (url, digest) = server.publish_bytes(&name, bytes);
         let revision = format!("main@sha1:bad{n}");
@@ -196,29 +195,44 @@ async fn hostile_and_broken_artifacts_fail_precisely_and_change_nothing() -> Res
             &digest_override.unwrap_or(digest),
         )
         .await?;
-        failed_with(&client, &layer, &needle)
+        failed_with(&client, &layer, needle)
             .await
             .with_context(|| format!("{what}: {}", controller.logs()))?;
+        // Looked at once more, the failed revision still changes nothing.
+        let status = strata_e2e::flux::reconciled(&client, &layer, Duration::from_secs(30)).await?;
+        let prev = format!("prev-{n}");
         assert!(
-            maps.get_opt("evil").await?.is_none(),
-            "{what}: nothing of it applied"
+            maps.get_opt(&format!("fresh-{n}")).await?.is_none()
+                && maps.get_opt("evil").await?.is_none(),
+            "{what}: something of it applied"
         );
         assert!(
-            maps.get_opt("keep").await?.is_some(),
-            "{what}: nothing pruned"
+            maps.get_opt(&prev).await?.is_some() && maps.get_opt("keep").await?.is_some(),
+            "{what}: an object of the last good revision was pruned"
+        );
+        assert!(
+            inventory_names(&status).contains(&prev),
+            "{what}: {prev} left the inventory: {status}"
         );
         assert_eq!(
             layer_status(&client, &neighbour).await?["state"],
             "Deployed",
             "{what}: the neighbour layer is unaffected"
         );
-        // And the next good revision deploys again.
+        // And the next good revision deploys again, pruning `prev-<n>` as it should: the
+        // check above could have seen it go.
         let (url, digest) = good(n + 1);
         let revision = format!("main@sha1:good{}", n + 1);
         set_artifact(&client, &ns, &revision, &url, &digest).await?;
         deployed_at(&client, &layer, &revision)
             .await
             .with_context(|| format!("recovering from {what}: {}", controller.logs()))?;
+        eventually(
+            &format!("{prev} pruned"),
+            Duration::from_secs(30),
+            || async { Ok(maps.get_opt(&prev).await?.is_none().then_some(())) },
+        )
+        .await?;
     }
 
     // A symbolic link is not followed (nor applied): only regular files are manifests.
@@ -614,7 +628,7 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
 
 /// Two admission-webhook replicas behind one Service, as the chart deploys them (the processes
 /// run on this host, so the test writes the Service's EndpointSlices as the EndpointSlice
-/// controller would for two pods); kube-apiserver reaches them through the Service. 500 reviews a second
+/// controller would for two pods); kube-apiserver reaches them through the Service. 300 reviews a second
 /// are sent for 20 s: dry-run updates of a StatefulSet labelled no-downscale, every other one a
 /// downscale that must be refused and the rest upscales that must be allowed. After 6 s the
 /// replica carrying the traffic is terminated as happens to a deleted pod: its endpoint marked
@@ -622,14 +636,16 @@ async fn api_throttling_and_conflicts_are_retried_without_a_hot_loop() -> Result
 /// (every downscale refused by the policy, every upscale allowed, no call failing on a closed
 /// connection), the terminated replica exits 0, and the survivor takes the traffic.
 #[tokio::test]
-async fn webhook_replica_terminated_under_500_reviews_per_second_fails_nothing() -> Result<()> {
+async fn webhook_replica_terminated_under_300_reviews_per_second_fails_nothing() -> Result<()> {
     use k8s_openapi::api::apps::v1::StatefulSet;
     use kube::api::{Patch, PatchParams};
     use strata_e2e::support::{
         DeleteOnDrop, guarded_stateful_set, host_address, no_downscale_configuration,
     };
-    const RATE: u64 = 500;
-    const SECONDS: u64 = 20;
+    // What this 2-core machine sustains with the whole suite around it, through kube-apiserver
+    // (it once carried 500/s alone, and 373–427/s when busy): asserted below, not just offered.
+    const RATE: u64 = 300;
+    const SECONDS: u64 = 25;
     const TERMINATE_AFTER: Duration = Duration::from_secs(6);
     const SERVICE: &str = "webhook";
     let client = cluster().client().await?;
@@ -736,6 +752,7 @@ endpoints:
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut calls = tokio::task::JoinSet::new();
     let mut terminated: Option<(usize, std::time::Instant)> = None;
+    let mut survivor_at_termination = 0.0;
     let mut sent = 0u64;
     while sent < RATE * SECONDS {
         tick.tick().await;
@@ -747,6 +764,7 @@ endpoints:
             replicas[busy].signal("TERM");
             eprintln!("terminated replica {busy} after it served {counts:?} reviews");
             terminated = Some((busy, std::time::Instant::now()));
+            survivor_at_termination = counts[1 - busy];
         }
         let permit = semaphore.clone().acquire_owned().await?;
         let (sts, dry_run) = (sts.clone(), dry_run.clone());
@@ -761,13 +779,20 @@ endpoints:
         });
         sent += 1;
     }
+    let sending = started.elapsed().as_secs_f64();
     let mut failures = Vec::new();
     let mut after_termination = 0usize;
+    // Calls started in each second of the run: the rate held, through the termination too.
+    let mut per_second = vec![0u64; SECONDS as usize + 2];
     let (busy, terminated_at) = terminated.context("no replica was terminated")?;
     while let Some(joined) = calls.join_next().await {
         let (at, downscale, result) = joined?;
         if at >= terminated_at {
             after_termination += 1;
+        }
+        let second = at.duration_since(started).as_secs() as usize;
+        if let Some(count) = per_second.get_mut(second) {
+            *count += 1;
         }
         match (downscale, result) {
             (true, Err(e)) if e.contains("is not allowed because it has the label") => {}
@@ -795,6 +820,27 @@ endpoints:
     assert!(
         after_termination > 1000,
         "traffic went on after the termination: {after_termination}"
+    );
+    // The rate the test is named for: overall, and in every full second (none stalled, the
+    // one of the termination included).
+    eprintln!("calls started per second: {per_second:?}");
+    let rate = sent as f64 / sending;
+    assert!(
+        rate >= 0.9 * RATE as f64,
+        "sent at {rate:.0}/s, under 90 % of {RATE}/s"
+    );
+    let full_seconds = &per_second[..(sending.floor() as usize).min(per_second.len())];
+    assert!(
+        full_seconds.iter().all(|n| *n as f64 >= 0.5 * RATE as f64),
+        "a second under half the rate: {per_second:?}"
+    );
+    // And the survivor took the traffic: it answered most of what was sent after the
+    // termination (kube-apiserver sends a few more to the terminating replica until its
+    // endpoint update arrives, which the server answers while it drains).
+    let survivor_took = survivor_count - survivor_at_termination;
+    assert!(
+        survivor_took >= 0.8 * after_termination as f64,
+        "the survivor answered {survivor_took} of the {after_termination} reviews sent after the termination"
     );
     Ok(())
 }
