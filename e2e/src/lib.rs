@@ -19,6 +19,7 @@
 pub mod admission;
 pub mod bench;
 pub mod chart;
+pub mod deletion_watch;
 pub mod demo;
 pub mod fault_proxy;
 pub mod flux;

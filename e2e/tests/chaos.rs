@@ -16,10 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result};
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::Api;
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use strata_e2e::flux::{
@@ -368,22 +366,9 @@ async fn layer_leader_killed_mid_apply_prunes_nothing() -> Result<()> {
     let ns = TestNamespace::create(&client, "chaos-layer-ha").await?;
     install_layer_crds(&client, &ns.name).await?;
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
-    let (created_tx, mut created) = tokio::sync::watch::channel(0usize);
-    let deleted = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let watch = {
-        let deleted = deleted.clone();
-        let config = watcher::Config::default().labels("strata-e2e/chaos=item");
-        let mut events = watcher(maps.clone(), config).boxed();
-        tokio::spawn(async move {
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(_)) => created_tx.send_modify(|n| *n += 1),
-                    Ok(watcher::Event::Delete(m)) => deleted.lock().unwrap().push(m.name_any()),
-                    _ => {}
-                }
-            }
-        })
-    };
+    let watch =
+        strata_e2e::deletion_watch::DeletionWatch::start(maps.clone(), "strata-e2e/chaos=item");
+    let mut created = watch.created();
     let [leader, standby] = two_replicas("layer-controller", &ns.name).await?;
     let items: Vec<String> = (0..ITEMS)
         .map(|i| {
@@ -431,19 +416,25 @@ async fn layer_leader_killed_mid_apply_prunes_nothing() -> Result<()> {
         .await?
         .items
         .len();
+    // Every event up to now processed (a sentinel created after the layer was Deployed is
+    // seen), then judged, before the teardown prunes everything.
+    apply_yaml(
+        &client,
+        &ns.name,
+        &configmap_yaml(&ns.name, "sentinel", ", labels: {strata-e2e/chaos: item}"),
+    )
+    .await?;
+    watch.wait_seen("sentinel", Duration::from_secs(30)).await?;
+    let deleted = watch.deleted();
+    drop(watch);
     delete_layers_then_stop(&[&layer], standby);
-    watch.abort();
     assert_eq!(present, ITEMS, "every object of the layer exists");
     assert_eq!(
         inventory.iter().filter(|n| n.contains("item-")).count(),
         ITEMS,
         "the inventory holds every object: {inventory:?}"
     );
-    assert!(
-        deleted.lock().unwrap().is_empty(),
-        "objects deleted: {:?}",
-        deleted.lock().unwrap()
-    );
+    assert!(deleted.is_empty(), "objects deleted: {deleted:?}");
     Ok(())
 }
 

@@ -22,11 +22,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use strata_e2e::flux::{
     configmap_layer, configmap_yaml, install_layer_crds, inventory_names, layer_status,
@@ -219,28 +217,11 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
     let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
 
-    // Every ConfigMap of the bulk layers created and never deleted, watched throughout.
-    let (created_tx, created) = tokio::sync::watch::channel(0usize);
-    let deleted = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let map_watch = {
-        let deleted = deleted.clone();
-        let config = watcher::Config::default().labels("strata-e2e/restart=bulk");
-        let mut events = watcher(maps.clone(), config).default_backoff().boxed();
-        tokio::spawn(async move {
-            let mut seen = BTreeSet::new();
-            while let Some(event) = events.next().await {
-                match event {
-                    Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m))
-                        if seen.insert(m.name_any()) =>
-                    {
-                        created_tx.send_replace(seen.len());
-                    }
-                    Ok(watcher::Event::Delete(m)) => deleted.lock().unwrap().push(m.name_any()),
-                    _ => {}
-                }
-            }
-        })
-    };
+    // Every ConfigMap of the bulk layers created and never deleted, watched throughout (a
+    // deletion while the API server was down shows as a difference between two lists).
+    let map_watch =
+        strata_e2e::deletion_watch::DeletionWatch::start(maps.clone(), "strata-e2e/restart=bulk");
+    let created = map_watch.created();
 
     // Audit-log entries of earlier rounds, already judged.
     let mut counted = 0;
@@ -370,8 +351,8 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
         .with_context(logs)?;
     }
 
-    let deleted = deleted.lock().unwrap().clone();
-    map_watch.abort();
+    let deleted = map_watch.deleted();
+    drop(map_watch);
     ensure!(
         *created.borrow() == 2 * BULK,
         "every ConfigMap of both layers created: {}",
