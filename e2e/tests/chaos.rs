@@ -647,6 +647,10 @@ async fn webhook_replica_terminated_under_300_reviews_per_second_fails_nothing()
         strata_e2e::plane::free_port()?,
         strata_e2e::plane::free_port()?,
     ];
+    // The negative control (docs/reliability.md): E2E_WEBHOOK_SHUTDOWN_DELAY=0s makes the
+    // terminated replica stop accepting at once, and this test fails.
+    let shutdown_delay =
+        std::env::var("E2E_WEBHOOK_SHUTDOWN_DELAY").unwrap_or_else(|_| "2s".into());
     let mut replicas = Vec::new();
     for (n, port) in ports.iter().enumerate() {
         let tls = format!("{host}:{port}");
@@ -663,6 +667,8 @@ async fn webhook_replica_terminated_under_300_reviews_per_second_fails_nothing()
                 &tls,
                 "--service-name",
                 SERVICE,
+                "--shutdown-delay",
+                &shutdown_delay,
             ],
         )?);
     }
