@@ -3,7 +3,7 @@
 controller metrics) and the Prometheus alert rules next to this file.
 
 The JSON and YAML it writes are committed; edit this file and run `make dashboards`. A test
-(`crates/strata-cli/tests/observability.rs`) checks that every metric in docs/metrics.md is
+(`cli/tests/observability.rs`) checks that every metric in docs/metrics.md is
 used by a panel or an alert and that nothing here names a metric that does not exist.
 """
 

@@ -1,5 +1,5 @@
 //! render: the engine behind `strata render` — a Reckoner v2 course file in, reviewed flat
-//! GitOps manifests out (Reckoner's GitOps design, DESIGN.md §4).
+//! GitOps manifests out (Reckoner's GitOps design).
 //!
 //! `helm template` (the real binary) does the templating; everything after it is ours and pure:
 //! splitting, namespaces, file layout, hook mapping, secret checks, GitOps objects, pruning.

@@ -1,4 +1,4 @@
-//! `strata status`: offline status of every object in the input (DESIGN.md §4).
+//! `strata status`: offline status of every object in the input.
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! The `strata admission review` contract (DESIGN.md §4).
+//! The `strata admission review` contract.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 

@@ -1,4 +1,4 @@
-//! `strata render` (DESIGN.md §4): Helm charts from a Reckoner course file into reviewed, flat
+//! `strata render`: Helm charts from a Reckoner course file into reviewed, flat
 //! GitOps manifests, and `strata render capture-profile` (a cluster's capabilities via
 //! discovery). The work is in the `render` crate; this file maps flags and exit codes.
 

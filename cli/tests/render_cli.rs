@@ -1,4 +1,4 @@
-//! The `strata render` contract (DESIGN.md §4): default output beside the course, `--diff` exit
+//! The `strata render` contract: default output beside the course, `--diff` exit
 //! codes, bad input on one line with exit 2. Uses the render crate's fixture charts and the real
 //! helm binary (skipped, saying so, when there is none).
 
@@ -13,10 +13,10 @@ fn fixtures() -> PathBuf {
             .as_deref()
             .unwrap_or(env!("CARGO_MANIFEST_DIR")),
     )
-    .join("../render/tests/fixtures")
+    .join("../crates/render/tests/fixtures")
 }
 
-#[path = "../../render/tests/support/helm.rs"]
+#[path = "../../crates/render/tests/support/helm.rs"]
 mod support;
 
 fn copy_tree(from: &Path, to: &Path) {

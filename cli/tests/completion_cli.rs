@@ -34,7 +34,7 @@ fn prints_a_completion_script_for_each_shell() {
 /// SHA-256; the plugin it describes runs.
 #[test]
 fn make_dist_renders_a_krew_manifest_for_its_archive() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let out = std::env::temp_dir().join(format!("strata-dist-{}", std::process::id()));
     let status = Command::new(root.join("scripts/dist.sh"))
         .env("STRATA_CLI_BINARY", env!("CARGO_BIN_EXE_strata"))

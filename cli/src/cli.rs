@@ -1,4 +1,4 @@
-//! The command tree (DESIGN.md §4).
+//! The command tree.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! The `strata status` contract (DESIGN.md §4), run as a user would.
+//! The `strata status` contract, run as a user would.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 

@@ -29,7 +29,7 @@ fn repo(path: &str) -> PathBuf {
             .as_deref()
             .unwrap_or(env!("CARGO_MANIFEST_DIR")),
     )
-    .join("../..")
+    .join("..")
     .join(path)
 }
 
