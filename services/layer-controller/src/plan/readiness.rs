@@ -1,0 +1,221 @@
+//! Readiness of applied objects (refusing stale readiness) and the outcome of an apply
+//! attempt.
+
+use std::time::Duration;
+
+use core_status::Status;
+use jiff::Timestamp;
+use serde_json::Value;
+
+use crate::crd::InventoryEntry;
+use crate::keys::condition;
+
+use super::{ObjectRef, summarize};
+
+/// An applied object's inventory health: its status and, while it is not Current, the reason
+/// of its `Ready` condition.
+pub fn inventory_health(object: &Value, now: Timestamp) -> (Status, Option<String>) {
+    let (status, _) = object_status(object, now);
+    let reason = (status != Status::Current)
+        .then(|| ready_reason(object))
+        .flatten();
+    (status, reason)
+}
+
+/// The reason of an object's `Ready` condition, when it has one that is not True.
+pub fn ready_reason(object: &Value) -> Option<String> {
+    object
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        .filter(|c| c.get("status").and_then(Value::as_str) != Some("True"))
+        .and_then(|c| c.get("reason")?.as_str().map(str::to_string))
+}
+
+/// The status of an applied object, refusing stale readiness: a status written for an older
+/// generation than the one just applied is InProgress, and Flux objects with no status yet
+/// are InProgress (kstatus would call them Current: kc#387).
+pub fn object_status(object: &Value, now: Timestamp) -> (Status, String) {
+    use core_status::object::{int_or, lookup, str_or};
+    let evaluation = core_status::evaluate(object, now);
+    let mut result = (evaluation.status, evaluation.message.to_string());
+    if result.0 != Status::Current {
+        return result;
+    }
+    let generation = int_or(object, &["metadata", "generation"], 0);
+    let stale_condition = lookup(object, &["status", "conditions"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| {
+            matches!(
+                str_or(c, &["type"], ""),
+                condition::READY | condition::RECONCILING | condition::STALLED
+            )
+        })
+        .find_map(|c| {
+            let observed = c.get("observedGeneration")?.as_i64()?;
+            (observed < generation).then_some(observed)
+        });
+    if let Some(observed) = stale_condition {
+        result = (
+            Status::InProgress,
+            format!(
+                "conditions are from generation {observed}, the applied generation is {generation}"
+            ),
+        );
+    } else if str_or(object, &["apiVersion"], "").contains(".toolkit.fluxcd.io/")
+        && lookup(object, &["status"]).is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty()))
+    {
+        result = (Status::InProgress, "no status reported yet".into());
+    }
+    result
+}
+
+/// How an apply attempt stands after checking every object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Deployed,
+    /// Still within the timeout; the message names what is not ready.
+    Waiting(String),
+    Failed(String),
+}
+
+/// Judges the inventory: Failed at once on a Failed object (no point waiting), Failed when
+/// the timeout has passed with objects still not Current, else Waiting.
+pub fn outcome(inventory: &[InventoryEntry], elapsed: Duration, timeout: Duration) -> Outcome {
+    let not_current: Vec<&InventoryEntry> = inventory
+        .iter()
+        .filter(|e| e.status != Status::Current.to_string())
+        .collect();
+    if not_current.is_empty() {
+        return Outcome::Deployed;
+    }
+    let describe = |entries: &[&InventoryEntry]| {
+        let items: Vec<String> = entries
+            .iter()
+            .map(|e| format!("{} is {}", ObjectRef::of_entry(e), e.status))
+            .collect();
+        summarize(&items, 5, ", ")
+    };
+    let failed: Vec<&InventoryEntry> = not_current
+        .iter()
+        .copied()
+        .filter(|e| e.status == Status::Failed.to_string())
+        .collect();
+    if !failed.is_empty() {
+        return Outcome::Failed(describe(&failed));
+    }
+    if elapsed >= timeout {
+        return Outcome::Failed(format!(
+            "not ready after {}s: {}",
+            timeout.as_secs(),
+            describe(&not_current)
+        ));
+    }
+    Outcome::Waiting(describe(&not_current))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ready_reasons() {
+        for (case, object, want) in [
+            (
+                "not ready with a reason",
+                json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "InstallFailed"}]}}),
+                Some("InstallFailed"),
+            ),
+            (
+                "ready",
+                json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded"}]}}),
+                None,
+            ),
+            ("no conditions", json!({"status": {}}), None),
+        ] {
+            assert_eq!(ready_reason(&object).as_deref(), want, "{case}");
+        }
+    }
+
+    #[test]
+    fn stale_readiness_is_refused() {
+        let now: Timestamp = "2026-11-21T10:00:00Z".parse().unwrap();
+        let cases = [
+            (
+                "condition from an older generation",
+                serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                    "metadata": {"name": "w", "generation": 3},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 2}]}}),
+                Status::InProgress,
+            ),
+            (
+                "condition from this generation",
+                serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                    "metadata": {"name": "w", "generation": 3},
+                    "status": {"conditions": [{"type": "Ready", "status": "True", "observedGeneration": 3}]}}),
+                Status::Current,
+            ),
+            (
+                "HelmRelease without status",
+                serde_json::json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+                    "metadata": {"name": "h", "generation": 1}}),
+                Status::InProgress,
+            ),
+            (
+                "ConfigMap",
+                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+                Status::Current,
+            ),
+            (
+                "Deployment at an older observedGeneration",
+                serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "d", "generation": 2},
+                    "spec": {"replicas": 1}, "status": {"observedGeneration": 1, "replicas": 1}}),
+                Status::InProgress,
+            ),
+        ];
+        for (case, object, want) in cases {
+            assert_eq!(object_status(&object, now).0, want, "{case}");
+        }
+    }
+
+    fn entry(name: &str, status: &str) -> InventoryEntry {
+        InventoryEntry {
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            namespace: Some("ns".into()),
+            name: name.into(),
+            status: status.into(),
+            reason: None,
+        }
+    }
+
+    #[test]
+    fn outcomes() {
+        let t = Duration::from_secs(60);
+        let all_current = [entry("a", "Current")];
+        assert_eq!(
+            outcome(&all_current, Duration::from_secs(500), t),
+            Outcome::Deployed
+        );
+        let slow = [entry("a", "Current"), entry("b", "InProgress")];
+        assert_eq!(
+            outcome(&slow, Duration::from_secs(10), t),
+            Outcome::Waiting("ConfigMap ns/b is InProgress".into())
+        );
+        assert_eq!(
+            outcome(&slow, Duration::from_secs(60), t),
+            Outcome::Failed("not ready after 60s: ConfigMap ns/b is InProgress".into())
+        );
+        let failed = [entry("b", "InProgress"), entry("c", "Failed")];
+        assert_eq!(
+            outcome(&failed, Duration::from_secs(1), t),
+            Outcome::Failed("ConfigMap ns/c is Failed".into())
+        );
+    }
+}

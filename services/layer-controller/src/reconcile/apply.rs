@@ -1,0 +1,521 @@
+//! Applying a layer: variables substituted, ownership checked, definitions first and then
+//! the rest in kind order, stale objects pruned; then the inventory judged into a state.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use core_k8s::Context;
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use serde_json::{Value, json};
+
+use crate::crd::{AddonsLayer, InventoryEntry, LayerSet};
+use crate::error::{LayerError, Result};
+use crate::keys::{ORPHANED_LABEL, ORPHANED_STATUS, reason, state};
+use crate::lock;
+use crate::plan::{self, ObjectRef, Outcome, Stage};
+use crate::read::Reader;
+use crate::source::{self, Files, Manifest};
+
+use super::prune::prune;
+use super::status::{Report, reconcile_requested_at, write_status};
+use super::{Access, Shared, access};
+
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn apply_layer(
+    layer: &AddonsLayer,
+    ctx: &Context,
+    shared: &Shared,
+    all: &LayerSet,
+    revision: String,
+    files: &Files,
+    interval: Duration,
+    timeout: Duration,
+) -> Result<Action> {
+    let name = layer.name_any();
+    let access = access(ctx, shared, layer)?;
+    let previous = layer.status.clone().unwrap_or_default();
+    let attempt_key = (revision.clone(), layer.metadata.generation);
+    let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
+        && previous.observed_generation == layer.metadata.generation;
+    let previous_state = previous.state.as_deref().unwrap_or_default();
+    // How long ago this very attempt was fully applied, if within the interval.
+    let applied_ago = lock(&shared.memory)
+        .get(&name)
+        .and_then(|m| m.applied.as_ref())
+        .filter(|(key, _)| *key == attempt_key)
+        .map(|(_, at)| at.elapsed())
+        .filter(|ago| *ago < interval);
+    let prune_pending = previous
+        .inventory
+        .iter()
+        .any(|e| e.status == ORPHANED_STATUS);
+    // A reconcile request (the drift-observer's heal, or a user's) re-applies at once.
+    let requested = reconcile_requested_at(layer)
+        .is_some_and(|at| previous.last_handled_reconcile_at.as_deref() != Some(at.as_str()));
+    if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending && !requested) {
+        if previous_state == state::DEPLOYED {
+            return Ok(Action::requeue(
+                interval.saturating_sub(ago).max(Duration::from_secs(1)),
+            ));
+        }
+        if (previous_state == state::APPLYING || previous_state == state::FAILED)
+            && let Some(inventory) = recheck(&shared.reader, &previous.inventory).await?
+        {
+            let attempt = Attempt {
+                revision,
+                same: same_attempt,
+                interval,
+                timeout,
+                prune_wait: None,
+            };
+            return judge(layer, ctx, shared, attempt, inventory).await;
+        }
+    }
+
+    // Variables are read as the layer acts (its ServiceAccount's rights), then substituted
+    // into every manifest; any failure fails this layer alone, with nothing applied.
+    let manifests = match core_layers::substitute::layer_variables(
+        &access.client,
+        layer,
+        &shared.args.default_source_namespace,
+    )
+    .await
+    .and_then(|vars| source::layer_manifests_with(files, &layer.spec.source.path, &vars))
+    {
+        Ok(manifests) => manifests,
+        Err(e @ (LayerError::Api { .. } | LayerError::Kube(_))) => return Err(e),
+        Err(e) => {
+            let why = match e {
+                LayerError::Substitution(_) => reason::SUBSTITUTION_FAILED,
+                _ => reason::INVALID_MANIFEST,
+            };
+            let mut report = Report::new(state::FAILED, why, e.to_string());
+            report.attempted_revision = Some(revision);
+            write_status(ctx, shared, layer, report).await?;
+            return Ok(Action::requeue(interval));
+        }
+    };
+
+    // A new attempt starts the timeout clock.
+    if !same_attempt || previous_state != state::APPLYING {
+        lock(&shared.memory)
+            .entry(name.clone())
+            .or_default()
+            .attempt_started = Some(Instant::now());
+    }
+
+    // Ownership: never take an object another layer owns and still wants.
+    let mut desired = Vec::with_capacity(manifests.len());
+    for manifest in &manifests {
+        desired.push(shared.reader.identity(manifest).await);
+    }
+    // Only the owners of objects this layer wants: a map of every layer's inventory, built by
+    // each reconcile, grew with the fleet in every reconcile in flight.
+    let wanted: BTreeSet<&ObjectRef> = desired.iter().collect();
+    let owners: BTreeMap<ObjectRef, String> = all
+        .iter()
+        .filter(|(other, l)| **other != name && l.metadata.deletion_timestamp.is_none())
+        .flat_map(|(other, l)| {
+            l.status
+                .iter()
+                .flat_map(|s| s.inventory.iter())
+                .filter(|e| e.status != ORPHANED_STATUS)
+                .map(move |e| (ObjectRef::of_entry(e), other))
+        })
+        .filter(|(object, _)| wanted.contains(object))
+        .map(|(object, other)| (object, other.clone()))
+        .collect();
+    let contested = desired.iter().any(|o| owners.contains_key(o));
+    // The global desired state costs reading every other layer's source: only when an
+    // object is contested or something left this layer.
+    let leaving = previous
+        .inventory
+        .iter()
+        .any(|e| !desired.contains(&ObjectRef::of_entry(e)));
+    let wanted_by = if contested || leaving {
+        shared.reader.wanted_by(&name, all).await
+    } else {
+        BTreeMap::new()
+    };
+    let conflicts = plan::ownership_conflicts(&name, &desired, &owners, &wanted_by);
+    if !conflicts.is_empty() {
+        let message = conflicts
+            .iter()
+            .map(|(object, owner)| {
+                format!("{object} is also in layer {owner}, which applied it first")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut report = Report::new(state::FAILED, reason::OWNERSHIP_CONFLICT, message);
+        report.attempted_revision = Some(revision);
+        write_status(ctx, shared, layer, report).await?;
+        return Ok(Action::requeue(interval));
+    }
+
+    // Stage 1: CRDs and Namespaces, waited on before anything that may need them.
+    let version = layer.spec.version.clone();
+    let prepared: Vec<(usize, Value)> = manifests
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (i, plan::prepare_manifest(&m.value, &name, &version)))
+        .collect();
+    let (mut definitions, rest): (Vec<_>, Vec<_>) = prepared.into_iter().partition(|(i, _)| {
+        plan::is_definition(&manifests[*i].api_version, &manifests[*i].object.kind)
+    });
+    let mut inventory = Vec::new();
+    let mut failures = Vec::new();
+    definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
+    apply_all(
+        &access,
+        shared,
+        &name,
+        &manifests,
+        &definitions,
+        &mut inventory,
+        &mut failures,
+    )
+    .await;
+    if failures.is_empty() && !definitions.is_empty() {
+        wait_established(
+            &shared.reader,
+            &mut inventory,
+            timeout.min(Duration::from_secs(60)),
+        )
+        .await?;
+    }
+
+    // Then cluster-scoped objects, then namespaced ones, each in kind order.
+    if failures.is_empty() {
+        let mut ordered = Vec::new();
+        for (i, value) in rest {
+            let m = &manifests[i];
+            match shared.reader.resolve(&m.api_version, &m.object.kind).await {
+                Ok(resolved) => {
+                    let stage = plan::stage_of(&m.api_version, &m.object.kind, resolved.namespaced);
+                    ordered.push((plan::apply_key(&desired[i], stage), i, value));
+                }
+                Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
+            }
+        }
+        ordered.sort_by(|a, b| a.0.cmp(&b.0));
+        if failures.is_empty() {
+            let ordered: Vec<(usize, Value)> =
+                ordered.into_iter().map(|(_, i, v)| (i, v)).collect();
+            apply_all(
+                &access,
+                shared,
+                &name,
+                &manifests,
+                &ordered,
+                &mut inventory,
+                &mut failures,
+            )
+            .await;
+        }
+    }
+    if !failures.is_empty() {
+        // Nothing is pruned after a failed apply; the inventory keeps everything we own.
+        let owned: BTreeSet<ObjectRef> =
+            previous.inventory.iter().map(ObjectRef::of_entry).collect();
+        let mut kept = previous.inventory.clone();
+        kept.extend(
+            inventory
+                .iter()
+                .filter(|e| !owned.contains(&ObjectRef::of_entry(e)))
+                .cloned(),
+        );
+        let message = plan::summarize(&failures, 3, "; ");
+        let mut report = Report::new(state::FAILED, reason::APPLY_FAILED, message);
+        report.inventory = Some(kept);
+        report.attempted_revision = Some(revision);
+        write_status(ctx, shared, layer, report).await?;
+        return Ok(Action::requeue(interval.min(Duration::from_secs(30))));
+    }
+    lock(&shared.memory)
+        .entry(name.clone())
+        .or_default()
+        .applied = Some((attempt_key, Instant::now()));
+
+    // Prune what left the layer, now that the whole desired set is applied.
+    let applied: BTreeSet<ObjectRef> = inventory.iter().map(ObjectRef::of_entry).collect();
+    let stale_entries: Vec<&InventoryEntry> = previous
+        .inventory
+        .iter()
+        .filter(|e| !applied.contains(&ObjectRef::of_entry(e)))
+        .collect();
+    let mut prune_wait = None;
+    if !stale_entries.is_empty() {
+        let grace = plan::orphan_grace(shared.args.orphan_grace, interval);
+        let pending = prune(
+            ctx,
+            &access,
+            shared,
+            layer,
+            &stale_entries,
+            &wanted_by,
+            grace,
+        )
+        .await?;
+        if let Some((entries, wait)) = pending {
+            prune_wait = Some(wait);
+            inventory.extend(entries);
+        }
+    }
+    let attempt = Attempt {
+        revision,
+        same: same_attempt,
+        interval,
+        timeout,
+        prune_wait,
+    };
+    judge(layer, ctx, shared, attempt, inventory).await
+}
+
+/// Applies manifests in the given order, four at a time, recording inventory entries and
+/// failures (`file: document N: object: error`).
+async fn apply_all(
+    access: &Access,
+    shared: &Shared,
+    layer: &str,
+    manifests: &[Manifest],
+    ordered: &[(usize, Value)],
+    inventory: &mut Vec<InventoryEntry>,
+    failures: &mut Vec<String>,
+) {
+    let now = Timestamp::now();
+    // Collected first: a lazily mapped iterator held across the await trips the compiler's
+    // higher-ranked Send check.
+    let applies: Vec<_> = ordered
+        .iter()
+        .map(|(i, value)| {
+            let m = &manifests[*i];
+            async move {
+                (
+                    m,
+                    access.applier.apply_dynamic(value, Some("default")).await,
+                )
+            }
+        })
+        .collect();
+    let results: Vec<_> = futures::stream::iter(applies).buffered(4).collect().await;
+    for (m, applied) in results {
+        match applied {
+            Ok(object) => {
+                shared.metrics.count_applied(layer);
+                if object.labels().contains_key(ORPHANED_LABEL) {
+                    // Taken back within the grace window: it is ours again.
+                    let _ = remove_orphaned_label(&shared.reader, access, &m.api_version, &object)
+                        .await;
+                }
+                let value = with_type(
+                    serde_json::to_value(&object).unwrap_or_default(),
+                    &m.api_version,
+                    &m.object.kind,
+                );
+                let (status, reason) = plan::inventory_health(&value, now);
+                inventory.push(InventoryEntry {
+                    api_version: m.api_version.clone(),
+                    kind: m.object.kind.clone(),
+                    namespace: object.namespace(),
+                    name: object.name_any(),
+                    status: status.to_string(),
+                    reason,
+                });
+            }
+            Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
+        }
+    }
+}
+
+fn with_type(mut value: Value, api_version: &str, kind: &str) -> Value {
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("apiVersion".into(), api_version.into());
+        obj.insert("kind".into(), kind.into());
+    }
+    value
+}
+
+async fn remove_orphaned_label(
+    reader: &Reader,
+    access: &Access,
+    api_version: &str,
+    object: &DynamicObject,
+) -> Result<()> {
+    let kind = object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    let resolved = reader.resolve(api_version, &kind).await?;
+    let api = resolved.api(&access.client, object.namespace().as_deref());
+    let patch = json!({"metadata": {"labels": {ORPHANED_LABEL: null}}});
+    api.patch(
+        &object.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map_err(|e| LayerError::api(format!("adopting {kind} {}", object.name_any()), e))?;
+    Ok(())
+}
+
+/// Polls the definitions of the first stage until they are Current (CRDs Established,
+/// Namespaces Active), refreshing their inventory status.
+async fn wait_established(
+    reader: &Reader,
+    inventory: &mut [InventoryEntry],
+    limit: Duration,
+) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        if let Some(fresh) = recheck(reader, inventory).await? {
+            inventory.clone_from_slice(&fresh);
+        }
+        if inventory
+            .iter()
+            .all(|e| e.status == core_status::Status::Current.to_string())
+            || started.elapsed() >= limit
+        {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Re-reads the inventory's objects. `None` when one is missing (it must be re-applied).
+async fn recheck(
+    reader: &Reader,
+    inventory: &[InventoryEntry],
+) -> Result<Option<Vec<InventoryEntry>>> {
+    let now = Timestamp::now();
+    let mut out = Vec::with_capacity(inventory.len());
+    for entry in inventory {
+        if entry.status == ORPHANED_STATUS {
+            out.push(entry.clone());
+            continue;
+        }
+        let resolved = reader.resolve(&entry.api_version, &entry.kind).await?;
+        let Some(value) = reader
+            .get_value(&resolved, entry.namespace.as_deref(), &entry.name)
+            .await?
+        else {
+            return Ok(None);
+        };
+        let (status, reason) = plan::inventory_health(&value, now);
+        out.push(InventoryEntry {
+            status: status.to_string(),
+            reason,
+            ..entry.clone()
+        });
+    }
+    Ok(Some(out))
+}
+
+/// The apply attempt being judged.
+#[derive(Debug)]
+struct Attempt {
+    revision: String,
+    /// Same revision and generation as the previous pass.
+    same: bool,
+    interval: Duration,
+    timeout: Duration,
+    /// When the next orphaned object's grace window ends.
+    prune_wait: Option<Duration>,
+}
+
+/// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
+async fn judge(
+    layer: &AddonsLayer,
+    ctx: &Context,
+    shared: &Shared,
+    attempt: Attempt,
+    inventory: Vec<InventoryEntry>,
+) -> Result<Action> {
+    let Attempt {
+        revision,
+        same: same_attempt,
+        interval,
+        timeout,
+        prune_wait,
+    } = attempt;
+    let name = layer.name_any();
+    let previous = layer.status.clone().unwrap_or_default();
+    let previous_state = previous.state.as_deref().unwrap_or_default();
+    let desired: Vec<InventoryEntry> = inventory
+        .iter()
+        .filter(|e| e.status != ORPHANED_STATUS)
+        .cloned()
+        .collect();
+    let pending_prune = inventory.len() - desired.len();
+    let elapsed = if same_attempt && previous_state == state::APPLYING {
+        plan::state_since(layer, state::APPLYING)
+            .map(|since| Timestamp::now().duration_since(since).unsigned_abs())
+            .unwrap_or_default()
+    } else {
+        Duration::ZERO
+    };
+    let (report, action) = match plan::outcome(&desired, elapsed, timeout) {
+        Outcome::Deployed => {
+            let started = lock(&shared.memory)
+                .get_mut(&name)
+                .and_then(|m| m.attempt_started.take());
+            if let Some(started) = started {
+                shared
+                    .metrics
+                    .rollout_seconds
+                    .observe(started.elapsed().as_secs_f64());
+            }
+            let mut message = format!(
+                "layer version {} deployed: {} objects Current at revision {revision}",
+                layer.spec.version,
+                desired.len()
+            );
+            // Objects that left the layer wait out the orphan grace window before they are
+            // pruned: Kraan's `Pruning` state until they are gone (dependents wait for
+            // Deployed, which now means applied, healthy and pruned).
+            let (layer_state, why) = if pending_prune > 0 {
+                message.push_str(&format!(
+                    "; pruning {pending_prune} orphaned objects after the grace window"
+                ));
+                (state::PRUNING, state::PRUNING)
+            } else {
+                (state::DEPLOYED, reason::SUCCEEDED)
+            };
+            let mut report = Report::new(layer_state, why, message);
+            report.deployed_revision = Some(revision.clone());
+            let next = prune_wait.map_or(interval, |wait| wait.min(interval));
+            (report, Action::requeue(next))
+        }
+        Outcome::Waiting(message) if same_attempt && previous_state == state::FAILED => (
+            Report::new(
+                state::FAILED,
+                reason::HEALTH_CHECK_FAILED,
+                format!("still not ready: {message}"),
+            ),
+            Action::requeue(interval.min(Duration::from_secs(30))),
+        ),
+        Outcome::Waiting(message) => (
+            Report::new(
+                state::APPLYING,
+                reason::PROGRESSING,
+                format!("waiting for {message}"),
+            ),
+            Action::requeue(shared.args.health_poll),
+        ),
+        Outcome::Failed(message) => (
+            Report::new(state::FAILED, reason::HEALTH_CHECK_FAILED, message),
+            Action::requeue(interval.min(Duration::from_secs(30))),
+        ),
+    };
+    let report = Report {
+        inventory: Some(inventory),
+        attempted_revision: Some(revision),
+        ..report
+    };
+    write_status(ctx, shared, layer, report).await?;
+    Ok(action)
+}

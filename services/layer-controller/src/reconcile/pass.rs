@@ -1,0 +1,203 @@
+//! One reconcile of a layer: the latest copy, its dependencies, source and prerequisite
+//! objects, then what the gate decides (apply, wait, or report why not).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use core_k8s::Context;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+
+use crate::crd::{AddonsLayer, Blocker, LayerSet};
+use crate::error::{LayerError, Result};
+use crate::keys::{FINALIZER, blocker, reason, state};
+use crate::lock;
+use crate::plan::{self, Gate, GateInputs, SourceRef, SourceState};
+use crate::source;
+
+use super::Shared;
+use super::apply::apply_layer;
+use super::prune::teardown;
+use super::status::{Report, set_finalizer, write_status};
+
+/// How often a layer blocked by `spec.prereqs.objects` looks at them again.
+const OBJECT_PREREQ_POLL: Duration = Duration::from_secs(5);
+
+fn layers_map(store: &Store<AddonsLayer>) -> LayerSet {
+    store
+        .state()
+        .into_iter()
+        .map(|l| (l.name_any(), l))
+        .collect()
+}
+
+/// Re-reads the layer's dependencies from the API server. The wake-up comes from a watch
+/// event that the cache may not hold yet; judging a dependency from a lagging cache would
+/// miss the moment it turned Deployed and leave the dependent waiting for the resync.
+async fn fresh_dependencies(ctx: &Context, layer: &AddonsLayer, all: &mut LayerSet) -> Result<()> {
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    for dep in &plan::dependencies_of(layer) {
+        match api
+            .get_opt(dep)
+            .await
+            .map_err(|e| LayerError::api(format!("reading layer {dep}"), e))?
+        {
+            Some(fresh) => {
+                all.insert(dep.clone(), Arc::new(fresh));
+            }
+            None => {
+                all.remove(dep);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) async fn reconcile(
+    layer: Arc<AddonsLayer>,
+    ctx: Arc<Context>,
+    shared: Arc<Shared>,
+) -> Result<Action> {
+    let name = layer.name_any();
+    // Our own last status write may not be in the cache yet: decide from the latest copy.
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let Some(layer) = api
+        .get_opt(&name)
+        .await
+        .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?
+    else {
+        return Ok(Action::await_change());
+    };
+    if layer.metadata.deletion_timestamp.is_some() {
+        return teardown(&layer, &ctx, &shared).await;
+    }
+    if !layer.finalizers().iter().any(|f| f == FINALIZER) {
+        set_finalizer(&ctx, &layer, true).await?;
+    }
+    let (interval, timeout) = plan::timing_or_default(&layer);
+    let interval = plan::effective_interval(interval, shared.args.sync_period);
+    let mut all = layers_map(&shared.layers);
+    fresh_dependencies(&ctx, &layer, &mut all).await?;
+    let source_ref = SourceRef::of(&layer, &shared.args.default_source_namespace);
+    let fetched = if layer.spec.hold || !plan::spec_errors(&layer).is_empty() {
+        source::Fetched {
+            state: SourceState::NotReady {
+                message: "not read".into(),
+            },
+            files: None,
+        }
+    } else {
+        match shared.reader.fetch(&source_ref).await {
+            Ok(fetched) => fetched,
+            Err(e @ LayerError::Artifact(_)) => {
+                let report = Report::new(
+                    state::FAILED,
+                    reason::ARTIFACT_FAILED,
+                    format!("{source_ref}: {e}"),
+                );
+                write_status(&ctx, &shared, &layer, report).await?;
+                return Ok(Action::requeue(interval.min(Duration::from_secs(60))));
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let cluster_version = shared.cluster_version(&ctx).await;
+    let objects = crate::prereqs::read(&shared.reader, &layer).await;
+    let inputs = GateInputs {
+        source: &fetched.state,
+        cluster_version: cluster_version.as_deref(),
+        default_source_namespace: &shared.args.default_source_namespace,
+        objects: &objects,
+    };
+    match plan::gate(&layer, &all, &inputs) {
+        Gate::Hold => {
+            let report = Report::new(
+                state::HOLD,
+                state::HOLD,
+                "the layer is on hold: nothing is applied or pruned until spec.hold is false",
+            );
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::await_change())
+        }
+        Gate::Invalid(message) => {
+            let report = Report::new(state::FAILED, reason::INVALID_SPEC, message);
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::await_change())
+        }
+        Gate::Cycle(cycle) => {
+            let mut report = Report::new(
+                state::FAILED,
+                reason::DEPENDENCY_CYCLE,
+                format!("dependency cycle: {}", cycle.join(" -> ")),
+            );
+            let members: BTreeSet<&String> = cycle.iter().filter(|m| **m != name).collect();
+            report.blockers = members
+                .into_iter()
+                .map(|m| Blocker {
+                    name: m.clone(),
+                    reason: blocker::CYCLE.into(),
+                    message: format!("dependency cycle: {}", cycle.join(" -> ")),
+                })
+                .collect();
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::requeue(interval))
+        }
+        Gate::Blocked { state, blockers } => {
+            lock(&shared.memory)
+                .entry(name.clone())
+                .or_default()
+                .blocked_since
+                .get_or_insert_with(Instant::now);
+            let first = &blockers[0];
+            let more = match blockers.len() {
+                1 => String::new(),
+                n => format!(" (and {} more)", n - 1),
+            };
+            let mut report = Report::new(
+                state,
+                state,
+                format!("waiting for {}: {}{more}", first.name, first.message),
+            );
+            // Prerequisite objects of any kind are not watched: look again soon.
+            let waits_for_objects = blockers.iter().any(|b| {
+                layer
+                    .spec
+                    .prereqs
+                    .objects
+                    .iter()
+                    .any(|o| o.to_string() == b.name)
+            });
+            report.blockers = blockers;
+            write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::requeue(if waits_for_objects {
+                interval.min(OBJECT_PREREQ_POLL)
+            } else {
+                interval
+            }))
+        }
+        Gate::Proceed => {
+            if let Some(since) = lock(&shared.memory)
+                .entry(name.clone())
+                .or_default()
+                .blocked_since
+                .take()
+            {
+                shared
+                    .metrics
+                    .dependency_wait_seconds
+                    .observe(since.elapsed().as_secs_f64());
+            }
+            let SourceState::Ready { revision } = fetched.state else {
+                return Ok(Action::requeue(interval));
+            };
+            let files = fetched.files.unwrap_or_default();
+            apply_layer(
+                &layer, &ctx, &shared, &all, revision, &files, interval, timeout,
+            )
+            .await
+        }
+    }
+}

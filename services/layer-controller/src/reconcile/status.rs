@@ -1,0 +1,183 @@
+//! What a reconcile reports and how: the layer's status (written when it changed), its
+//! finalizer, and Events.
+
+use core_k8s::Context;
+use core_k8s::events::Severity;
+use jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry};
+use crate::error::{LayerError, Result};
+use crate::keys::{FINALIZER, RECONCILE_REQUESTED_AT, condition, state};
+use crate::plan;
+
+use super::Shared;
+
+/// What a reconcile reports into the layer's status.
+#[derive(Debug)]
+pub(super) struct Report {
+    pub(super) state: &'static str,
+    pub(super) reason: String,
+    pub(super) message: String,
+    pub(super) blockers: Vec<Blocker>,
+    /// `None` keeps the previous inventory.
+    pub(super) inventory: Option<Vec<InventoryEntry>>,
+    /// Set when this revision is now deployed.
+    pub(super) deployed_revision: Option<String>,
+    pub(super) attempted_revision: Option<String>,
+}
+
+impl Report {
+    pub(super) fn new(state: &'static str, reason: &str, message: impl Into<String>) -> Self {
+        Self {
+            state,
+            reason: reason.to_string(),
+            message: message.into(),
+            blockers: Vec::new(),
+            inventory: None,
+            deployed_revision: None,
+            attempted_revision: None,
+        }
+    }
+}
+
+/// Writes the status when it changed; publishes an Event when the state changed.
+pub(super) async fn write_status(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    report: Report,
+) -> Result<()> {
+    let name = layer.name_any();
+    let previous = layer.status.clone().unwrap_or_default();
+    let now = Timestamp::now();
+    let mut history = previous.history.clone();
+    let mut revision = previous.revision.clone();
+    if let Some(deployed) = &report.deployed_revision {
+        revision = Some(deployed.clone());
+        let already = history
+            .first()
+            .is_some_and(|h| h.revision == *deployed && h.version == layer.spec.version);
+        if !already {
+            history.insert(
+                0,
+                HistoryEntry {
+                    revision: deployed.clone(),
+                    version: layer.spec.version.clone(),
+                    deployed_at: core_status::augment::format_time(now),
+                },
+            );
+            history.truncate(plan::HISTORY_LIMIT);
+        }
+    }
+    let status = AddonsLayerStatus {
+        state: Some(report.state.to_string()),
+        conditions: plan::conditions(
+            report.state,
+            &report.reason,
+            &report.message,
+            layer.metadata.generation,
+            &previous.conditions,
+            now,
+        ),
+        revision,
+        last_attempted_revision: report
+            .attempted_revision
+            .or(previous.last_attempted_revision.clone()),
+        version: Some(layer.spec.version.clone()),
+        observed_generation: layer.metadata.generation,
+        inventory: report.inventory.unwrap_or(previous.inventory.clone()),
+        resources: Vec::new(),
+        blocked_by: report.blockers,
+        history,
+        last_handled_reconcile_at: reconcile_requested_at(layer)
+            .or(previous.last_handled_reconcile_at.clone()),
+        // The drift-observer's fields: never part of our apply (SSA would take them over).
+        drift: Vec::new(),
+    };
+    let status = AddonsLayerStatus {
+        resources: plan::kraan_resources(&status.inventory, &previous.resources, now),
+        ..status
+    };
+    shared.metrics.set_state(&name, report.state);
+    let mut ours = previous.clone();
+    ours.drift.clear();
+    ours.conditions
+        .retain(|c| !condition::DRIFT_OBSERVER.contains(&c.type_.as_str()));
+    if status == ours {
+        return Ok(());
+    }
+    let value = serde_json::to_value(&status).map_err(|e| LayerError::Source(e.to_string()))?;
+    ctx.applier.apply_status(layer, value).await?;
+    if previous.state.as_deref() != Some(report.state) {
+        let severity = if report.state == state::FAILED {
+            Severity::Warning
+        } else {
+            Severity::Normal
+        };
+        let event_reason = if report.state == state::FAILED {
+            report.reason.as_str()
+        } else {
+            report.state
+        };
+        let note = report.message.clone();
+        publish_event(ctx, layer, severity, event_reason, "Reconcile", note).await;
+        tracing::info!(layer = %name, state = report.state, message = %report.message, "layer state changed");
+    }
+    Ok(())
+}
+
+/// The layer's `strata.dev/reconcile-requested-at` annotation, if set.
+pub(super) fn reconcile_requested_at(layer: &AddonsLayer) -> Option<String> {
+    layer
+        .annotations()
+        .get(RECONCILE_REQUESTED_AT)
+        .filter(|v| !v.is_empty())
+        .cloned()
+}
+
+/// Adds or removes our finalizer. `layer` must be the copy just read from the API server
+/// (not the cache, which may be older than our own status write and would make the
+/// compare-and-swap fail every time).
+pub(super) async fn set_finalizer(ctx: &Context, layer: &AddonsLayer, present: bool) -> Result<()> {
+    let name = layer.name_any();
+    let mut finalizers: Vec<String> = layer
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(FINALIZER.into());
+    }
+    if finalizers.as_slice() == layer.finalizers() {
+        return Ok(());
+    }
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    // resourceVersion makes this a compare-and-swap: a concurrent finalizer edit is retried.
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": layer.resource_version()}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| LayerError::api(format!("finalizer of layer {name}"), e))?;
+    Ok(())
+}
+
+/// Publishes an Event about a layer; a failure to publish is logged, never fatal.
+pub(super) async fn publish_event(
+    ctx: &Context,
+    layer: &AddonsLayer,
+    severity: Severity,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    if let Err(e) = ctx
+        .events
+        .publish(&layer.object_ref(&()), severity, reason, action, note)
+        .await
+    {
+        tracing::debug!(layer = %layer.name_any(), error = %e, "publishing an event");
+    }
+}

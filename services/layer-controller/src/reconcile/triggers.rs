@@ -1,0 +1,246 @@
+//! What wakes a layer: a change its owner made, a change of a layer it depends on (or, while
+//! it is being deleted, of one depending on it), a change of a source it reads.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use core_k8s::Context;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::crd::{AddonsLayer, AddonsLayerStatus};
+use crate::keys::SOURCE_LABEL;
+use crate::lock;
+use crate::plan::{self, SourceRef};
+use crate::source::{CONFIGMAP_KIND, FLUX_KINDS};
+
+use super::Shared;
+
+/// A hash of what a layer's owner controls (see [`run`](super::run)): everything but its status.
+pub(super) fn layer_intent(layer: &AddonsLayer) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    layer.metadata.generation.hash(&mut hasher);
+    layer.labels().hash(&mut hasher);
+    layer.annotations().hash(&mut hasher);
+    layer.finalizers().hash(&mut hasher);
+    layer
+        .metadata
+        .deletion_timestamp
+        .is_some()
+        .hash(&mut hasher);
+    Some(hasher.finish())
+}
+
+/// Whether a layer changed in a way its dependents' gates can see: spec, state, deployed
+/// revision, version, generations, deletion, or its first blocker. Message-only status
+/// updates do not wake dependents: otherwise every status write would ripple down the whole
+/// chain (each dependent's message quotes its dependency's), O(n²) reconciles for a chain of n.
+pub(super) fn gate_relevant_change(
+    changed: &AddonsLayer,
+    seen: &Mutex<HashMap<String, String>>,
+) -> bool {
+    let empty = AddonsLayerStatus::default();
+    let status = changed.status.as_ref().unwrap_or(&empty);
+    let key = serde_json::json!([
+        changed.metadata.generation,
+        changed.metadata.deletion_timestamp.is_some(),
+        changed.spec,
+        status.state,
+        status.revision,
+        status.version,
+        status.observed_generation,
+        status.blocked_by.first().map(|b| (&b.name, &b.reason)),
+        status
+            .inventory
+            .iter()
+            .filter(|e| e.status != "Current")
+            .count(),
+    ])
+    .to_string();
+    let previous = lock(seen).insert(changed.name_any(), key.clone());
+    previous.as_ref() != Some(&key) || changed.metadata.deletion_timestamp.is_some()
+}
+
+/// The dependents index: a change of `changed` wakes every layer that depends on it, and,
+/// while `changed` is being deleted, the layers it depends on (their teardown waits for it).
+pub(super) fn wake_on_layer_change(
+    changed: &AddonsLayer,
+    store: &Store<AddonsLayer>,
+) -> Vec<LayerKey<AddonsLayer>> {
+    let name = changed.name_any();
+    let all = store.state();
+    let mut wake: Vec<LayerKey<AddonsLayer>> =
+        plan::dependents(&name, all.iter().map(|l| l.as_ref()))
+            .iter()
+            .map(|n| LayerKey::new(n))
+            .collect();
+    if changed.metadata.deletion_timestamp.is_some() {
+        wake.extend(
+            plan::dependencies_of(changed)
+                .iter()
+                .map(|d| LayerKey::new(d)),
+        );
+    }
+    wake
+}
+
+/// Layers that read `source`.
+fn readers(store: &Store<AddonsLayer>, source: &SourceRef, default_ns: &str) -> Vec<String> {
+    store
+        .state()
+        .iter()
+        .filter(|l| SourceRef::of(l, default_ns) == *source)
+        .map(|l| l.name_any())
+        .collect()
+}
+
+/// Where source changes are sent: the layers reading a changed source are reconciled.
+#[derive(Clone)]
+struct SourceWakeups {
+    store: Store<AddonsLayer>,
+    tx: mpsc::Sender<LayerKey<AddonsLayer>>,
+    default_ns: String,
+}
+
+impl SourceWakeups {
+    /// Forwards every touched object of a source kind until shutdown.
+    async fn forward<K, S>(
+        self,
+        kind: &'static str,
+        events: S,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) where
+        K: Resource,
+        S: futures::Stream<Item = std::result::Result<K, watcher::Error>>,
+    {
+        let forward = events.for_each(|event| {
+            let this = self.clone();
+            async move {
+                let Ok(object) = event else { return };
+                let source = SourceRef {
+                    kind: kind.into(),
+                    namespace: object.meta().namespace.clone().unwrap_or_default(),
+                    name: object.meta().name.clone().unwrap_or_default(),
+                };
+                for layer in readers(&this.store, &source, &this.default_ns) {
+                    let _ = this.tx.send(LayerKey::new(&layer)).await;
+                }
+            }
+        });
+        tokio::select! {
+            () = forward => {}
+            () = shutdown.cancelled() => {}
+        }
+    }
+}
+
+pub(super) fn spawn_source_watchers(
+    ctx: &Arc<Context>,
+    shared: Arc<Shared>,
+    tx: mpsc::Sender<LayerKey<AddonsLayer>>,
+) {
+    let wakeups = SourceWakeups {
+        store: shared.layers.clone(),
+        tx,
+        default_ns: shared.args.default_source_namespace.clone(),
+    };
+    // ConfigMap sources: only labelled ones are watched (watching every ConfigMap of a
+    // cluster would cost more than the feature is worth).
+    let api: Api<ConfigMap> = Api::all(ctx.client.clone());
+    let events = core_k8s::controller::watch_backoff(watcher(
+        api,
+        watcher::Config::default().labels(SOURCE_LABEL),
+    ))
+    .touched_objects();
+    tokio::spawn(
+        wakeups
+            .clone()
+            .forward(CONFIGMAP_KIND, events, ctx.shutdown.clone()),
+    );
+    for kind in FLUX_KINDS {
+        let ctx = ctx.clone();
+        let wakeups = wakeups.clone();
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            // Flux may be installed after us: look for the kind until it is served.
+            let resolved = loop {
+                if let Some(resolved) = shared.reader.resolve_flux_kind(kind).await {
+                    break resolved;
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(15)) => {}
+                    () = ctx.shutdown.cancelled() => return,
+                }
+            };
+            let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resolved.resource);
+            let events =
+                core_k8s::controller::watch_backoff(watcher(api, watcher::Config::default()))
+                    .touched_objects();
+            wakeups.forward(kind, events, ctx.shutdown.clone()).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::keys::{FINALIZER, RECONCILE_REQUESTED_AT};
+    use jiff::Timestamp;
+    use serde_json::json;
+
+    fn layer() -> AddonsLayer {
+        serde_json::from_value(json!({
+            "apiVersion": "strata.dev/v1alpha1",
+            "kind": "AddonsLayer",
+            "metadata": {"name": "apps", "generation": 3, "labels": {"a": "b"}},
+            "spec": {"version": "1.0.0", "source": {"name": "repo", "path": "./apps"}},
+            "status": {"state": "Deployed"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_what_the_owner_controls_wakes_a_layer() {
+        let base = layer_intent(&layer());
+        // Our own status writes do not.
+        let mut status_only = layer();
+        status_only.status = Some(AddonsLayerStatus {
+            state: Some("Applying".into()),
+            ..Default::default()
+        });
+        status_only.metadata.resource_version = Some("99".into());
+        assert_eq!(layer_intent(&status_only), base);
+        // Spec, labels, a reconcile request, finalizers and deletion do.
+        let mut changes: Vec<AddonsLayer> = Vec::new();
+        let mut spec = layer();
+        spec.metadata.generation = Some(4);
+        changes.push(spec);
+        let mut labels = layer();
+        labels.labels_mut().insert("c".into(), "d".into());
+        changes.push(labels);
+        let mut requested = layer();
+        requested
+            .annotations_mut()
+            .insert(RECONCILE_REQUESTED_AT.into(), "now".into());
+        changes.push(requested);
+        let mut finalized = layer();
+        finalized.finalizers_mut().push(FINALIZER.into());
+        changes.push(finalized);
+        let mut deleted = layer();
+        deleted.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        changes.push(deleted);
+        for changed in &changes {
+            assert_ne!(layer_intent(changed), base, "{:?}", changed.metadata);
+        }
+    }
+}
