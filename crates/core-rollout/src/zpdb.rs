@@ -24,104 +24,210 @@ pub struct Zpdb {
     pub cross_zone_eviction_delay: Duration,
 }
 
-/// Parses a ZPDB object, with the anchor's validation messages, checked in its order (the
-/// first problem found is the one reported, so the order is part of the message contract).
+/// What can be wrong with a ZPDB. The texts are a compatibility contract (docs/
+/// rollout-operator.md lists them): scripts and alerts written for Grafana's operator match
+/// them. Variants are declared in the order they are reported in: a budget with several
+/// problems is refused with the first (the Grafana operator reports only the first it meets,
+/// in this order); [`problems`] gives all of them.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Problem {
+    /// The object is empty (nothing was decoded).
+    Empty,
+    /// No `kind`; carries the object's JSON text.
+    NoKind(String),
+    NoSpec,
+    /// `spec` is not a map; carries the accessor error.
+    SpecNotAMap(String),
+    WrongKind,
+    BothMaxima,
+    MaxNotAnInteger,
+    NegativeMax(i64),
+    PercentageNotAnInteger,
+    PercentageOutOfRange(i64),
+    /// The partition regex or its group; carries why.
+    Partition(String),
+    NoSelector,
+    /// `selector.matchLabels` is malformed; carries the accessor error.
+    Selector(String),
+    DelayNotAString,
+    DelayNotADuration(String),
+    NegativeDelay(String),
+    DelayWithoutPartition,
+    PercentageWithPartition,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let field = |name: &str| format!("failed to extract value from config field {name}");
+        let text = match self {
+            Problem::Empty => "unexpected end of JSON input".to_string(),
+            Problem::NoKind(object) => format!("Object 'Kind' is missing in '{object}'"),
+            Problem::NoSpec => "no spec found in unstructured object".to_string(),
+            Problem::SpecNotAMap(e) => e.clone(),
+            Problem::WrongKind => {
+                "unexpected object kind - expecting ZoneAwarePodDisruptionBudget".to_string()
+            }
+            Problem::BothMaxima => {
+                "invalid value: only one of maxUnavailable or maxUnavailablePercentage may be set"
+                    .to_string()
+            }
+            Problem::MaxNotAnInteger => field("maxUnavailable"),
+            Problem::NegativeMax(v) => {
+                format!("invalid value: max unavailable must be 0 <= val, got {v}")
+            }
+            Problem::PercentageNotAnInteger => field("maxUnavailablePercentage"),
+            Problem::PercentageOutOfRange(v) => format!(
+                "invalid value: max unavailable percentage must be 0 <= val <= 100, got {v}"
+            ),
+            Problem::Partition(e) => format!("invalid value: regex is not valid, got {e}"),
+            Problem::NoSelector => "invalid value: selector is not found".to_string(),
+            Problem::Selector(e) => format!("invalid value: selector is not valid, got {e}"),
+            Problem::DelayNotAString => field("crossZoneEvictionDelay"),
+            Problem::DelayNotADuration(e) => {
+                format!("invalid value: crossZoneEvictionDelay is not a valid duration, got {e}")
+            }
+            Problem::NegativeDelay(text) => {
+                format!("invalid value: crossZoneEvictionDelay must be >= 0, got {text}")
+            }
+            Problem::DelayWithoutPartition => {
+                "invalid value: crossZoneEvictionDelay requires podNamePartitionRegex to be set"
+                    .to_string()
+            }
+            Problem::PercentageWithPartition => {
+                "invalid value: max unavailable percentage can not be used with partition awareness"
+                    .to_string()
+            }
+        };
+        f.write_str(&text)
+    }
+}
+
+/// Parses a ZPDB object; refused with the first of its [`problems`] (see [`Problem`]).
 pub fn parse(object: &Value) -> Result<Zpdb, String> {
-    let Some(fields) = object.as_object().filter(|m| !m.is_empty()) else {
-        return Err("unexpected end of JSON input".into());
-    };
-    if fields
-        .get("kind")
-        .and_then(Value::as_str)
-        .is_none_or(str::is_empty)
-    {
-        return Err(format!("Object 'Kind' is missing in '{object}'"));
-    }
-    let spec = match fields.get("spec") {
-        None => return Err("no spec found in unstructured object".into()),
-        Some(Value::Object(spec)) => spec,
-        Some(other) => return Err(go_text::not_a_map(".spec", other)),
-    };
-    if fields.get("kind").and_then(Value::as_str) != Some("ZoneAwarePodDisruptionBudget") {
-        return Err("unexpected object kind - expecting ZoneAwarePodDisruptionBudget".into());
-    }
-    let integer = |field: &str| -> Result<Option<i64>, String> {
-        spec.get(field)
-            .map(|v| {
-                v.as_i64()
-                    .ok_or_else(|| format!("failed to extract value from config field {field}"))
-            })
-            .transpose()
-    };
-    if spec.contains_key("maxUnavailable") && spec.contains_key("maxUnavailablePercentage") {
-        return Err(
-            "invalid value: only one of maxUnavailable or maxUnavailablePercentage may be set"
-                .into(),
-        );
-    }
-    let max_unavailable = integer("maxUnavailable")?;
-    if let Some(v) = max_unavailable.filter(|v| *v < 0) {
-        return Err(format!(
-            "invalid value: max unavailable must be 0 <= val, got {v}"
-        ));
-    }
-    let percentage = integer("maxUnavailablePercentage")?;
-    if let Some(v) = percentage.filter(|v| !(0..=100).contains(v)) {
-        return Err(format!(
-            "invalid value: max unavailable percentage must be 0 <= val <= 100, got {v}"
-        ));
-    }
-    let partition =
-        partition_regex(spec).map_err(|e| format!("invalid value: regex is not valid, got {e}"))?;
-    let match_labels = match_labels(spec)?;
-    let delay = cross_zone_eviction_delay(spec)?;
-    if delay > Duration::ZERO && partition.is_none() {
-        return Err(
-            "invalid value: crossZoneEvictionDelay requires podNamePartitionRegex to be set".into(),
-        );
-    }
-    if partition.is_some() && percentage.is_some_and(|p| p > 0) {
-        return Err(
-            "invalid value: max unavailable percentage can not be used with partition awareness"
-                .into(),
-        );
-    }
-    Ok(Zpdb {
-        name: object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
+    read(object).map_err(|problems| {
+        problems
+            .into_iter()
+            .min()
+            .map(|p| p.to_string())
             .unwrap_or_default()
-            .to_string(),
-        max_unavailable: if max_unavailable.is_none() && percentage.is_none() {
-            Some(1)
-        } else {
-            max_unavailable
-        },
-        max_unavailable_percentage: percentage,
-        match_labels,
-        partition,
-        cross_zone_eviction_delay: delay,
     })
 }
 
+/// Every problem of a ZPDB object, in the order they are reported (empty when it is valid).
+pub fn problems(object: &Value) -> Vec<Problem> {
+    let mut all = read(object).err().unwrap_or_default();
+    all.sort();
+    all
+}
+
+/// Reads a ZPDB: the envelope first (kind and spec: without them no field can be read), then
+/// every field on its own, then the rules between fields; all the problems found, or the
+/// budget.
+fn read(object: &Value) -> Result<Zpdb, Vec<Problem>> {
+    let Some(fields) = object.as_object().filter(|m| !m.is_empty()) else {
+        return Err(vec![Problem::Empty]);
+    };
+    let kind = fields
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if kind.is_empty() {
+        return Err(vec![Problem::NoKind(object.to_string())]);
+    }
+    let spec = match fields.get("spec") {
+        None => return Err(vec![Problem::NoSpec]),
+        Some(Value::Object(spec)) => spec,
+        Some(other) => {
+            return Err(vec![Problem::SpecNotAMap(go_text::not_a_map(
+                ".spec", other,
+            ))]);
+        }
+    };
+    let mut problems = Vec::new();
+    if kind != "ZoneAwarePodDisruptionBudget" {
+        problems.push(Problem::WrongKind);
+    }
+    let both = spec.contains_key("maxUnavailable") && spec.contains_key("maxUnavailablePercentage");
+    if both {
+        problems.push(Problem::BothMaxima);
+    }
+    let max_unavailable = ok_or_note(&mut problems, maximum(spec)).flatten();
+    let percentage = ok_or_note(&mut problems, percentage(spec)).flatten();
+    let partition = ok_or_note(
+        &mut problems,
+        partition_regex(spec).map_err(Problem::Partition),
+    );
+    let match_labels = ok_or_note(&mut problems, match_labels(spec));
+    let delay = ok_or_note(&mut problems, cross_zone_eviction_delay(spec));
+    // Rules between fields, judged on fields that were read.
+    if let (Some(delay), Some(partition)) = (delay, &partition)
+        && delay > Duration::ZERO
+        && partition.is_none()
+    {
+        problems.push(Problem::DelayWithoutPartition);
+    }
+    if partition.as_ref().is_some_and(Option::is_some) && percentage.is_some_and(|p| p > 0) {
+        problems.push(Problem::PercentageWithPartition);
+    }
+    match (problems.is_empty(), partition, match_labels, delay) {
+        (true, Some(partition), Some(match_labels), Some(delay)) => Ok(Zpdb {
+            name: object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            // Neither set: one pod at a time.
+            max_unavailable: if max_unavailable.is_none() && percentage.is_none() {
+                Some(1)
+            } else {
+                max_unavailable
+            },
+            max_unavailable_percentage: percentage,
+            match_labels,
+            partition,
+            cross_zone_eviction_delay: delay,
+        }),
+        _ => Err(problems),
+    }
+}
+
+/// The value, or `None` with its problem noted.
+fn ok_or_note<T>(problems: &mut Vec<Problem>, read: Result<T, Problem>) -> Option<T> {
+    read.map_err(|p| problems.push(p)).ok()
+}
+
+/// `maxUnavailable`: absent, or an integer of at least 0.
+fn maximum(spec: &serde_json::Map<String, Value>) -> Result<Option<i64>, Problem> {
+    match spec.get("maxUnavailable").map(Value::as_i64) {
+        None => Ok(None),
+        Some(None) => Err(Problem::MaxNotAnInteger),
+        Some(Some(v)) if v < 0 => Err(Problem::NegativeMax(v)),
+        Some(Some(v)) => Ok(Some(v)),
+    }
+}
+
+/// `maxUnavailablePercentage`: absent, or an integer from 0 to 100.
+fn percentage(spec: &serde_json::Map<String, Value>) -> Result<Option<i64>, Problem> {
+    match spec.get("maxUnavailablePercentage").map(Value::as_i64) {
+        None => Ok(None),
+        Some(None) => Err(Problem::PercentageNotAnInteger),
+        Some(Some(v)) if !(0..=100).contains(&v) => Err(Problem::PercentageOutOfRange(v)),
+        Some(Some(v)) => Ok(Some(v)),
+    }
+}
+
 /// `crossZoneEvictionDelay`: absent or empty is none; read as Go reads durations.
-fn cross_zone_eviction_delay(spec: &serde_json::Map<String, Value>) -> Result<Duration, String> {
+fn cross_zone_eviction_delay(spec: &serde_json::Map<String, Value>) -> Result<Duration, Problem> {
     let Some(value) = spec.get("crossZoneEvictionDelay") else {
         return Ok(Duration::ZERO);
     };
-    let text = value
-        .as_str()
-        .ok_or("failed to extract value from config field crossZoneEvictionDelay")?;
+    let text = value.as_str().ok_or(Problem::DelayNotAString)?;
     if text.is_empty() {
         return Ok(Duration::ZERO);
     }
     match go_text::parse_duration(text) {
-        Err(e) => Err(format!(
-            "invalid value: crossZoneEvictionDelay is not a valid duration, got {e}"
-        )),
-        Ok((true, d)) if !d.is_zero() => Err(format!(
-            "invalid value: crossZoneEvictionDelay must be >= 0, got {text}"
-        )),
+        Err(e) => Err(Problem::DelayNotADuration(e)),
+        Ok((true, d)) if !d.is_zero() => Err(Problem::NegativeDelay(text.to_string())),
         Ok((_, d)) => Ok(d),
     }
 }
@@ -168,25 +274,24 @@ fn partition_regex(
 }
 
 /// `spec.selector.matchLabels`, every value a string, with Kubernetes' accessor errors.
-fn match_labels(spec: &serde_json::Map<String, Value>) -> Result<BTreeMap<String, String>, String> {
+fn match_labels(
+    spec: &serde_json::Map<String, Value>,
+) -> Result<BTreeMap<String, String>, Problem> {
     const PATH: &str = ".spec.selector.matchLabels";
-    let invalid = |e: String| format!("invalid value: selector is not valid, got {e}");
     let labels = match spec.get("selector") {
         None | Some(Value::Null) => None,
         Some(Value::Object(selector)) => selector.get("matchLabels"),
-        Some(other) => return Err(invalid(go_text::not_a_map(PATH, other))),
+        Some(other) => return Err(Problem::Selector(go_text::not_a_map(PATH, other))),
     };
-    let Some(labels) = labels else {
-        return Err("invalid value: selector is not found".into());
-    };
-    let Some(labels) = labels.as_object() else {
-        return Err(invalid(go_text::not_a_map(PATH, labels)));
-    };
+    let labels = labels.ok_or(Problem::NoSelector)?;
+    let labels = labels
+        .as_object()
+        .ok_or_else(|| Problem::Selector(go_text::not_a_map(PATH, labels)))?;
     labels
         .iter()
         .map(|(k, v)| match v {
             Value::String(text) => Ok((k.clone(), text.clone())),
-            other => Err(invalid(format!(
+            other => Err(Problem::Selector(format!(
                 "{PATH} accessor error: contains non-string value in the map under key {k:?}: {} is of the type {}, expected string",
                 go_text::value(other),
                 go_text::type_name(other)
@@ -628,6 +733,45 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(whole.partition.map(|(_, g)| g), Some(0));
+    }
+
+    /// Every problem of a budget, in the order they are reported; the refusal names the first.
+    #[test]
+    fn all_problems_are_found_and_the_first_is_reported() {
+        let object = json!({"kind": "ZoneAwarePodDisruptionBudget", "spec": {
+            "crossZoneEvictionDelay": "soon", "maxUnavailable": -2,
+            "podNamePartitionRegex": "(a)-(b)"}});
+        let found = problems(&object);
+        assert_eq!(
+            found,
+            vec![
+                Problem::NegativeMax(-2),
+                Problem::Partition(
+                    "regular expression has multiple subexpressions and requires podNameRegexGroup to be set".into()
+                ),
+                Problem::NoSelector,
+                Problem::DelayNotADuration(r#"time: invalid duration "soon""#.into()),
+            ]
+        );
+        assert_eq!(
+            parse(&object).unwrap_err(),
+            "invalid value: max unavailable must be 0 <= val, got -2"
+        );
+        // A rule between two fields is judged only when both were read.
+        let delay_only = json!({"kind": "ZoneAwarePodDisruptionBudget", "spec": {
+            "selector": {"matchLabels": {"a": "b"}}, "crossZoneEvictionDelay": "1m",
+            "podNamePartitionRegex": 7}});
+        assert_eq!(
+            problems(&delay_only),
+            vec![Problem::Partition(
+                "failed to extract regex value from config field podNamePartitionRegex".into()
+            )]
+        );
+        assert!(
+            problems(&json!({"kind": "ZoneAwarePodDisruptionBudget", "spec": {
+            "selector": {"matchLabels": {}}}}))
+            .is_empty()
+        );
     }
 
     #[test]
