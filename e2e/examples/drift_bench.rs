@@ -178,6 +178,9 @@ async fn main() -> Result<()> {
     .await?;
     let deployed_seconds = setup.elapsed().as_secs_f64();
 
+    // Read-only itself, the observer dry-runs as the identity that applies (the chart's
+    // wiring; without it no dry run is authorized and no drift is ever reported).
+    let apply_as = format!("--apply-as=system:serviceaccount:{ns}:layer-controller");
     let observer = spawn_measured(
         "DRIFT_OBSERVER_BIN",
         "drift-observer",
@@ -187,6 +190,7 @@ async fn main() -> Result<()> {
             &selector,
             "--default-source-namespace",
             &ns,
+            &apply_as,
         ],
     )?;
     let admin = observer.admin.context("observer admin address")?;
