@@ -35,16 +35,11 @@ pub async fn config_from(
             .await
             .map_err(|e| Error::Kubeconfig(e.to_string())),
     }?;
-    crate::proxy::apply_to_config(&mut config, &crate::proxy::Proxies::from_env()?);
+    crate::proxy::apply_to_config(&mut config, crate::proxy::Proxies::from_env()?);
     if let Some(proxy) = &config.proxy_url {
-        tracing::info!(server = %config.cluster_url, proxy = %redacted(proxy), "reaching the API server through a proxy");
+        tracing::info!(server = %config.cluster_url, proxy = %crate::proxy::redacted(proxy), "reaching the API server through a proxy");
     }
     Ok(config)
-}
-
-/// A proxy URL without its credentials, for logs.
-pub fn redacted(proxy: &http::Uri) -> String {
-    crate::proxy::without_credentials(&proxy.to_string())
 }
 
 /// A client built from [`config`].

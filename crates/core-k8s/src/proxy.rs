@@ -87,34 +87,17 @@ fn bypass_entry(entry: &str) -> Option<Bypass> {
     if entry == "*" {
         return Some(Bypass::All);
     }
-    // CIDR, then a bare IP (IPv6 possibly bracketed), then host[:port].
+    // A CIDR block, else `host[:port]` where the host may be an IP address (IPv6 bracketed
+    // when a port follows).
     if let Some((address, prefix)) = entry.split_once('/')
         && let (Ok(address), Ok(prefix)) = (address.parse::<IpAddr>(), prefix.parse::<u8>())
     {
-        let max = if address.is_ipv4() { 32 } else { 128 };
-        return Some(Bypass::Network {
-            address,
-            prefix: prefix.min(max),
-            port: None,
-        });
-    }
-    if let Ok(address) = entry.parse::<IpAddr>() {
-        let prefix = if address.is_ipv4() { 32 } else { 128 };
-        return Some(Bypass::Network {
-            address,
-            prefix,
-            port: None,
-        });
+        return Some(network(address, Some(prefix), None));
     }
     let (host, port) = split_port(&entry);
     let host = host.trim_start_matches('[').trim_end_matches(']');
     if let Ok(address) = host.parse::<IpAddr>() {
-        let prefix = if address.is_ipv4() { 32 } else { 128 };
-        return Some(Bypass::Network {
-            address,
-            prefix,
-            port,
-        });
+        return Some(network(address, None, port));
     }
     let itself = !host.starts_with('.') && !host.starts_with("*.");
     let name = host
@@ -122,6 +105,17 @@ fn bypass_entry(entry: &str) -> Option<Bypass> {
         .trim_start_matches('.')
         .to_string();
     (!name.is_empty()).then_some(Bypass::Domain { name, itself, port })
+}
+
+/// A network entry: `prefix` bits of `address` (all of them when `None`), at most the
+/// family's length.
+fn network(address: IpAddr, prefix: Option<u8>, port: Option<u16>) -> Bypass {
+    let bits = if address.is_ipv4() { 32 } else { 128 };
+    Bypass::Network {
+        address,
+        prefix: prefix.unwrap_or(bits).min(bits),
+        port,
+    }
 }
 
 /// `host:port` → (host, Some(port)); a bare IPv6 address is all host.
@@ -156,10 +150,24 @@ fn in_network(ip: IpAddr, network: IpAddr, prefix: u8) -> bool {
 }
 
 impl Proxies {
-    /// The process environment's settings. An unusable proxy URL is an error naming the
-    /// variable (better than requests silently going direct, or nowhere).
-    pub fn from_env() -> Result<Self> {
-        Self::from_vars(|name| std::env::var(name).ok())
+    /// The process environment's settings, read once: the environment does not change while
+    /// the process runs, and every artifact download asks. An unusable proxy URL is an error
+    /// naming the variable (better than requests silently going direct, or nowhere).
+    pub fn from_env() -> Result<&'static Self> {
+        static PROXIES: std::sync::OnceLock<std::result::Result<Proxies, String>> =
+            std::sync::OnceLock::new();
+        PROXIES
+            .get_or_init(|| {
+                Self::from_vars(|name| std::env::var(name).ok()).map_err(|e| match e {
+                    Error::InvalidFlag { reason, .. } => reason,
+                    other => other.to_string(),
+                })
+            })
+            .as_ref()
+            .map_err(|reason| Error::InvalidFlag {
+                flag: "proxy environment",
+                reason: reason.clone(),
+            })
     }
 
     /// Settings from a variable lookup (tests).
@@ -178,11 +186,6 @@ impl Proxies {
             http,
             bypass,
         })
-    }
-
-    /// Whether any proxy is set.
-    pub fn is_empty(&self) -> bool {
-        self.https.is_none() && self.http.is_none()
     }
 
     /// The proxy for a request to `target` by its scheme (`HTTPS_PROXY` for https,
@@ -267,16 +270,21 @@ pub fn without_credentials(text: &str) -> String {
     out
 }
 
-/// Points a Kubernetes client configuration at the proxy the environment gives for its
-/// server. A `proxy-url` of the kubeconfig stays; one kube-rs took from `HTTPS_PROXY` is
-/// replaced by this decision (which honours `NO_PROXY` for the server's address).
+/// A proxy URL without its credentials, for logs.
+pub fn redacted(proxy: &Uri) -> String {
+    without_credentials(&proxy.to_string())
+}
+
+/// Points a Kubernetes client configuration at the proxy `proxies` give for its server. A
+/// `proxy-url` of the kubeconfig stays; one kube-rs took from `HTTPS_PROXY` (the same URL
+/// as `proxies`' own) is replaced by this decision, which honours `NO_PROXY` for the
+/// server's address.
 pub fn apply_to_config(config: &mut kube::Config, proxies: &Proxies) {
-    let from_env = |uri: &Uri| {
-        variable(&|n: &str| std::env::var(n).ok(), "HTTPS_PROXY")
-            .and_then(|(n, v)| proxy_url(&n, &v).ok())
-            .is_some_and(|env| env == *uri)
-    };
-    if config.proxy_url.as_ref().is_some_and(|uri| !from_env(uri)) {
+    if config
+        .proxy_url
+        .as_ref()
+        .is_some_and(|uri| proxies.https.as_ref() != Some(uri))
+    {
         return;
     }
     config.proxy_url = proxies.for_uri(&config.cluster_url).cloned();
@@ -322,7 +330,6 @@ mod tests {
             "gRPC uses HTTPS_PROXY whatever the scheme"
         );
         assert!(proxies(&[]).for_uri(&uri("https://x")).is_none());
-        assert!(proxies(&[]).is_empty());
     }
 
     /// NO_PROXY as Go's clients read it.

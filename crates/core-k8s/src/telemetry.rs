@@ -116,7 +116,7 @@ fn otlp_proxy_channel() -> Result<Option<tonic::transport::Channel>> {
     if let Some(auth) = crate::proxy::basic_auth(proxy) {
         tunnel = tunnel.with_auth(auth);
     }
-    tracing::info!(%endpoint, proxy = %crate::client::redacted(proxy), "exporting traces through a proxy");
+    tracing::info!(%endpoint, proxy = %crate::proxy::redacted(proxy), "exporting traces through a proxy");
     Ok(Some(
         tonic::transport::Endpoint::from(target).connect_with_connector_lazy(tunnel),
     ))

@@ -347,9 +347,9 @@ pub async fn download(url: &str, limits: &Limits) -> Result<Vec<u8>, LayerError>
         .map_err(|e| LayerError::Artifact(format!("artifact URL {url:?}: {e}")))?;
     let proxies = core_k8s::proxy::Proxies::from_env()
         .map_err(|e| LayerError::Artifact(format!("downloading {url}: {e}")))?;
-    let proxy = proxies.for_uri(&uri).cloned();
+    let proxy = proxies.for_uri(&uri);
     let fetch = async {
-        let response = match &proxy {
+        let response = match proxy {
             // Through HTTP_PROXY: the request goes to the proxy, in absolute form.
             Some(proxy) => via_proxy(&uri, proxy).await,
             None => Client::builder(TokioExecutor::new())
