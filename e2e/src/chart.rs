@@ -35,16 +35,9 @@ pub fn helm() -> PathBuf {
     if let Some(helm) = std::env::var_os("HELM").filter(|h| !h.is_empty()) {
         return PathBuf::from(helm);
     }
-    let versions = std::fs::read_to_string(crate::plane::plane_source_dir().join("versions.env"))
-        .unwrap_or_default();
-    let cache = std::env::var_os("STRATA_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/strata")));
-    versions
-        .lines()
-        .find_map(|l| l.strip_prefix("HELM_VERSION="))
-        .zip(cache)
-        .map(|(version, cache)| cache.join(format!("bin/helm-{}/helm", version.trim())))
+    crate::plane::pinned_version("HELM_VERSION")
+        .zip(crate::plane::cache_dir())
+        .map(|(version, cache)| cache.join(format!("bin/helm-{version}/helm")))
         .filter(|cached| cached.is_file())
         .unwrap_or_else(|| PathBuf::from("helm"))
 }
@@ -53,12 +46,7 @@ pub fn helm() -> PathBuf {
 /// `helm template` and `helm lint` are told the cluster is, since the chart's `kubeVersion`
 /// refuses helm's offline default (1.20).
 pub fn kube_version() -> String {
-    std::fs::read_to_string(crate::plane::plane_source_dir().join("versions.env"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("KUBERNETES_VERSION="))
-        .map(|v| v.trim().to_string())
-        .unwrap_or_else(|| "v1.34.0".to_string())
+    crate::plane::pinned_version("KUBERNETES_VERSION").unwrap_or_else(|| "v1.34.0".to_string())
 }
 
 /// The chart's default memory limit of a service (`<values_key>.resources.limits.memory`

@@ -118,6 +118,42 @@ pub async fn set_artifact(
     set_source_artifact(client, ns, "GitRepository", "repo", revision, url, digest).await
 }
 
+/// A Flux source object of `kind` named `name`, with the spec fields its schema requires.
+pub fn source_yaml(kind: &str, name: &str) -> String {
+    let spec = match kind {
+        "GitRepository" => "{url: https://example.com/repo, interval: 1m}",
+        "OCIRepository" => {
+            "{url: oci://registry.example.com/addons, interval: 1m, ref: {tag: latest}}"
+        }
+        _ => "{bucketName: addons, endpoint: storage.example.com, interval: 1m}",
+    };
+    format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n"
+    )
+}
+
+/// Creates the source `kind/name` in `ns` ([`source_yaml`]) and, once the API server serves
+/// it, gives it the artifact `url` (`digest`) of `revision` ([`set_source_artifact`]).
+pub async fn create_source_with_artifact(
+    client: &Client,
+    ns: &str,
+    kind: &str,
+    name: &str,
+    revision: &str,
+    url: &str,
+    digest: &str,
+) -> Result<()> {
+    apply_yaml(client, ns, &source_yaml(kind, name)).await?;
+    // A source is created before its status can be written.
+    crate::support::eventually(
+        &format!("{kind} {name} served"),
+        std::time::Duration::from_secs(20),
+        || async { Ok(source_api(client, ns, kind).get_opt(name).await?.map(drop)) },
+    )
+    .await?;
+    set_source_artifact(client, ns, kind, name, revision, url, digest).await
+}
+
 /// Sets the status of source `kind/name` as source-controller would after storing an
 /// artifact of `revision`.
 pub async fn set_source_artifact(

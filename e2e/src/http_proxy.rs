@@ -35,11 +35,6 @@ impl Drop for CountingProxy {
 }
 
 impl CountingProxy {
-    /// Listens on a free loopback port.
-    pub async fn start() -> Result<Self> {
-        Self::start_on("127.0.0.1").await
-    }
-
     /// Listens on a free port of `ip` (another loopback address, say, so that a NO_PROXY
     /// naming the servers' address does not name the proxy's too).
     pub async fn start_on(ip: &str) -> Result<Self> {
@@ -60,11 +55,6 @@ impl CountingProxy {
             seen,
             task,
         })
-    }
-
-    /// `http://127.0.0.1:PORT`.
-    pub fn url(&self) -> String {
-        format!("http://{}", self.address)
     }
 
     /// Everything seen so far.

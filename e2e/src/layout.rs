@@ -5,6 +5,23 @@
 use anyhow::{Context as _, Result};
 use serde_json::Value;
 
+/// `cargo metadata --format-version 1 ARGS...` of this workspace, offline (everything it
+/// describes is already downloaded by the build that precedes any use).
+pub fn cargo_metadata(args: &[&str]) -> Result<Value> {
+    let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["metadata", "--format-version", "1", "--offline"])
+        .args(args)
+        .current_dir(crate::chart::repo_root())
+        .output()
+        .context("running cargo metadata")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "cargo metadata: {}",
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
 /// The floor of a workspace package, by its directory: 0 crates, 1 services, 2 cli and e2e.
 fn floor(manifest_path: &str, root: &str) -> Option<u8> {
     let relative = manifest_path.strip_prefix(root)?.trim_start_matches('/');
@@ -65,24 +82,7 @@ mod tests {
 
     #[test]
     fn every_dependency_points_down_a_floor() {
-        let out =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "metadata",
-                    "--format-version",
-                    "1",
-                    "--no-deps",
-                    "--offline",
-                ])
-                .current_dir(crate::chart::repo_root())
-                .output()
-                .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let metadata = cargo_metadata(&["--no-deps"]).unwrap();
         assert_eq!(
             upward_dependencies(&metadata).unwrap(),
             Vec::<(String, String)>::new()

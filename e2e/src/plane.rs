@@ -51,6 +51,22 @@ pub fn plane_source_dir() -> PathBuf {
     e2e_dir().join("plane")
 }
 
+/// A version pinned in `e2e/plane/versions.env` (`KEY=value`).
+pub fn pinned_version(key: &str) -> Option<String> {
+    let versions = std::fs::read_to_string(plane_source_dir().join("versions.env")).ok()?;
+    versions
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(|v| v.trim().to_string())
+}
+
+/// The build cache: `$STRATA_CACHE`, else `~/.cache/strata`.
+pub fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("STRATA_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/strata")))
+}
+
 /// Where the component binaries live.
 #[derive(Clone, Debug)]
 pub struct Binaries {

@@ -172,12 +172,7 @@ impl Rendered {
     /// The Deployment of `service` (by its `app.kubernetes.io/name` label: with a name
     /// override the Deployment's own name carries a prefix).
     pub fn deployment(&self, service: &str) -> Result<&Value> {
-        self.objects
-            .iter()
-            .find(|o| {
-                o["kind"] == "Deployment"
-                    && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
-            })
+        deployment_of(&self.objects, service)
             .with_context(|| format!("release {} renders no Deployment {service}", self.release))
     }
 
@@ -229,6 +224,14 @@ impl Rendered {
             service_account,
         })
     }
+}
+
+/// The Deployment of `service` among rendered `objects`, by its `app.kubernetes.io/name`
+/// label (with a name override the Deployment's own name carries a prefix).
+pub fn deployment_of<'a>(objects: &'a [Value], service: &str) -> Option<&'a Value> {
+    objects.iter().find(|o| {
+        o["kind"] == "Deployment" && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+    })
 }
 
 /// The `--set` values that render `service` alone (the others and the CRDs off) in the chart.

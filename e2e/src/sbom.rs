@@ -31,6 +31,18 @@ pub fn lock_checksums(cargo_lock: &str) -> BTreeMap<String, String> {
     sums
 }
 
+/// The SBOM of `service` built for `target` (a target triple), from this workspace's
+/// `cargo metadata` and `Cargo.lock`.
+pub fn for_service(service: &str, target: &str) -> Result<Value> {
+    let metadata = crate::layout::cargo_metadata(&["--locked", "--filter-platform", target])?;
+    let root = metadata["workspace_root"]
+        .as_str()
+        .context("cargo metadata: no workspace_root")?;
+    let lock = std::fs::read_to_string(std::path::Path::new(root).join("Cargo.lock"))
+        .context("reading Cargo.lock")?;
+    cyclonedx(&metadata, &lock_checksums(&lock), service)
+}
+
 /// The package URL of a crate: `pkg:cargo/NAME@VERSION`.
 fn purl(name: &str, version: &str) -> String {
     format!("pkg:cargo/{name}@{version}")
@@ -244,29 +256,7 @@ checksum = "cccc"
     /// lock checksum, and none of the crates only tests or build scripts use.
     #[test]
     fn the_rollout_operator_bill_of_materials() {
-        let root = crate::chart::repo_root();
-        let out =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .args([
-                    "metadata",
-                    "--format-version",
-                    "1",
-                    "--locked",
-                    "--offline",
-                    "--filter-platform",
-                    "x86_64-unknown-linux-gnu",
-                ])
-                .current_dir(&root)
-                .output()
-                .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let metadata: Value = serde_json::from_slice(&out.stdout).unwrap();
-        let lock = std::fs::read_to_string(root.join("Cargo.lock")).unwrap();
-        let bom = cyclonedx(&metadata, &lock_checksums(&lock), "rollout-operator").unwrap();
+        let bom = for_service("rollout-operator", "x86_64-unknown-linux-gnu").unwrap();
         let find = |name: &str| {
             bom["components"]
                 .as_array()

@@ -153,6 +153,14 @@ impl ServiceProcess {
             .sum())
     }
 
+    /// The rollout-operator's reconciles of one rollout group
+    /// (`rollout_operator_group_reconciles_total{rollout_group}`): a signal of that group only.
+    pub async fn group_reconciles(&self, group: &str) -> Result<f64> {
+        let label = format!("rollout_group=\"{group}\"");
+        self.metric("rollout_operator_group_reconciles_total", &[&label])
+            .await
+    }
+
     /// `<service>_reconcile_total`: how often the process reconciled, over every label set. A
     /// test waits for it to move to know the service had its chance to act.
     pub async fn reconciles(&self) -> Result<f64> {

@@ -343,21 +343,10 @@ pub fn parse_openmetrics(text: &str) -> Result<Vec<(String, f64)>> {
 /// Where `e2e/plane/build.sh` put the upstream CRDs (Argo CD's Application, Flux's
 /// Kustomization and source kinds), keyed by the versions pinned in `versions.env`.
 pub fn upstream_crds() -> Result<std::path::PathBuf> {
-    let here = crate::plane::e2e_dir();
-    let versions = std::fs::read_to_string(here.join("plane/versions.env"))?;
     let get = |key: &str| {
-        versions
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{key}=")))
-            .map(str::trim)
-            .with_context(|| format!("{key} in versions.env"))
+        crate::plane::pinned_version(key).with_context(|| format!("{key} in versions.env"))
     };
-    let cache = std::env::var_os("STRATA_CACHE")
-        .map(std::path::PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cache/strata"))
-        })
-        .context("neither STRATA_CACHE nor HOME is set")?;
+    let cache = crate::plane::cache_dir().context("neither STRATA_CACHE nor HOME is set")?;
     let dir = cache.join("crds").join(format!(
         "argocd-{}-kustomize-{}-source-{}",
         get("ARGO_CD_VERSION")?,
@@ -586,4 +575,16 @@ spec:
       containers: [{{name: c, image: example.invalid/guarded:1}}]
 "#
     )
+}
+
+/// `len` pseudo-random lower-case letters from `seed` (the same every run): text that gzip
+/// cannot shrink much (about 4.7 bits a letter), for archives that must be large.
+pub fn incompressible(len: usize, seed: u64) -> String {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            char::from(b'a' + ((state >> 33) % 26) as u8)
+        })
+        .collect()
 }

@@ -117,13 +117,7 @@ async fn hostile_and_broken_artifacts_fail_precisely_and_change_nothing() -> Res
         "apiVersion: example.com/v1\nkind: Gizmo\nmetadata: {{name: evil, namespace: {ns}}}\n"
     );
     // Incompressible, so an archive holding it is over the 64 KiB limit.
-    let mut seed: u64 = 11;
-    let noise: String = (0..140_000)
-        .map(|_| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-            char::from(b'a' + ((seed >> 33) % 26) as u8)
-        })
-        .collect();
+    let noise = strata_e2e::support::incompressible(140_000, 11);
     let padding = format!("# {noise}\n");
     // (what, what the condition must say)
     let faults = [

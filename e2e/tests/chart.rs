@@ -663,11 +663,7 @@ fn release(name: &str, sets: &[&str]) -> Vec<Value> {
 }
 
 fn deployment<'a>(objs: &'a [Value], service: &str) -> &'a Value {
-    objs.iter()
-        .find(|o| {
-            o["kind"] == "Deployment"
-                && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
-        })
+    strata_e2e::release::deployment_of(objs, service)
         .unwrap_or_else(|| panic!("no Deployment of {service}"))
 }
 

@@ -237,13 +237,7 @@ async fn an_artifact_over_the_size_limit_fails_with_nothing_applied() -> Result<
     install_layer_crds(&client, &ns).await?;
     let server = ArtifactServer::start().await?;
     // Incompressible content, so the archive itself is over the 4 KiB limit.
-    let mut seed: u64 = 7;
-    let noise: String = (0..8192)
-        .map(|_| {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
-            char::from(b'a' + ((seed >> 33) % 26) as u8)
-        })
-        .collect();
+    let noise = strata_e2e::support::incompressible(8192, 7);
     let big = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: big, namespace: {ns}}}\ndata: {{k: {noise}}}\n"
     );

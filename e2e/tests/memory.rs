@@ -174,12 +174,7 @@ async fn every_service_stays_under_its_documented_limit_with_5000_watched_object
         "the operator reconciled the pods' group",
         Duration::from_secs(60),
         || async {
-            let reconciles = rollouts
-                .metric(
-                    "rollout_operator_group_reconciles_total",
-                    &["rollout_group=\"watched\""],
-                )
-                .await?;
+            let reconciles = rollouts.group_reconciles("watched").await?;
             Ok((reconciles > 0.0).then_some(()))
         },
     )

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use strata_e2e::flux::{
-    ArtifactServer, install_layer_crds, layer_status, set_source_artifact, source_api,
+    ArtifactServer, create_source_with_artifact, install_layer_crds, layer_status,
 };
 use strata_e2e::http_proxy::CountingProxy;
 use strata_e2e::services::{ServiceProcess, bin_dir, chart_identity};
@@ -39,19 +39,7 @@ async fn layer_from_artifact(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {ns}}}\ndata: {{via: proxy-test}}\n"
     );
     let (url, digest) = server.publish(&format!("{name}.tar.gz"), &[("cm.yaml", &manifest)]);
-    apply_yaml(client, ns, &format!("apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata: {{name: {name}}}\nspec: {{url: https://example.com/repo, interval: 1m}}\n")).await?;
-    eventually(
-        &format!("GitRepository {name} served"),
-        Duration::from_secs(20),
-        || async {
-            Ok(source_api(client, ns, "GitRepository")
-                .get_opt(name)
-                .await?
-                .map(drop))
-        },
-    )
-    .await?;
-    set_source_artifact(
+    create_source_with_artifact(
         client,
         ns,
         "GitRepository",

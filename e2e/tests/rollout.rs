@@ -178,13 +178,7 @@ async fn zones_roll_one_at_a_time_and_a_not_ready_pod_halts_the_rollout() -> Res
     let group_reconciles = || async {
         let mut total = 0.0;
         for operator in [&one, &two] {
-            total += operator
-                .metric(
-                    "rollout_operator_group_reconciles_total",
-                    &["rollout_group=\"ingester\""],
-                )
-                .await
-                .unwrap_or(0.0);
+            total += operator.group_reconciles("ingester").await.unwrap_or(0.0);
         }
         total
     };
@@ -569,15 +563,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     );
     // The operator looks at the group again (an unrelated change to the StatefulSet wakes it;
     // the group's own reconcile counter shows it ran) and still keeps pod 1.
-    let group_reconciles = || async {
-        operator
-            .metric(
-                "rollout_operator_group_reconciles_total",
-                &["rollout_group=\"ingester\""],
-            )
-            .await
-    };
-    let before = group_reconciles().await?;
+    let before = operator.group_reconciles("ingester").await?;
     sts.patch(
         "ingester-zone-a",
         &PatchParams::default(),
@@ -587,7 +573,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     eventually(
         "the operator reconciled the group again",
         Duration::from_secs(30),
-        || async { Ok((group_reconciles().await? > before).then_some(())) },
+        || async { Ok((operator.group_reconciles("ingester").await? > before).then_some(())) },
     )
     .await?;
     assert_eq!(

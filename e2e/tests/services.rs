@@ -36,21 +36,28 @@ async fn leader_gauge(process: &ServiceProcess) -> Result<Option<f64>> {
         .map(|(_, v)| *v))
 }
 
-async fn holder(leases: &Api<Lease>, service: &str) -> Result<Option<String>> {
+/// The spec of `service`'s leader Lease, if it exists.
+async fn lease_spec(
+    leases: &Api<Lease>,
+    service: &str,
+) -> Result<Option<k8s_openapi::api::coordination::v1::LeaseSpec>> {
     Ok(leases
         .get_opt(&format!("{service}-leader"))
         .await?
-        .and_then(|l| l.spec)
+        .and_then(|l| l.spec))
+}
+
+async fn holder(leases: &Api<Lease>, service: &str) -> Result<Option<String>> {
+    Ok(lease_spec(leases, service)
+        .await?
         .and_then(|s| s.holder_identity)
         .filter(|h| !h.is_empty()))
 }
 
 /// When the Lease was last renewed.
 async fn renewed_at(leases: &Api<Lease>, service: &str) -> Result<Option<jiff::Timestamp>> {
-    Ok(leases
-        .get_opt(&format!("{service}-leader"))
+    Ok(lease_spec(leases, service)
         .await?
-        .and_then(|l| l.spec)
         .and_then(|s| s.renew_time)
         .map(|t| t.0))
 }

@@ -11,24 +11,10 @@ use anyhow::{Result, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use strata_e2e::flux::{
-    ArtifactServer, install_layer_crds, layer_status, set_source_artifact, source_api,
+    ArtifactServer, create_source_with_artifact, install_layer_crds, layer_status,
 };
 use strata_e2e::services::{delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
-
-/// A source object of `kind` named `name`, with the spec fields its schema requires.
-fn source(kind: &str, name: &str) -> String {
-    let spec = match kind {
-        "GitRepository" => "{url: https://example.com/repo, interval: 1m}",
-        "OCIRepository" => {
-            "{url: oci://registry.example.com/addons, interval: 1m, ref: {tag: latest}}"
-        }
-        _ => "{bucketName: addons, endpoint: storage.example.com, interval: 1m}",
-    };
-    format!(
-        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: {kind}\nmetadata: {{name: {name}}}\nspec: {spec}\n"
-    )
-}
 
 /// Waits until the drift-observer has compared `layer` and reports it clean (Drifted=False).
 async fn observed_clean(client: &kube::Client, layer: &str) -> Result<()> {
@@ -66,20 +52,7 @@ async fn every_flux_source_kind_is_deployed_and_observed() -> Result<()> {
             "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: from-{name}, namespace: {ns}}}\ndata: {{kind: {kind}}}\n"
         );
         let (url, digest) = server.publish(&format!("{name}.tar.gz"), &[("cm.yaml", &manifest)]);
-        apply_yaml(&client, &ns, &source(kind, name)).await?;
-        // A source is created before its status can be written.
-        eventually(
-            &format!("{kind} {name} served"),
-            Duration::from_secs(20),
-            || async {
-                Ok(source_api(&client, &ns, kind)
-                    .get_opt(name)
-                    .await?
-                    .map(drop))
-            },
-        )
-        .await?;
-        set_source_artifact(
+        create_source_with_artifact(
             &client,
             &ns,
             kind,

@@ -65,12 +65,24 @@ async fn start(ns: &str) -> Result<Server> {
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-async fn connect(server: &Server) -> Result<Sender> {
+/// A TLS connection to the server.
+async fn tls_stream(
+    server: &Server,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
     let tcp = tokio::net::TcpStream::connect(server.address).await?;
-    let stream = server
+    Ok(server
         .tls
         .connect(ServerName::IpAddress(server.address.ip().into()), tcp)
-        .await?;
+        .await?)
+}
+
+/// The headers of a review announcing `length` bytes, and the first bytes of its body.
+fn review_head(length: usize) -> Vec<u8> {
+    format!("POST /admission/no-downscale HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n{{\"apiVersion\":").into_bytes()
+}
+
+async fn connect(server: &Server) -> Result<Sender> {
+    let stream = tls_stream(server).await?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(connection);
     Ok(sender)
@@ -133,14 +145,8 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
     }
     let mut half_sent = Vec::new();
     for _ in 0..32 {
-        let tcp = tokio::net::TcpStream::connect(server.address).await?;
-        let mut stream = server
-            .tls
-            .connect(ServerName::IpAddress(server.address.ip().into()), tcp)
-            .await?;
-        stream
-            .write_all(b"POST /admission/no-downscale HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100000\r\n\r\n{\"apiVersion\":")
-            .await?;
+        let mut stream = tls_stream(&server).await?;
+        stream.write_all(&review_head(100_000)).await?;
         stream.flush().await?;
         half_sent.push(stream);
     }
@@ -194,14 +200,8 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
 
     // An oversized body is refused (413) from its announced length, before it is read: the
     // client sends the headers of a 7 MiB review and a few bytes, and reads the answer.
-    let tcp = tokio::net::TcpStream::connect(server.address).await?;
-    let mut stream = server
-        .tls
-        .connect(ServerName::IpAddress(server.address.ip().into()), tcp)
-        .await?;
-    stream
-        .write_all(b"POST /admission/no-downscale HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 7340032\r\n\r\n{\"apiVersion\":")
-        .await?;
+    let mut stream = tls_stream(&server).await?;
+    stream.write_all(&review_head(7 * 1024 * 1024)).await?;
     stream.flush().await?;
     let mut answer = Vec::new();
     let mut chunk = [0u8; 1024];

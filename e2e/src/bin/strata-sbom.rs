@@ -2,9 +2,9 @@
 //! (`strata_e2e::sbom`), from `cargo metadata` and `Cargo.lock` of the workspace it runs in.
 //! `scripts/images.sh` writes one beside each image.
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::Result;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -21,34 +21,7 @@ struct Cli {
 }
 
 fn run(cli: &Cli) -> Result<String> {
-    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--locked",
-            "--filter-platform",
-        ])
-        .arg(&cli.target)
-        .output()
-        .context("running cargo metadata")?;
-    if !out.status.success() {
-        bail!(
-            "cargo metadata: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let root = metadata["workspace_root"]
-        .as_str()
-        .context("no workspace_root")?;
-    let lock =
-        std::fs::read_to_string(format!("{root}/Cargo.lock")).context("reading Cargo.lock")?;
-    let bom = strata_e2e::sbom::cyclonedx(
-        &metadata,
-        &strata_e2e::sbom::lock_checksums(&lock),
-        &cli.service,
-    )?;
+    let bom = strata_e2e::sbom::for_service(&cli.service, &cli.target)?;
     Ok(serde_json::to_string_pretty(&bom)? + "\n")
 }
 
