@@ -12,11 +12,23 @@ import pathlib
 
 HERE = pathlib.Path(__file__).resolve().parent
 SERVICES = ["layer-controller", "drift-observer", "rollout-operator", "admission-webhook"]
-SEL = 'namespace=~"$namespace"'
+SEL = 'cluster=~"$cluster", namespace=~"$namespace"'
+# Where each alert's runbook lives: a section of docs/runbooks.md in the project's repository.
+REPOSITORY = next(line.split('"')[1] for line in (HERE.parent / "Cargo.toml").read_text().splitlines()
+                  if line.startswith("repository = "))
+RUNBOOKS = f"{REPOSITORY}/blob/main/docs/runbooks.md"
 
 
 def prefix(service):
     return service.replace("-", "_")
+
+
+# Every replica of every service exports its `<service>_build_info`: the variables list the
+# clusters and namespaces that run Strata.
+# Our webhooks as kube-apiserver names them: `<webhook>-<namespace>.strata.dev`, or the
+# rollout-operator's compatibility names (`<webhook>-<namespace>`).
+OUR_WEBHOOKS = ".+\\\\.strata\\\\.dev|(no-downscale|prepare-downscale|pod-eviction|zpdb-validation)-.+"
+BUILD_INFO = "{__name__=~\"(" + "|".join(prefix(s) for s in SERVICES) + ")_build_info\"}"
 
 
 class Board:
@@ -61,10 +73,20 @@ class Board:
             "templating": {"list": [
                 {"name": "datasource", "label": "Data source", "type": "datasource",
                  "query": "prometheus", "current": {}, "hide": 0},
+                # One Prometheus often holds several clusters' series (Thanos, Mimir, federation);
+                # without a `cluster` label "All" matches the series that have none.
+                {"name": "cluster", "label": "Cluster", "type": "query",
+                 "datasource": {"type": "prometheus", "uid": "${datasource}"},
+                 "query": {"query": f"label_values({BUILD_INFO}, cluster)", "refId": "cluster"},
+                 "definition": f"label_values({BUILD_INFO}, cluster)", "includeAll": True,
+                 "multi": True, "allValue": ".*", "current": {"text": "All", "value": "$__all"},
+                 "refresh": 2},
                 {"name": "namespace", "label": "Namespace", "type": "query",
                  "datasource": {"type": "prometheus", "uid": "${datasource}"},
-                 "query": {"query": "label_values(namespace)", "refId": "namespace"},
-                 "definition": "label_values(namespace)", "includeAll": True, "multi": True,
+                 "query": {"query": f'label_values({BUILD_INFO}{{cluster=~"$cluster"}}, namespace)',
+                           "refId": "namespace"},
+                 "definition": f'label_values({BUILD_INFO}{{cluster=~"$cluster"}}, namespace)',
+                 "includeAll": True, "multi": True,
                  "allValue": ".*", "current": {"text": "All", "value": "$__all"}, "refresh": 2},
             ]},
             "annotations": {"list": []},
@@ -95,8 +117,42 @@ def controller_rows(board, service, requests=True):
     board.panel("Leader", "1 for the replica holding the Lease; exactly one should.", [
         (f"max by (pod) ({p}_leader{{{SEL}}})", "{{pod}}"),
     ], kind="stat", width=24)
+    process_rows(board, service)
     if requests:
         http_rows(board, service)
+
+
+def of_service(expr, service):
+    """A `process_*` series (every client library's unprefixed names) kept only for the
+    targets that are this service: those exporting its build_info, joined on the scrape
+    target (job, instance), which every Prometheus setup has."""
+    return f"({expr} * on (job, instance) group_left (pod) {prefix(service)}_build_info{{{SEL}}})"
+
+
+def process_rows(board, service):
+    """Version, CPU and memory of each replica."""
+    p = prefix(service)
+    board.panel("Version", "The version and commit each replica runs (build_info).", [
+        (f"max by (pod, version, commit) ({p}_build_info{{{SEL}}})", "{{pod}}: {{version}} {{commit}}"),
+    ], kind="table", width=8)
+    board.panel("CPU", "CPU time used per second by each replica (user and system).", [
+        (f"max by (pod) ({of_service('rate(process_cpu_seconds_total[$__rate_interval])', service)})",
+         "{{pod}}"),
+    ], unit="percentunit", width=8)
+    board.panel("Memory", "Resident and virtual memory of each replica.", [
+        (f"max by (pod) ({of_service('process_resident_memory_bytes', service)})", "resident: {{pod}}"),
+        (f"max by (pod) ({of_service('process_virtual_memory_bytes', service)})", "virtual: {{pod}}"),
+    ], unit="bytes", width=8)
+    board.panel("File descriptors and threads", "Open file descriptors (sockets to the API server "
+                "included) against the limit, and OS threads, by replica.", [
+        (f"max by (pod) ({of_service('process_open_fds', service)})", "open: {{pod}}"),
+        (f"max by (pod) ({of_service('process_max_fds', service)})", "limit: {{pod}}"),
+        (f"max by (pod) ({of_service('process_threads', service)})", "threads: {{pod}}"),
+    ], width=12)
+    board.panel("Up for", "Time since each replica started; a short one after a long one is a "
+                "restart.", [
+        (f"time() - max by (pod) ({of_service('process_start_time_seconds', service)})", "{{pod}}"),
+    ], unit="s", kind="stat", width=12)
 
 
 def http_rows(board, service):
@@ -325,9 +381,16 @@ def admission_webhook():
     return board
 
 
-def alert(name, expr, duration, severity, summary, description):
-    return {"alert": name, "expr": expr, "for": duration, "labels": {"severity": severity},
-            "annotations": {"summary": summary, "description": description}}
+def alert(name, expr, duration, severity, summary, description, runbook=None, service=None):
+    """One alerting rule. `runbook` names its section of docs/runbooks.md (default: the alert's
+    name; alerts that exist once per service share one); `service` labels the alerts of one
+    service so the chart keeps only those of the services it deploys."""
+    labels = {"severity": severity}
+    if service:
+        labels["service"] = service
+    return {"alert": name, "expr": expr, "for": duration, "labels": labels,
+            "annotations": {"summary": summary, "description": description,
+                            "runbook_url": f"{RUNBOOKS}#{(runbook or name).lower()}"}}
 
 
 def alerts():
@@ -335,24 +398,36 @@ def alerts():
     for service in SERVICES:
         p, title = prefix(service), "".join(w.title() for w in service.split("-"))
         controllers += [
+            # `up` of the service's scrape job (a ServiceMonitor names the job after the Service,
+            # `SERVICE` or `RELEASE-SERVICE`; a PodMonitor `NAMESPACE/NAME`): nothing fires on
+            # absent series otherwise. The chart keeps it only for the services it deploys.
+            alert(f"{title}Down", f'absent(up{{job=~"(.+[-/])?{service}"}} == 1)', "5m", "critical",
+                  f"No {service} replica is up",
+                  f"Prometheus has no reachable {service} target for 5 minutes: every replica is "
+                  "gone or cannot be scraped, and nothing it does is happening.",
+                  runbook="Down", service=service),
             alert(f"{title}ReconcileErrors",
                   f"sum by (namespace, category) (rate({p}_reconcile_errors_total[10m])) > 0", "15m", "warning",
                   f"{service} reconciles keep failing ({{{{ $labels.category }}}})",
                   f"{service} in {{{{ $labels.namespace }}}} has failed reconciles with category "
-                  f"{{{{ $labels.category }}}} for 15 minutes; its logs and Warning events name the object."),
+                  f"{{{{ $labels.category }}}} for 15 minutes; its logs and Warning events name the object.",
+                  runbook="ReconcileErrors", service=service),
             alert(f"{title}SlowReconciles",
                   f"histogram_quantile(0.99, sum by (namespace, le) (rate({p}_reconcile_duration_seconds_bucket[10m]))) > 10",
                   "30m", "warning", f"{service} reconciles take over 10 s",
                   f"The 99th percentile of {service} reconcile time in {{{{ $labels.namespace }}}} is "
-                  f"{{{{ $value | humanizeDuration }}}}; the API server or a dependency is slow."),
+                  f"{{{{ $value | humanizeDuration }}}}; the API server or a dependency is slow.",
+                  runbook="SlowReconciles", service=service),
             alert(f"{title}NoLeader", f"max by (namespace) ({p}_leader) < 1", "5m", "critical",
                   f"No {service} replica is leader",
                   f"No replica of {service} in {{{{ $labels.namespace }}}} has held the Lease "
-                  f"{service}-leader for 5 minutes: nothing is being reconciled."),
+                  f"{service}-leader for 5 minutes: nothing is being reconciled.",
+                  runbook="NoLeader", service=service),
             alert(f"{title}SeveralLeaders", f"sum by (namespace) ({p}_leader) > 1", "5m", "critical",
                   f"More than one {service} replica is leader",
                   f"{{{{ $value }}}} replicas of {service} in {{{{ $labels.namespace }}}} report "
-                  "leadership; check clock skew and the Lease."),
+                  "leadership; check clock skew and the Lease.",
+                  runbook="SeveralLeaders", service=service),
         ]
     layers = [
         alert("AddonsLayerFailed", 'max by (namespace, layer) (layer_controller_layer_state{state="Failed"}) == 1',
@@ -433,7 +508,8 @@ def alerts():
                   "15m", "warning", f"{service} gives up API requests at its client-side rate limit",
                   f"{service} in {{{{ $labels.namespace }}}} keeps giving up requests to API group "
                   f"{{{{ $labels.api_group }}}} while waiting for a token: raise --client-qps/--client-burst "
-                  "(the anchor's -kubernetes.client-qps/-burst)."))
+                  "(the anchor's -kubernetes.client-qps/-burst).",
+                  runbook="KubernetesAPIClientRateLimited", service=service))
     controllers += rate_limited
     webhook = [
         alert("AdmissionWebhookCertificateExpiring",
@@ -442,6 +518,29 @@ def alerts():
               "{{ $labels.pod }} serves a certificate expiring in {{ $value | humanizeDuration }}: "
               "renewal (a third of the validity before expiry) has not happened; check its logs and "
               "the certificate Secret. An expired certificate fails every admission call."),
+        # kube-apiserver's own account of calling our webhooks (it needs Prometheus to scrape
+        # the API server, as every cluster monitoring setup does): under failurePolicy Fail a
+        # call that fails refuses the request, under Ignore it admits it unchecked.
+        alert("AdmissionWebhookUnavailable",
+              f'sum by (name, type, error_type) (rate(apiserver_admission_webhook_rejection_count{{name=~"{OUR_WEBHOOKS}", error_type=~"calling_webhook_error|apiserver_internal_error"}}[5m])) > 0',
+              "1m", "critical", "kube-apiserver refuses requests because {{ $labels.name }} cannot be called",
+              "kube-apiserver could not call the {{ $labels.type }} webhook {{ $labels.name }} "
+              "({{ $labels.error_type }}) and, its failurePolicy being Fail, refused the requests it "
+              "guards: {{ $value | humanize }} per second.", runbook="WebhookUnavailable"),
+        alert("AdmissionWebhookFailingOpen",
+              f'sum by (name, type) (rate(apiserver_admission_webhook_fail_open_count{{name=~"{OUR_WEBHOOKS}"}}[5m])) > 0',
+              "5m", "warning", "{{ $labels.name }} cannot be called and requests pass unchecked",
+              "kube-apiserver could not call the {{ $labels.type }} webhook {{ $labels.name }} and, its "
+              "failurePolicy being Ignore, admitted the requests it guards without the check.",
+              runbook="WebhookUnavailable"),
+        alert("AdmissionWebhookCertificateReloadFailing",
+              'sum by (namespace, pod) (increase(admission_webhook_certificate_reloads_total{result="failed"}[30m])) > 0'
+              ' or sum by (namespace, pod) (admission_webhook_certificate_reloads_total{result="failed"}'
+              ' unless admission_webhook_certificate_reloads_total{result="failed"} offset 30m) > 0',
+              "0m", "warning", "{{ $labels.pod }} cannot load its changed certificate files",
+              "The mounted certificate of {{ $labels.pod }} changed and could not be loaded; it keeps "
+              "serving the previous one until that expires. The CertificateReloadFailed Event names "
+              "the file and the reason."),
         alert("AdmissionWebhookTimeouts",
               'sum by (namespace, webhook) (rate(admission_webhook_reviews_total{outcome="timeout"}[5m])) > 0',
               "5m", "warning", "{{ $labels.webhook }} reviews time out",

@@ -43,6 +43,9 @@ fi
 export CARGO_TARGET_DIR="$cache/cargo-target-static"
 log "building static binaries (profile image: fat LTO, stripped)"
 pkgs=(); for s in "${services[@]}"; do pkgs+=(-p "$s"); done
+# build_info's commit label (docs/metrics.md); `-dirty` when the tree has uncommitted changes.
+STRATA_COMMIT="$(git -C "$root" describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)"
+export STRATA_COMMIT
 RUSTFLAGS="-C target-feature=+crt-static" cargo build --locked --profile image --target "$target" "${pkgs[@]}" --bins >&2
 bindir="$CARGO_TARGET_DIR/$target/image"
 

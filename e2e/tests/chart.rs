@@ -1081,3 +1081,64 @@ fn chart_metadata_names_its_kubernetes_and_sources() {
     assert!(!err.status.success());
     assert!(String::from_utf8_lossy(&err.stderr).contains("kubeVersion"));
 }
+
+/// The PrometheusRule keeps the alerts of the services the release deploys and every alert
+/// that names no service: a disabled service's `Down` alert would fire for ever.
+#[test]
+fn alerts_follow_the_deployed_services() {
+    let alerts = |sets: &[&str]| -> Vec<String> {
+        let mut all = vec!["prometheusRule.enabled=true"];
+        all.extend_from_slice(sets);
+        let objs = release("strata", &all);
+        let rule = objs
+            .iter()
+            .find(|o| o["kind"] == "PrometheusRule")
+            .expect("a PrometheusRule");
+        rule["spec"]["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|g| g["rules"].as_array().unwrap().iter())
+            .map(|r| r["alert"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let source: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(chart::chart_dir().join("files/dashboards/alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    let every: usize = source["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["rules"].as_array().unwrap().len())
+        .sum();
+    let full = alerts(&[]);
+    assert_eq!(full.len(), every, "{full:?}");
+    let without_drift = alerts(&["driftObserver.enabled=false"]);
+    for gone in ["DriftObserverDown", "DriftObserverNoLeader"] {
+        assert!(full.contains(&gone.to_string()), "{full:?}");
+        assert!(
+            !without_drift.contains(&gone.to_string()),
+            "{without_drift:?}"
+        );
+    }
+    for kept in [
+        "LayerControllerDown",
+        "AddonsLayerFailed",
+        "AdmissionWebhookUnavailable",
+    ] {
+        assert!(
+            without_drift.contains(&kept.to_string()),
+            "{kept}: {without_drift:?}"
+        );
+    }
+    // Each service brings exactly its own labelled alerts.
+    let per_service = full.len() - without_drift.len();
+    assert_eq!(
+        full.iter()
+            .filter(|a| a.starts_with("DriftObserver"))
+            .count(),
+        per_service,
+        "{full:?}"
+    );
+}

@@ -123,6 +123,39 @@ async fn every_service_gets_ready_exposes_metrics_and_leads() -> Result<()> {
             body.contains(&format!("{prefix}_reconcile_duration_seconds_bucket")),
             "{body}"
         );
+        // What the dashboards' version, CPU and memory panels join on: this very process.
+        let samples = parse_openmetrics(&body)?;
+        let value = |name: &str| {
+            samples
+                .iter()
+                .find(|(series, _)| series.split('{').next() == Some(name))
+                .map(|(_, v)| *v)
+                .with_context(|| format!("{}: no {name} in\n{body}", process.name))
+        };
+        assert_eq!(value(&format!("{prefix}_build_info"))?, 1.0);
+        let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+        assert!(body.contains(&version), "{}: {version}", process.name);
+        let rss = value("process_resident_memory_bytes")?;
+        let cpu = value("process_cpu_seconds_total")?;
+        let fds = value("process_open_fds")?;
+        let status = std::fs::read_to_string(format!("/proc/{}/status", process.pid()))?;
+        let vm_rss_kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .context("VmRSS")?;
+        // The same process, read a moment apart: within a factor of two.
+        let ratio = rss / (vm_rss_kib * 1024.0);
+        assert!(
+            (0.5..2.0).contains(&ratio),
+            "{}: rss {rss} vs VmRSS {vm_rss_kib} kB",
+            process.name
+        );
+        assert!(
+            cpu > 0.0 && fds >= 3.0,
+            "{}: cpu {cpu} fds {fds}",
+            process.name
+        );
     }
     for mut process in processes {
         let status = process.terminate_blocking();

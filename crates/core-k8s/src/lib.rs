@@ -20,6 +20,7 @@ pub mod logfmt;
 pub mod metrics;
 pub mod net;
 pub mod pod_http;
+pub mod process;
 pub mod proxy;
 pub mod runtime;
 pub mod shutdown;

@@ -16,6 +16,26 @@ pub struct ErrorLabels {
     pub category: String,
 }
 
+/// Label set of `<service>_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: String,
+    pub commit: String,
+}
+
+/// The workspace version, and the commit when the build stamped one (`STRATA_COMMIT` at
+/// compile time: `scripts/images.sh` and `make dist` set it; a plain `cargo build` says
+/// `unknown` rather than rebuilding everything whenever HEAD moves).
+pub fn build_labels() -> BuildLabels {
+    BuildLabels {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        commit: option_env!("STRATA_COMMIT")
+            .filter(|c| !c.is_empty())
+            .unwrap_or("unknown")
+            .to_string(),
+    }
+}
+
 /// Reconcile and leadership metrics shared by every service.
 #[derive(Clone, Debug)]
 pub struct ControllerMetrics {
@@ -61,6 +81,16 @@ impl ControllerMetrics {
             "1 while this replica holds the leader lease, else 0",
             metrics.leader.clone(),
         );
+        // Always 1: the labels carry what runs, and every replica exports it, leader or not,
+        // so dashboards can join other per-replica series (process_*) on it.
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        build_info.get_or_create(&build_labels()).set(1);
+        registry.register(
+            format!("{prefix}_build_info"),
+            "1, labelled with the version and commit this replica runs",
+            build_info,
+        );
+        registry.register_collector(Box::new(crate::process::ProcessCollector::default()));
         metrics
     }
 
@@ -102,6 +132,10 @@ mod tests {
             "rollout_operator_reconcile_errors_total{category=\"conflict\"} 1",
             "rollout_operator_leader 1",
             "rollout_operator_reconcile_duration_seconds_count 1",
+            "rollout_operator_build_info{version=\"0.1.0\",commit=\"unknown\"} 1",
+            "# TYPE process_cpu_seconds counter",
+            "# TYPE process_resident_memory_bytes gauge",
+            "# TYPE process_open_fds gauge",
             "# EOF",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
