@@ -50,7 +50,10 @@ e2e: build plane-build
 	$(CARGO) test -p strata-e2e --no-run
 	scripts/with-plane.sh bash -c '$(CARGO) test -p strata-e2e --tests --no-fail-fast -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
 
-test: lint unit e2e
+# The plane build (Go, mostly downloads on a fresh machine) runs beside lint's cargo build.
+test:
+	$(MAKE) -j2 lint plane-build
+	$(MAKE) unit e2e
 
 # The fault-injection scenarios (docs/reliability.md) on one local control plane; they also run
 # within `make test`'s end-to-end tier.

@@ -153,6 +153,11 @@ def process_rows(board, service):
                 "restart.", [
         (f"time() - max by (pod) ({of_service('process_start_time_seconds', service)})", "{{pod}}"),
     ], unit="s", kind="stat", width=12)
+    board.panel("Trace spans", "Spans per second sent to the OTLP collector, and spans lost "
+                "(queue full, collector failing or refusing); empty while traces are not exported.", [
+        (f"sum by (pod) (rate({p}_traces_exported_total{{{SEL}}}[$__rate_interval]))", "exported: {{pod}}"),
+        (f"sum by (pod) (rate({p}_traces_dropped_total{{{SEL}}}[$__rate_interval]))", "dropped: {{pod}}"),
+    ], unit="ops", width=24)
 
 
 def http_rows(board, service):

@@ -25,6 +25,8 @@ etcd_dir="$cache/bin/etcd-$ETCD_VERSION"
 kwok_dir="$cache/bin/kwok-$KWOK_VERSION"
 helm_dir="$cache/bin/helm-$HELM_VERSION"
 promtool_dir="$cache/bin/promtool-$PROMETHEUS_VERSION"
+prometheus_dir="$cache/bin/prometheus-$PROMETHEUS_VERSION"
+jaeger_dir="$cache/bin/jaeger-$JAEGER_VERSION"
 
 build_kubernetes() {
   local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
@@ -90,6 +92,23 @@ build_installable() { # dir binary module@version
   GOBIN="$1" go install -ldflags "-s -w" "$3"
 }
 
+# A program whose module has replace directives: built as a tool of a throwaway module.
+build_tool() { # dir binary package module@version
+  [[ -x "$1/$2" ]] && return 0
+  need_go
+  log "building $4 (cold: a few minutes)"
+  local work="$cache/src/$2-tool"
+  rm -rf "$work" && mkdir -p "$work" "$1"
+  (
+    cd "$work"
+    go mod init strata.local/build-"$2" >/dev/null 2>&1
+    GOFLAGS=-mod=mod go get -tool "$4" >/dev/null
+    GOFLAGS=-mod=mod go build -ldflags "-s -w" -o "$1/$2.tmp" "$3"
+  )
+  mv "$1/$2.tmp" "$1/$2"
+  rm -rf "$work"
+}
+
 crds_dir="$cache/crds/argocd-$ARGO_CD_VERSION-kustomize-$KUSTOMIZE_CONTROLLER_API_VERSION-source-$SOURCE_CONTROLLER_API_VERSION"
 cg_dir="$cache/bin/controller-gen-$CONTROLLER_TOOLS_VERSION"
 
@@ -132,6 +151,12 @@ build_kubernetes
 build_installable "$helm_dir" helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 build_upstream_crds
 build_installable "$promtool_dir" promtool "github.com/prometheus/prometheus/cmd/promtool@$PROMETHEUS_VERSION"
+# The Prometheus server itself (same module), for the observability e2e: it scrapes the
+# services and evaluates every dashboard query and alert. Its web UI is not needed (the HTTP
+# API is), so the build without embedded assets is enough.
+build_installable "$prometheus_dir" prometheus "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
+
+build_tool "$jaeger_dir" jaeger github.com/jaegertracing/jaeger/cmd/jaeger "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION"
 
 echo "KUBE_BIN=$k8s_dir"
 echo "ETCD_BIN=$etcd_dir"
@@ -139,3 +164,5 @@ echo "KWOK_BIN=$kwok_dir"
 echo "HELM_BIN=$helm_dir"
 echo "UPSTREAM_CRDS=$crds_dir"
 echo "PROMTOOL_BIN=$promtool_dir"
+echo "PROMETHEUS_BIN=$prometheus_dir"
+echo "JAEGER_BIN=$jaeger_dir"

@@ -25,6 +25,7 @@ pub mod fault_proxy;
 pub mod flux;
 pub mod git;
 pub mod http_proxy;
+pub mod jaeger;
 pub mod layout;
 pub mod plane;
 pub mod pod_endpoints;

@@ -402,13 +402,29 @@ pub fn start_service_with(
     kubeconfig: &Path,
     args: &[&str],
 ) -> Result<ServiceProcess> {
+    start_service_with_env(service, kubeconfig, args, &[])
+}
+
+/// [`start_service_with`] with extra environment variables (`OTEL_*`, say).
+pub fn start_service_with_env(
+    service: &str,
+    kubeconfig: &Path,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Result<ServiceProcess> {
     let admin = format!("127.0.0.1:{}", crate::plane::free_port()?);
-    let mut all = vec!["--admin-address", admin.as_str()];
+    let kubeconfig = kubeconfig.to_string_lossy();
+    let mut all = vec![
+        "--kubeconfig",
+        kubeconfig.as_ref(),
+        "--admin-address",
+        admin.as_str(),
+    ];
     all.extend_from_slice(args);
-    ServiceProcess::spawn_blocking(
+    ServiceProcess::spawn_with_env_blocking(
         &bin_dir().join(service),
-        kubeconfig,
         &all,
+        env,
         &std::env::temp_dir().join("strata-e2e-logs"),
     )
 }
@@ -473,6 +489,17 @@ pub fn start_layer_service_with(
     extra: &[&str],
     values: &[&str],
 ) -> Result<ServiceProcess> {
+    start_layer_service_with_env(binary, ns, extra, values, &[])
+}
+
+/// [`start_layer_service_with`] with extra environment variables.
+pub fn start_layer_service_with_env(
+    binary: &str,
+    ns: &str,
+    extra: &[&str],
+    values: &[&str],
+    env: &[(String, String)],
+) -> Result<ServiceProcess> {
     let selector = format!("strata-e2e/suite={ns}");
     let apply_as = format!("--apply-as=system:serviceaccount:{ns}:layer-controller");
     let mut args = vec![
@@ -492,7 +519,7 @@ pub fn start_layer_service_with(
         &args,
         values,
     )?;
-    start_service_with(binary, &kubeconfig, &args)
+    start_service_with_env(binary, &kubeconfig, &args, env)
 }
 
 /// Starts the admission-webhook binary for a test: its own admin port, Leases in `ns`, no

@@ -19,6 +19,7 @@ pub mod leader;
 pub mod logfmt;
 pub mod metrics;
 pub mod net;
+pub mod otlp;
 pub mod pod_http;
 pub mod process;
 pub mod proxy;

@@ -91,6 +91,7 @@ impl ControllerMetrics {
             build_info,
         );
         registry.register_collector(Box::new(crate::process::ProcessCollector::default()));
+        registry.register_collector(Box::new(TraceCounters { prefix }));
         metrics
     }
 
@@ -100,6 +101,46 @@ impl ControllerMetrics {
                 category: category.to_string(),
             })
             .inc();
+    }
+}
+
+/// `<service>_traces_exported_total` and `<service>_traces_dropped_total`, read from the
+/// exporter's process-wide counters on each scrape (0 while traces are not exported).
+#[derive(Debug)]
+struct TraceCounters {
+    prefix: String,
+}
+
+impl prometheus_client::collector::Collector for TraceCounters {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeMetric as _;
+        use prometheus_client::metrics::counter::ConstCounter;
+        use std::sync::atomic::Ordering;
+        for (name, help, value) in [
+            (
+                "traces_exported",
+                "Spans the OTLP collector accepted",
+                &crate::otlp::SPANS_EXPORTED,
+            ),
+            (
+                "traces_dropped",
+                "Spans lost: the export queue was full, or the collector failed or refused them",
+                &crate::otlp::SPANS_DROPPED,
+            ),
+        ] {
+            let counter = ConstCounter::new(value.load(Ordering::Relaxed));
+            let name = format!("{}_{name}", self.prefix);
+            counter.encode(encoder.encode_descriptor(
+                &name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        Ok(())
     }
 }
 

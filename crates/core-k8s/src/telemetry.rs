@@ -1,14 +1,25 @@
-//! Logs and traces: a fmt layer (text or JSON) under an env filter, plus an OTLP trace exporter
-//! switched on at run time when `OTEL_EXPORTER_OTLP_ENDPOINT` is set — one binary, no feature.
+//! Logs and traces: a fmt layer (text, JSON or logfmt) under the log filter, plus OTLP span
+//! export switched on at run time by the standard `OTEL_*` variables — one binary, no feature.
+//!
+//! The log filter (`--log-level`/`RUST_LOG`) only decides what is logged: spans go to the
+//! exporter through their own filter ([`SPAN_FILTER`]), so quieting the logs never empties the
+//! traces. Trace context crosses process boundaries as W3C `traceparent`. Tracing setup never
+//! stops a service: a bad setting is logged once and the service runs without export.
 
 use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::args::LogFormat;
+use crate::otlp::{BoundedExport, Settings};
 use crate::{Error, Result};
+
+/// What is exported as spans: Strata's and kube-runtime's info spans; the transport crates'
+/// own spans (one per HTTP/2 frame, TLS handshake…) would drown them.
+pub const SPAN_FILTER: &str = "info,h2=off,hyper=off,hyper_util=off,tower=off,tonic=off,rustls=off,opentelemetry=off,opentelemetry_sdk=off,opentelemetry_otlp=off";
 
 /// Keeps the trace exporter alive; [`Telemetry::shutdown`] flushes buffered spans.
 #[derive(Debug, Default)]
@@ -32,9 +43,50 @@ impl Telemetry {
     }
 }
 
+/// The resource: `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` as the SDK reads them,
+/// with the service's own name only when neither names one, and its version.
+fn resource(service: &str, get: impl Fn(&str) -> Option<String>) -> Resource {
+    let named = get("OTEL_SERVICE_NAME").is_some_and(|v| !v.trim().is_empty())
+        || get("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|attrs| {
+            attrs
+                .split(',')
+                .any(|kv| kv.trim_start().starts_with("service.name="))
+        });
+    let mut builder = Resource::builder().with_attribute(opentelemetry::KeyValue::new(
+        "service.version",
+        env!("CARGO_PKG_VERSION"),
+    ));
+    if !named {
+        builder = builder.with_service_name(service.to_string());
+    }
+    builder.build()
+}
+
+/// The exporting provider, or why there is none (`Ok(None)`: nothing configured).
+fn provider(service: &str) -> std::result::Result<Option<SdkTracerProvider>, String> {
+    let get = |name: &str| std::env::var(name).ok();
+    if get("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+        || get("OTEL_TRACES_EXPORTER").is_some_and(|v| v.trim() == "none")
+    {
+        return Ok(None);
+    }
+    let Some(settings) = Settings::from_vars(get)? else {
+        return Ok(None);
+    };
+    let endpoint = settings.endpoint.clone();
+    let processor = BoundedExport::start(settings).map_err(|e| format!("{endpoint}: {e}"))?;
+    // The sampler comes from OTEL_TRACES_SAMPLER/_ARG (the SDK's default configuration).
+    Ok(Some(
+        SdkTracerProvider::builder()
+            .with_span_processor(processor)
+            .with_resource(resource(service, get))
+            .build(),
+    ))
+}
+
 /// Installs the global subscriber. Call once, at start-up.
 pub fn init(service: &str, format: LogFormat, filter: &str) -> Result<Telemetry> {
-    let filter = EnvFilter::try_new(filter)
+    let log_filter = EnvFilter::try_new(filter)
         .map_err(|e| Error::Telemetry(format!("log filter {filter:?}: {e}")))?;
     let fmt = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer().with_target(true).boxed(),
@@ -46,78 +98,87 @@ pub fn init(service: &str, format: LogFormat, filter: &str) -> Result<Telemetry>
         LogFormat::Logfmt => tracing_subscriber::fmt::layer()
             .event_format(crate::logfmt::Logfmt)
             .boxed(),
-    };
+    }
+    .with_filter(log_filter);
 
-    let endpoint = std::env::var("OTEL_EXPORTER_OTLP_ENDPOINT")
-        .ok()
-        .filter(|e| !e.is_empty());
-    let (otel, provider) = match endpoint {
-        Some(_) => {
-            // The exporter reads the endpoint and headers from the standard OTEL_* variables;
-            // through a proxy it gets a channel tunnelled with CONNECT.
-            use opentelemetry_otlp::WithTonicConfig as _;
-            let builder = opentelemetry_otlp::SpanExporter::builder().with_tonic();
-            let builder = match otlp_proxy_channel()? {
-                Some(channel) => builder.with_channel(channel),
-                None => builder,
-            };
-            let exporter = builder
-                .build()
-                .map_err(|e| Error::Telemetry(format!("otlp exporter: {e}")))?;
-            let resource = opentelemetry_sdk::Resource::builder()
-                .with_service_name(service.to_string())
-                .build();
-            let provider = SdkTracerProvider::builder()
-                .with_batch_exporter(exporter)
-                .with_resource(resource)
-                .build();
-            let tracer = provider.tracer(service.to_string());
-            let layer = tracing_opentelemetry::layer().with_tracer(tracer).boxed();
-            (Some(layer), Some(provider))
-        }
-        None => (None, None),
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
+    let (provider, problem) = match provider(service) {
+        Ok(provider) => (provider, None),
+        Err(problem) => (None, Some(problem)),
     };
+    let otel = provider.as_ref().map(|provider| {
+        tracing_opentelemetry::layer()
+            .with_tracer(provider.tracer(service.to_string()))
+            .with_filter(EnvFilter::new(SPAN_FILTER))
+    });
 
     tracing_subscriber::registry()
-        .with(filter)
         .with(fmt)
         .with(otel)
         .try_init()
         .map_err(|e| Error::Telemetry(format!("installing subscriber: {e}")))?;
+    if let Some(problem) = problem {
+        tracing::warn!(%problem, "trace export is off: the OTEL_* settings cannot be used");
+    } else if provider.is_some() {
+        tracing::info!("exporting traces over OTLP");
+    }
     Ok(Telemetry { provider })
 }
 
-/// The OTLP endpoint (`OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, else `OTEL_EXPORTER_OTLP_ENDPOINT`).
-fn otlp_endpoint() -> Option<String> {
-    [
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_ENDPOINT",
-    ]
-    .into_iter()
-    .find_map(|v| std::env::var(v).ok().filter(|e| !e.is_empty()))
+/// The current span's W3C `traceparent`, to hand to another service (an annotation, a
+/// header); `None` when the span is not recorded (traces off, or not sampled).
+pub fn traceparent() -> Option<String> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let context = tracing::Span::current().context();
+    if !context.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier = std::collections::HashMap::new();
+    opentelemetry::global::get_text_map_propagator(|p| p.inject_context(&context, &mut carrier));
+    carrier.remove("traceparent")
 }
 
-/// A gRPC channel to the OTLP endpoint through `HTTPS_PROXY` (CONNECT), when one applies.
-fn otlp_proxy_channel() -> Result<Option<tonic::transport::Channel>> {
-    use hyper_util::client::legacy::connect::HttpConnector;
-    use hyper_util::client::legacy::connect::proxy::Tunnel;
-
-    let Some(endpoint) = otlp_endpoint() else {
-        return Ok(None);
-    };
-    let target: http::Uri = endpoint
-        .parse()
-        .map_err(|e| Error::Telemetry(format!("OTLP endpoint {endpoint:?}: {e}")))?;
-    let proxies = crate::proxy::Proxies::from_env()?;
-    let Some(proxy) = proxies.for_grpc(&target) else {
-        return Ok(None);
-    };
-    let mut tunnel = Tunnel::new(proxy.clone(), HttpConnector::new());
-    if let Some(auth) = crate::proxy::basic_auth(proxy) {
-        tunnel = tunnel.with_auth(auth);
+/// Makes `span` (not entered yet) a child of the trace a `traceparent` names; a missing or
+/// malformed value leaves it a root.
+pub fn continue_trace(span: &tracing::Span, traceparent: Option<&str>) {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    let Some(value) = traceparent else { return };
+    let carrier = std::collections::HashMap::from([("traceparent".to_string(), value.to_string())]);
+    let parent = opentelemetry::global::get_text_map_propagator(|p| p.extract(&carrier));
+    if parent.span().span_context().is_valid() {
+        let _ = span.set_parent(parent);
     }
-    tracing::info!(%endpoint, proxy = %crate::proxy::redacted(proxy), "exporting traces through a proxy");
-    Ok(Some(
-        tonic::transport::Endpoint::from(target).connect_with_connector_lazy(tunnel),
-    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service_name(vars: &[(&str, &str)]) -> String {
+        let vars: std::collections::HashMap<&str, &str> = vars.iter().copied().collect();
+        let r = resource("layer-controller", |n| vars.get(n).map(|v| v.to_string()));
+        r.get(&opentelemetry::Key::new("service.name"))
+            .map(|v| v.to_string())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_service_name_is_ours_unless_the_user_names_one() {
+        assert_eq!(service_name(&[]), "layer-controller");
+        // The SDK reads the real environment for these; here only the decision is checked:
+        // when the user names the service, we do not override it.
+        let named = resource("layer-controller", |n| {
+            (n == "OTEL_SERVICE_NAME").then(|| "platform-layers".to_string())
+        });
+        assert_ne!(
+            named
+                .get(&opentelemetry::Key::new("service.name"))
+                .map(|v| v.to_string()),
+            Some("layer-controller".to_string())
+        );
+    }
 }

@@ -32,6 +32,9 @@ pub const LAYER_VERSION_ANNOTATION: &str = "strata.dev/layer-version";
 /// Set on an AddonsLayer (RFC 3339 time) to have the layer-controller re-apply it at once,
 /// as Flux's `reconcile.fluxcd.io/requestedAt`; the drift-observer's heal request.
 pub const RECONCILE_REQUESTED_AT: &str = "strata.dev/reconcile-requested-at";
+/// W3C trace context of whoever asked for the reconcile (the drift-observer's heal request):
+/// the re-apply it causes joins that trace.
+pub const RECONCILE_TRACEPARENT: &str = "strata.dev/traceparent";
 /// On an applied object: `Heal`, `Warn` or `Ignore`, overriding the layer's drift mode.
 pub const DRIFT_MODE_ANNOTATION: &str = "strata.dev/drift-mode";
 

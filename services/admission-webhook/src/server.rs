@@ -73,11 +73,42 @@ fn bad_request(message: String) -> (Response, Outcome) {
 }
 
 async fn handle(app: Arc<App>, webhook: Webhook, headers: HeaderMap, body: Bytes) -> Response {
+    use tracing::Instrument as _;
+    use tracing::field::Empty;
     let started = Instant::now();
-    let (response, outcome) = answer(&app, webhook, &headers, &body).await;
+    // One span per review, with what users search by: the webhook, the object, the decision.
+    let span = tracing::info_span!(
+        "admission.review",
+        webhook = webhook.name(),
+        object = Empty,
+        operation = Empty,
+        decision = Empty,
+        reason = Empty,
+    );
+    let (response, outcome) = answer(&app, webhook, &headers, &body)
+        .instrument(span.clone())
+        .await;
+    span.record("decision", format!("{outcome:?}"));
     app.metrics
         .observe(webhook, outcome, started.elapsed().as_secs_f64());
     response
+}
+
+/// `Kind namespace/name` of a review's object, for its span.
+fn reviewed_object(request: &serde_json::Value) -> String {
+    let field = |path: &[&str]| {
+        path.iter()
+            .try_fold(request, |v, k| v.get(*k))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let kind = field(&["kind", "kind"]);
+    let name = field(&["name"]);
+    match field(&["namespace"]) {
+        ns if ns.is_empty() => format!("{kind} {name}"),
+        ns => format!("{kind} {ns}/{name}"),
+    }
 }
 
 async fn answer(
@@ -99,6 +130,11 @@ async fn answer(
         Ok(review) => review,
         Err(e) => return bad_request(format!("invalid AdmissionReview: {e}")),
     };
+    let span = tracing::Span::current();
+    span.record("object", reviewed_object(&review.request));
+    if let Some(operation) = review.request.get("operation").and_then(|o| o.as_str()) {
+        span.record("operation", operation);
+    }
     let (decision, outcome) =
         match tokio::time::timeout(app.handler_timeout, review_live(app, webhook, &review)).await {
             Ok(decision) if decision.allowed => (decision, Outcome::allowed),
@@ -113,6 +149,9 @@ async fn answer(
                 )
             }
         };
+    if let Some(message) = &decision.message {
+        span.record("reason", message.as_str());
+    }
     (
         axum::Json(review.respond(&decision)).into_response(),
         outcome,

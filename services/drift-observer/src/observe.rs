@@ -17,7 +17,9 @@ use core_k8s::Context;
 use core_k8s::apply::{Applier, ResolvedKind};
 use core_k8s::events::Severity;
 use core_layers::crd::{AddonsLayer, DriftSpec};
-use core_layers::keys::{LAYER_LABEL, RECONCILE_REQUESTED_AT, condition, state as layer_state};
+use core_layers::keys::{
+    LAYER_LABEL, RECONCILE_REQUESTED_AT, RECONCILE_TRACEPARENT, condition, state as layer_state,
+};
 use core_layers::objects::ActingAccount;
 use core_layers::objects::{ObjectRef, SourceRef, SourceState};
 use core_layers::read::Reader;
@@ -33,6 +35,7 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
 
 use crate::compare;
 use crate::error::{DriftError, Result};
@@ -199,7 +202,14 @@ pub async fn drift_of(
     {
         return Ok((Vec::new(), "unchanged"));
     }
-    let expected = match layer_applier.dry_run_dynamic(manifest, None).await {
+    let dry_run = layer_applier
+        .dry_run_dynamic(manifest, None)
+        .instrument(tracing::info_span!(
+            "drift.dry_run",
+            field_manager = %layer_applier.field_manager()
+        ))
+        .await;
+    let expected = match dry_run {
         Ok(expected) => expected,
         // The API server refuses the layer's own manifest against the live object (an
         // immutable field changed, a webhook denies it, RBAC): that is drift the next apply
@@ -682,10 +692,22 @@ impl Observer {
     }
 
     /// Compares one object with what its layer applies and records the result.
+    #[tracing::instrument(
+        name = "drift.check",
+        skip_all,
+        fields(
+            object = %object,
+            layer = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            drifted_fields = tracing::field::Empty,
+        )
+    )]
     async fn check(&self, object: &ObjectRef, work: Work) -> Result<()> {
         let Some(desired) = lock(&self.index).get(object).cloned() else {
             return Ok(());
         };
+        let span = tracing::Span::current();
+        span.record("layer", desired.layer.as_str());
         if lock(&self.layers)
             .get(&desired.layer)
             .is_none_or(|view| view.paused)
@@ -717,6 +739,8 @@ impl Observer {
             &desired.rules,
         )
         .await?;
+        span.record("outcome", outcome);
+        span.record("drifted_fields", found.len());
         self.metrics.count_check(outcome);
         self.ctx
             .metrics
@@ -953,11 +977,18 @@ impl Observer {
         Ok(())
     }
 
-    /// Asks the layer-controller to re-apply the layer now (Flux's requestedAt convention).
+    /// Asks the layer-controller to re-apply the layer now (Flux's requestedAt convention),
+    /// with this span's trace context so the re-apply joins the trace.
+    #[tracing::instrument(name = "drift.heal_request", skip_all, fields(layer = %layer.name_any(), requested_at = %value))]
     async fn request_heal(&self, layer: &AddonsLayer, value: &str) -> Result<()> {
         let name = layer.name_any();
         let api: Api<AddonsLayer> = Api::all(self.ctx.client.clone());
-        let patch = json!({ "metadata": { "annotations": { RECONCILE_REQUESTED_AT: value } } });
+        // null removes a traceparent left by an earlier request when traces are off now.
+        let traceparent = core_k8s::telemetry::traceparent();
+        let patch = json!({ "metadata": { "annotations": {
+            RECONCILE_REQUESTED_AT: value,
+            RECONCILE_TRACEPARENT: traceparent,
+        } } });
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| core_k8s::Error::api(format!("requesting a heal of layer {name}"), e))?;

@@ -24,6 +24,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tracing::Instrument as _;
 
 use crate::flags::go_parse_bool;
 use crate::keys;
@@ -380,7 +381,13 @@ async fn reconcile_group(
     let _ = metrics.group_reconciles_failed.get_or_create(&labels);
     ctx.metrics.reconcile_total.inc();
     let started = Instant::now();
-    let result = reconcile_group_inner(ctx, metrics, stores, state, key).await;
+    let result = reconcile_group_inner(ctx, metrics, stores, state, key)
+        .instrument(tracing::info_span!(
+            "rollout.reconcile",
+            rollout_group = %group,
+            namespace = %key.namespace,
+        ))
+        .await;
     let elapsed = started.elapsed().as_secs_f64();
     metrics
         .group_reconcile_duration
@@ -452,6 +459,20 @@ async fn reconcile_group_inner(
     observed.recently_evicted = state.recent.still_visible(&namespace, &observed.pods);
     call_delayed_downscale(state, &mut observed, &ctx.leadership).await;
     let plan = plan(&observed, jiff::Timestamp::now());
+    // What was decided and why, as one span: searchable by pod and zone in a trace backend.
+    tracing::info_span!(
+        "rollout.decision",
+        delete_pods = ?plan.delete_pods,
+        replica_changes = ?plan
+            .replica_changes
+            .iter()
+            .map(|c| format!("{}: {} -> {}", c.stateful_set, c.from, c.to))
+            .collect::<Vec<_>>(),
+        status_updates = plan.status_updates.len(),
+        warnings = ?plan.warnings,
+        errors = ?plan.errors,
+    )
+    .in_scope(|| {});
     let acts = !(plan.delete_pods.is_empty()
         && plan.status_updates.is_empty()
         && plan.replica_changes.is_empty());
@@ -759,7 +780,10 @@ async fn execute(
         // the next reconcile decides again on fresh state).
         let resource_version = seen.and_then(|m| m.resource_version.clone());
         let params = core_k8s::leader::conditional_delete(uid.clone(), resource_version, None);
-        let deleted = pod_api.delete(name, &params).await;
+        let deleted = pod_api
+            .delete(name, &params)
+            .instrument(tracing::info_span!("rollout.delete_pod", pod = %key, budget_claimed = claimed.is_some()))
+            .await;
         if let (Err(e), Some(record)) = (&deleted, &claimed)
             && !matches!(e, kube::Error::Api(status) if status.code == 404)
         {

@@ -169,16 +169,19 @@ pub(super) async fn apply_layer(
     let mut inventory = Vec::new();
     let mut failures = Vec::new();
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
-    apply_all(
-        &access,
-        shared,
-        &name,
-        &manifests,
-        &definitions,
-        &mut inventory,
-        &mut failures,
-    )
-    .await;
+    // CRDs first, when the layer has any (no empty apply span otherwise).
+    if !definitions.is_empty() {
+        apply_all(
+            &access,
+            shared,
+            &name,
+            &manifests,
+            &definitions,
+            &mut inventory,
+            &mut failures,
+        )
+        .await;
+    }
     if failures.is_empty() && !definitions.is_empty() {
         wait_established(
             &shared.reader,
@@ -277,6 +280,11 @@ pub(super) async fn apply_layer(
 
 /// Applies manifests in the given order, four at a time, recording inventory entries and
 /// failures (`file: document N: object: error`).
+#[tracing::instrument(
+    name = "layer.apply",
+    skip_all,
+    fields(layer = %layer, objects = ordered.len(), field_manager = %access.applier.field_manager())
+)]
 async fn apply_all(
     access: &Access,
     shared: &Shared,
@@ -428,6 +436,21 @@ struct Attempt {
 }
 
 /// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
+#[tracing::instrument(
+    name = "layer.health",
+    skip_all,
+    fields(
+        layer = %layer.name_any(),
+        revision = %attempt.revision,
+        objects = inventory.len(),
+        not_ready = ?inventory
+            .iter()
+            .filter(|e| e.status != "Current" && e.status != ORPHANED_STATUS)
+            .take(20)
+            .map(|e| format!("{} {}: {}", e.kind, e.name, e.status))
+            .collect::<Vec<_>>(),
+    )
+)]
 async fn judge(
     layer: &AddonsLayer,
     ctx: &Context,

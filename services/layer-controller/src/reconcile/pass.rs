@@ -10,10 +10,11 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
+use tracing::Instrument as _;
 
 use crate::crd::{AddonsLayer, Blocker, LayerSet};
 use crate::error::{LayerError, Result};
-use crate::keys::{FINALIZER, blocker, reason, state};
+use crate::keys::{FINALIZER, RECONCILE_TRACEPARENT, blocker, reason, state};
 use crate::lock;
 use crate::plan::{self, Gate, GateInputs, SourceRef, SourceState};
 use crate::source;
@@ -56,7 +57,32 @@ async fn fresh_dependencies(ctx: &Context, layer: &AddonsLayer, all: &mut LayerS
     Ok(())
 }
 
+/// One reconcile, as a `layer.reconcile` span: a child of the requester's trace when an
+/// unhandled reconcile request (a drift heal) carries one.
 pub(super) async fn reconcile(
+    layer: Arc<AddonsLayer>,
+    ctx: Arc<Context>,
+    shared: Arc<Shared>,
+) -> Result<Action> {
+    let span = tracing::info_span!("layer.reconcile", layer = %layer.name_any());
+    let requested = super::status::reconcile_requested_at(&layer);
+    let handled = layer
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_reconcile_at.as_ref());
+    if requested.is_some() && requested.as_ref() != handled {
+        core_k8s::telemetry::continue_trace(
+            &span,
+            layer
+                .annotations()
+                .get(RECONCILE_TRACEPARENT)
+                .map(String::as_str),
+        );
+    }
+    reconcile_layer(layer, ctx, shared).instrument(span).await
+}
+
+async fn reconcile_layer(
     layer: Arc<AddonsLayer>,
     ctx: Arc<Context>,
     shared: Arc<Shared>,
@@ -90,7 +116,28 @@ pub(super) async fn reconcile(
             files: None,
         }
     } else {
-        match shared.reader.fetch(&source_ref).await {
+        let span = tracing::info_span!(
+            "layer.source_fetch",
+            source = %source_ref,
+            revision = tracing::field::Empty,
+            files = tracing::field::Empty,
+            bytes = tracing::field::Empty,
+        );
+        let fetched = shared
+            .reader
+            .fetch(&source_ref)
+            .instrument(span.clone())
+            .await;
+        if let Ok(f) = &fetched {
+            if let SourceState::Ready { revision } = &f.state {
+                span.record("revision", revision.as_str());
+            }
+            if let Some(files) = &f.files {
+                span.record("files", files.len());
+                span.record("bytes", files.values().map(Vec::len).sum::<usize>());
+            }
+        }
+        match fetched {
             Ok(fetched) => fetched,
             Err(e @ LayerError::Artifact(_)) => {
                 let report = Report::new(

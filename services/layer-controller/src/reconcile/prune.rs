@@ -29,6 +29,11 @@ type ReadAs = (Option<String>, Option<String>);
 
 /// Executes the prune plan. Returns the entries still waiting (kept in the inventory) and
 /// when to look again.
+#[tracing::instrument(
+    name = "layer.prune",
+    skip_all,
+    fields(layer = %layer.name_any(), stale = stale_entries.len())
+)]
 pub(super) async fn prune(
     ctx: &Context,
     access: &Access,

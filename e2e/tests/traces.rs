@@ -1,0 +1,247 @@
+//! Traces in a real Jaeger: a layer-controller exporting over OTLP/gRPC and a drift-observer
+//! over OTLP/HTTP deploy a layer, then find and heal a `kubectl set image`. Checked through
+//! Jaeger's query API: the span tree of the deploy (reconcile → source fetch → apply →
+//! health gate) with the attributes users search by, the drift check and its dry run, and the
+//! heal crossing services — the layer-controller's re-apply is a child of the observer's heal
+//! request, carried by the layer's `strata.dev/traceparent` annotation.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use strata_e2e::flux::{install_layer_crds, layer_status, source_configmap};
+use strata_e2e::jaeger::{Jaeger, Span};
+use strata_e2e::services::start_layer_service_with_env;
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+
+fn env(pairs: &[(&str, String)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn find<'a>(spans: &'a [Span], operation: &str) -> Option<&'a Span> {
+    spans.iter().find(|s| s.operation == operation)
+}
+
+fn child_of<'a>(spans: &'a [Span], parent: &Span, operation: &str) -> Option<&'a Span> {
+    spans
+        .iter()
+        .find(|s| s.operation == operation && s.parent.as_deref() == Some(&parent.span_id))
+}
+
+#[tokio::test]
+async fn a_deploy_and_a_heal_are_traced_across_services() -> Result<()> {
+    let jaeger = Jaeger::start().await?;
+    let c = cluster();
+    let client = c.client().await?;
+    let test_ns = TestNamespace::create(&client, "traces").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let layer = format!("{ns}-web");
+    let files = vec![
+        (
+            "web.yaml",
+            format!(
+                "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: app, image: \"nginx:1.25\"}}]}}
+"
+            ),
+        ),
+        (
+            "settings.yaml",
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: {ns}}}\ndata: {{a: \"1\"}}\n"
+            ),
+        ),
+    ];
+    apply_yaml(&client, &ns, &source_configmap(&ns, "web", &files)).await?;
+    // gRPC: an endpoint alone (not OTLP/HTTP's port) means gRPC.
+    let _controller = start_layer_service_with_env(
+        "layer-controller",
+        &ns,
+        &["--health-poll", "500ms", "--sync-period", "1h"],
+        &[],
+        &env(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", jaeger.otlp_grpc),
+        )]),
+    )?;
+    let _observer = start_layer_service_with_env(
+        "drift-observer",
+        &ns,
+        &[],
+        &[],
+        &env(&[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("http://{}", jaeger.otlp_http),
+            ),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+        ]),
+    )?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  timeout: 60s
+  source: {{kind: ConfigMap, name: src-web, namespace: {ns}, path: ./}}
+"
+        ),
+    )
+    .await?;
+    eventually("the layer Deployed", Duration::from_secs(60), || async {
+        Ok((layer_status(&client, &layer).await?["state"] == "Deployed").then_some(()))
+    })
+    .await?;
+
+    // The deploy: reconcile → source fetch, apply, health gate, with their attributes.
+    let deploy = eventually(
+        "the deploy's span tree in Jaeger",
+        Duration::from_secs(30),
+        || async {
+            for trace in jaeger.traces("layer-controller", "layer.apply").await? {
+                let Some(reconcile) = trace.iter().find(|s| {
+                    s.operation == "layer.reconcile" && s.tags.get("layer") == Some(&layer)
+                }) else {
+                    continue;
+                };
+                let (Some(fetch), Some(apply), Some(health)) = (
+                    child_of(&trace, reconcile, "layer.source_fetch"),
+                    child_of(&trace, reconcile, "layer.apply"),
+                    child_of(&trace, reconcile, "layer.health"),
+                ) else {
+                    continue;
+                };
+                return Ok(Some((fetch.clone(), apply.clone(), health.clone())));
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    let (fetch, apply, health) = deploy;
+    ensure!(
+        fetch.tags.get("files").map(String::as_str) == Some("2")
+            && fetch.tags.get("revision").is_some_and(|r| !r.is_empty())
+            && fetch
+                .tags
+                .get("source")
+                .is_some_and(|s| s.contains("src-web")),
+        "source fetch attributes: {:?}",
+        fetch.tags
+    );
+    ensure!(
+        apply.tags.get("objects").map(String::as_str) == Some("2")
+            && apply
+                .tags
+                .get("field_manager")
+                .is_some_and(|m| !m.is_empty()),
+        "apply attributes: {:?}",
+        apply.tags
+    );
+    ensure!(
+        health.tags.contains_key("not_ready") && health.tags.contains_key("revision"),
+        "health gate attributes: {:?}",
+        health.tags
+    );
+    ensure!(
+        fetch.service == "layer-controller",
+        "service name {}",
+        fetch.service
+    );
+
+    // A drift: found by a check with its dry run, healed through the layer-controller.
+    c.kubectl()
+        .args([
+            "-n",
+            &ns,
+            "set",
+            "image",
+            "deployment/web",
+            "app=nginx:1.26",
+        ])
+        .status()?;
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    eventually("web healed", Duration::from_secs(30), || async {
+        let d = deployments.get("web").await?;
+        let image = d
+            .spec
+            .and_then(|s| s.template.spec)
+            .map(|s| s.containers[0].image.clone());
+        Ok((image == Some(Some("nginx:1.25".into()))).then_some(()))
+    })
+    .await?;
+    eventually(
+        "the drift check and its dry run in Jaeger",
+        Duration::from_secs(30),
+        || async {
+            for trace in jaeger.traces("drift-observer", "drift.dry_run").await? {
+                let Some(check) = trace.iter().find(|s| {
+                    s.operation == "drift.check"
+                        && s.tags
+                            .get("object")
+                            .is_some_and(|o| o.contains("Deployment") && o.contains("/web"))
+                        && s.tags.get("layer") == Some(&layer)
+                        && s.tags.get("drifted_fields").is_some_and(|n| n != "0")
+                }) else {
+                    continue;
+                };
+                if child_of(&trace, check, "drift.dry_run").is_some() {
+                    ensure!(check.service == "drift-observer", "{check:?}");
+                    return Ok(Some(()));
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    let heal = eventually(
+        "the heal's re-apply joined the observer's trace",
+        Duration::from_secs(30),
+        || async {
+            for trace in jaeger
+                .traces("drift-observer", "drift.heal_request")
+                .await?
+            {
+                let Some(request) = find(&trace, "drift.heal_request")
+                    .filter(|s| s.tags.get("layer") == Some(&layer))
+                else {
+                    continue;
+                };
+                if let Some(reapply) = child_of(&trace, request, "layer.reconcile")
+                    && reapply.service == "layer-controller"
+                {
+                    return Ok(Some((request.clone(), reapply.clone(), trace.clone())));
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    let (request, reapply, trace) = heal;
+    ensure!(
+        request.trace_id == reapply.trace_id,
+        "one trace: {request:?} {reapply:?}"
+    );
+    // The re-apply did its work inside the observer's trace.
+    child_of(&trace, &reapply, "layer.apply")
+        .with_context(|| format!("no apply under the heal's reconcile: {trace:#?}"))?;
+    Ok(())
+}
