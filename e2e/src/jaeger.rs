@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -49,8 +49,9 @@ pub struct Span {
 }
 
 impl Jaeger {
-    /// Starts Jaeger on free local ports and waits until its query API answers.
-    pub async fn start() -> Result<Self> {
+    /// Starts Jaeger on free local ports and waits until its query API answers. With
+    /// `http_tls` (certificate and key files), its OTLP/HTTP receiver serves HTTPS.
+    pub async fn start(http_tls: Option<(&Path, &Path)>) -> Result<Self> {
         let [grpc, http, query, query_grpc] =
             [free_port()?, free_port()?, free_port()?, free_port()?];
         let dir = std::env::temp_dir().join(format!(
@@ -60,6 +61,15 @@ impl Jaeger {
         std::fs::create_dir_all(&dir)?;
         // Only what the test needs: OTLP in, memory storage, the query API; no other listener
         // (the defaults would take fixed ports: 4317, 16686, 8888…).
+        let tls = http_tls
+            .map(|(cert, key)| {
+                format!(
+                    "\n        tls:\n          cert_file: {}\n          key_file: {}",
+                    cert.display(),
+                    key.display()
+                )
+            })
+            .unwrap_or_default();
         let config = format!(
             "service:
   extensions: [jaeger_storage, jaeger_query]
@@ -90,7 +100,7 @@ receivers:
       grpc:
         endpoint: 127.0.0.1:{grpc}
       http:
-        endpoint: 127.0.0.1:{http}
+        endpoint: 127.0.0.1:{http}{tls}
 processors:
   batch:
     timeout: 200ms

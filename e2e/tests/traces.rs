@@ -1,5 +1,5 @@
 //! Traces in a real Jaeger: a layer-controller exporting over OTLP/gRPC and a drift-observer
-//! over OTLP/HTTP deploy a layer, then find and heal a `kubectl set image`. Checked through
+//! over OTLP/HTTP with TLS (a private CA) deploy a layer, then find and heal a `kubectl set image`. Checked through
 //! Jaeger's query API: the span tree of the deploy (reconcile → source fetch → apply →
 //! health gate) with the attributes users search by, the drift check and its dry run, and the
 //! heal crossing services — the layer-controller's re-apply is a child of the observer's heal
@@ -36,8 +36,19 @@ fn child_of<'a>(spans: &'a [Span], parent: &Span, operation: &str) -> Option<&'a
 
 #[tokio::test]
 async fn a_deploy_and_a_heal_are_traced_across_services() -> Result<()> {
-    let jaeger = Jaeger::start().await?;
     let c = cluster();
+    // OTLP/HTTP over TLS with the plane's serving certificate (127.0.0.1): the observer trusts
+    // it through OTEL_EXPORTER_OTLP_CERTIFICATE, as a user with a private CA would.
+    let pki = c
+        .kubeconfig()
+        .parent()
+        .context("plane directory")?
+        .join("pki");
+    let jaeger = Jaeger::start(Some((
+        &pki.join("apiserver.crt"),
+        &pki.join("apiserver.key"),
+    )))
+    .await?;
     let client = c.client().await?;
     let test_ns = TestNamespace::create(&client, "traces").await?;
     let ns = test_ns.name.clone();
@@ -86,9 +97,13 @@ spec:
         &env(&[
             (
                 "OTEL_EXPORTER_OTLP_ENDPOINT",
-                format!("http://{}", jaeger.otlp_http),
+                format!("https://{}", jaeger.otlp_http),
             ),
             ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf".into()),
+            (
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                pki.join("ca.crt").display().to_string(),
+            ),
         ]),
     )?;
     apply_yaml(
@@ -243,5 +258,101 @@ spec:
     // The re-apply did its work inside the observer's trace.
     child_of(&trace, &reapply, "layer.apply")
         .with_context(|| format!("no apply under the heal's reconcile: {trace:#?}"))?;
+    Ok(())
+}
+
+/// A zone-by-zone rollout in Jaeger: the operator's reconcile of the group, its decision naming
+/// the pods it chose, and each pod deletion under the reconcile that decided it.
+#[tokio::test]
+async fn a_rollout_is_traced_from_decision_to_deletion() -> Result<()> {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::ListParams;
+    use strata_e2e::services::{chart_identity, start_service_with_env};
+    use strata_e2e::support::{pod_ready, rollout_zone};
+
+    let jaeger = Jaeger::start(None).await?;
+    let c = cluster();
+    let client = c.client().await?;
+    let test_ns = TestNamespace::create(&client, "traces-rollout").await?;
+    let ns = test_ns.name.clone();
+    let zone = |z: &str, image: &str| rollout_zone("ingester", z, 1, image, 1, false);
+    // Zones a, b and c: the plane's nodes are labelled zone-a, zone-b, zone-c.
+    const ZONES: [&str; 3] = ["a", "b", "c"];
+    for z in ZONES {
+        apply_yaml(&client, &ns, &zone(z, "example.invalid/ingester:1")).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    eventually("3 ready pods", Duration::from_secs(60), || async {
+        let list = pods.list(&ListParams::default()).await?.items;
+        Ok((list.len() == 3 && list.iter().all(pod_ready)).then_some(()))
+    })
+    .await?;
+    let args = [
+        "--watch-namespace",
+        ns.as_str(),
+        "--lease-namespace",
+        ns.as_str(),
+        "--leader-elect=false",
+    ];
+    let kubeconfig = chart_identity(c.kubeconfig(), "rollout-operator", &args)?;
+    let _operator = start_service_with_env(
+        "rollout-operator",
+        &kubeconfig,
+        &args,
+        &env(&[(
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            format!("http://{}", jaeger.otlp_grpc),
+        )]),
+    )?;
+    for z in ZONES {
+        apply_yaml(&client, &ns, &zone(z, "example.invalid/ingester:2")).await?;
+    }
+    let (reconcile, decision, deletion) = eventually(
+        "a pod deletion under the reconcile that decided it",
+        Duration::from_secs(60),
+        || async {
+            for trace in jaeger
+                .traces("rollout-operator", "rollout.delete_pod")
+                .await?
+            {
+                for deletion in trace.iter().filter(|s| s.operation == "rollout.delete_pod") {
+                    let Some(reconcile) = trace.iter().find(|s| {
+                        Some(&s.span_id) == deletion.parent.as_ref()
+                            && s.operation == "rollout.reconcile"
+                    }) else {
+                        continue;
+                    };
+                    if let Some(decision) = child_of(&trace, reconcile, "rollout.decision") {
+                        return Ok(Some((
+                            reconcile.clone(),
+                            decision.clone(),
+                            deletion.clone(),
+                        )));
+                    }
+                }
+            }
+            Ok(None)
+        },
+    )
+    .await?;
+    ensure!(
+        reconcile.tags.get("rollout_group").map(String::as_str) == Some("ingester")
+            && reconcile.tags.get("namespace") == Some(&ns),
+        "reconcile attributes: {:?}",
+        reconcile.tags
+    );
+    let pod = deletion.tags.get("pod").context("pod attribute")?;
+    ensure!(
+        pod.starts_with(&format!("{ns}/ingester-zone-")),
+        "deleted pod {pod}"
+    );
+    ensure!(
+        decision
+            .tags
+            .get("delete_pods")
+            .is_some_and(|chosen| chosen.contains(pod.as_str())),
+        "the decision names the pod it deletes: {:?} vs {pod}",
+        decision.tags
+    );
     Ok(())
 }
