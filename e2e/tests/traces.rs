@@ -356,3 +356,98 @@ async fn a_rollout_is_traced_from_decision_to_deletion() -> Result<()> {
     );
     Ok(())
 }
+
+/// A collector that cannot be used never stops a service: a malformed endpoint turns export
+/// off with one warning; a collector refusing connections costs the dropped-spans counter while
+/// layers deploy as usual.
+#[tokio::test]
+async fn bad_or_absent_collectors_never_stop_a_service() -> Result<()> {
+    let c = cluster();
+    let client = c.client().await?;
+    let test_ns = TestNamespace::create(&client, "traces-bad").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+
+    let misconfigured = start_layer_service_with_env(
+        "layer-controller",
+        &ns,
+        &[],
+        &[],
+        &env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317".into())]),
+    )?;
+    eventually(
+        "the misconfigured service ready",
+        Duration::from_secs(30),
+        || async {
+            let admin = misconfigured.admin.context("admin address")?;
+            Ok(matches!(
+                strata_e2e::support::http_get(admin, "/readyz").await,
+                Ok((200, _))
+            )
+            .then_some(()))
+        },
+    )
+    .await?;
+    let logs = misconfigured.logs();
+    ensure!(
+        logs.contains("trace export is off") && logs.contains("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        "one warning naming the variable:\n{logs}"
+    );
+    drop(misconfigured); // the next controller serves the test's layers alone
+
+    // Bound, then closed: every connection is refused.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let controller = start_layer_service_with_env(
+        "layer-controller",
+        &ns,
+        &["--health-poll", "500ms"],
+        &[],
+        &env(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{closed}")),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "500".into()),
+        ]),
+    )?;
+    let files = vec![(
+        "settings.yaml",
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: {ns}}}\ndata: {{a: \"1\"}}\n"
+        ),
+    )];
+    apply_yaml(&client, &ns, &source_configmap(&ns, "cm", &files)).await?;
+    let layer = format!("{ns}-cm");
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  source: {{kind: ConfigMap, name: src-cm, namespace: {ns}, path: ./}}
+"
+        ),
+    )
+    .await?;
+    eventually("the layer Deployed", Duration::from_secs(60), || async {
+        Ok((layer_status(&client, &layer).await?["state"] == "Deployed").then_some(()))
+    })
+    .await?;
+    eventually(
+        "the refused spans counted",
+        Duration::from_secs(30),
+        || async {
+            let dropped = controller
+                .metric("layer_controller_traces_dropped_total", &[])
+                .await?;
+            let exported = controller
+                .metric("layer_controller_traces_exported_total", &[])
+                .await?;
+            ensure!(exported == 0.0, "exported {exported} to a closed port");
+            Ok((dropped > 0.0).then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}
