@@ -258,6 +258,23 @@ spec:
     )
 }
 
+/// A Deployment `name` in `ns`: one replica of `image` in container `app`, pods labelled
+/// `app: <name>`.
+pub fn deployment_yaml(ns: &str, name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}}}}}
+    spec: {{containers: [{{name: app, image: \"{image}\"}}]}}
+"
+    )
+}
+
 /// A ConfigMap `name` in `ns` with one key; `extra_meta` is appended inside `metadata`
 /// (e.g. `, labels: {a: b}`).
 pub fn configmap_yaml(ns: &str, name: &str, extra_meta: &str) -> String {

@@ -29,6 +29,7 @@ pub mod jaeger;
 pub mod layout;
 pub mod plane;
 pub mod pod_endpoints;
+pub mod prometheus;
 pub mod release;
 pub mod rollout_watch;
 pub mod sbom;

@@ -12,7 +12,9 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use strata_e2e::flux::{install_layer_crds, layer_status, source_configmap};
+use strata_e2e::flux::{
+    configmap_layer, configmap_yaml, deployment_yaml, install_layer_crds, layer_status,
+};
 use strata_e2e::jaeger::{Jaeger, Span};
 use strata_e2e::services::start_layer_service_with_env;
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
@@ -55,29 +57,9 @@ async fn a_deploy_and_a_heal_are_traced_across_services() -> Result<()> {
     install_layer_crds(&client, &ns).await?;
     let layer = format!("{ns}-web");
     let files = vec![
-        (
-            "web.yaml",
-            format!(
-                "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {ns}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec: {{containers: [{{name: app, image: \"nginx:1.25\"}}]}}
-"
-            ),
-        ),
-        (
-            "settings.yaml",
-            format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: {ns}}}\ndata: {{a: \"1\"}}\n"
-            ),
-        ),
+        ("web.yaml", deployment_yaml(&ns, "web", "nginx:1.25")),
+        ("settings.yaml", configmap_yaml(&ns, "settings", "")),
     ];
-    apply_yaml(&client, &ns, &source_configmap(&ns, "web", &files)).await?;
     // gRPC: an endpoint alone (not OTLP/HTTP's port) means gRPC.
     let _controller = start_layer_service_with_env(
         "layer-controller",
@@ -106,22 +88,7 @@ spec:
             ),
         ]),
     )?;
-    apply_yaml(
-        &client,
-        &ns,
-        &format!(
-            "apiVersion: strata.dev/v1alpha1
-kind: AddonsLayer
-metadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}
-spec:
-  version: 1.0.0
-  interval: 1h
-  timeout: 60s
-  source: {{kind: ConfigMap, name: src-web, namespace: {ns}, path: ./}}
-"
-        ),
-    )
-    .await?;
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "web", "60s", &files)).await?;
     eventually("the layer Deployed", Duration::from_secs(60), || async {
         Ok((layer_status(&client, &layer).await?["state"] == "Deployed").then_some(()))
     })
@@ -407,29 +374,9 @@ async fn bad_or_absent_collectors_never_stop_a_service() -> Result<()> {
             ("OTEL_EXPORTER_OTLP_TIMEOUT", "500".into()),
         ]),
     )?;
-    let files = vec![(
-        "settings.yaml",
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: settings, namespace: {ns}}}\ndata: {{a: \"1\"}}\n"
-        ),
-    )];
-    apply_yaml(&client, &ns, &source_configmap(&ns, "cm", &files)).await?;
     let layer = format!("{ns}-cm");
-    apply_yaml(
-        &client,
-        &ns,
-        &format!(
-            "apiVersion: strata.dev/v1alpha1
-kind: AddonsLayer
-metadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}
-spec:
-  version: 1.0.0
-  interval: 1h
-  source: {{kind: ConfigMap, name: src-cm, namespace: {ns}, path: ./}}
-"
-        ),
-    )
-    .await?;
+    let files = vec![("settings.yaml", configmap_yaml(&ns, "settings", ""))];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "cm", "60s", &files)).await?;
     eventually("the layer Deployed", Duration::from_secs(60), || async {
         Ok((layer_status(&client, &layer).await?["state"] == "Deployed").then_some(()))
     })

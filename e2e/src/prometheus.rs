@@ -1,0 +1,175 @@
+//! A real Prometheus server (built from its Go module by the plane build) scraping the
+//! services of one test, and its HTTP API to evaluate queries and read alerts.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use crate::plane::{cache_dir, free_port, pinned_version};
+use crate::services::ServiceProcess;
+use crate::support::{eventually, http_get};
+
+/// The server binary: `$PROMETHEUS`, else the plane build's cache for the pinned version.
+pub fn binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("PROMETHEUS").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let version =
+        pinned_version("PROMETHEUS_VERSION").context("PROMETHEUS_VERSION in versions.env")?;
+    let path = cache_dir()
+        .context("no cache directory")?
+        .join(format!("bin/prometheus-{version}/prometheus"));
+    if !path.exists() {
+        bail!("{} missing: run `make plane-build`", path.display());
+    }
+    Ok(path)
+}
+
+/// One scrape job: a service's admin address with the labels Kubernetes service discovery
+/// would give its pod.
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub job: String,
+    pub address: SocketAddr,
+    pub labels: Vec<(String, String)>,
+}
+
+/// A running Prometheus.
+#[derive(Debug)]
+pub struct Prometheus {
+    pub address: SocketAddr,
+    process: ServiceProcess,
+}
+
+/// `text` percent-encoded for a URL query value.
+fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `targets` every second (and kube-apiserver at `apiserver`,
+    /// with the plane's client certificate, when given), evaluating `rules` (a rule file's
+    /// YAML) every second; waits until it is ready.
+    pub async fn start(
+        targets: &[Target],
+        apiserver: Option<(&str, &Path)>,
+        rules: &str,
+    ) -> Result<Self> {
+        let port = free_port()?;
+        let dir = std::env::temp_dir().join(format!(
+            "strata-e2e-prometheus-{}",
+            core_k8s::args::random_suffix()
+        ));
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(dir.join("rules.yaml"), rules)?;
+        let mut config = String::from(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\nrule_files: [rules.yaml]\nscrape_configs:\n",
+        );
+        for t in targets {
+            let labels: Vec<String> = t
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}: {v:?}"))
+                .collect();
+            config.push_str(&format!(
+                "- job_name: {:?}\n  static_configs: [{{targets: [\"{}\"], labels: {{{}}}}}]\n",
+                t.job,
+                t.address,
+                labels.join(", ")
+            ));
+        }
+        if let Some((server, pki)) = apiserver {
+            let host = server
+                .trim_start_matches("https://")
+                .trim_end_matches('/')
+                .to_string();
+            config.push_str(&format!(
+                "- job_name: kube-apiserver\n  scheme: https\n  tls_config: {{ca_file: {:?}, cert_file: {:?}, key_file: {:?}}}\n  static_configs: [{{targets: [\"{host}\"]}}]\n",
+                pki.join("ca.crt"),
+                pki.join("admin.crt"),
+                pki.join("admin.key"),
+            ));
+        }
+        std::fs::write(dir.join("prometheus.yml"), &config)?;
+        let process = ServiceProcess::spawn_plain_blocking(
+            &binary()?,
+            &[
+                &format!("--config.file={}", dir.join("prometheus.yml").display()),
+                &format!("--storage.tsdb.path={}", dir.join("data").display()),
+                &format!("--web.listen-address=127.0.0.1:{port}"),
+            ],
+            &std::env::temp_dir().join("strata-e2e-logs"),
+        )?;
+        let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+        eventually("Prometheus ready", Duration::from_secs(60), || async {
+            Ok(matches!(http_get(address, "/-/ready").await, Ok((200, _))).then_some(()))
+        })
+        .await
+        .with_context(|| format!("Prometheus log:\n{}", process.logs()))?;
+        Ok(Self { address, process })
+    }
+
+    fn data(body: &str, what: &str) -> Result<Value> {
+        let answer: Value =
+            serde_json::from_str(body).with_context(|| format!("{what}: {body}"))?;
+        if answer["status"] != "success" {
+            bail!("{what}: {body}");
+        }
+        Ok(answer["data"].clone())
+    }
+
+    /// The series an instant query returns now; a query Prometheus refuses is an error.
+    pub async fn query(&self, expr: &str) -> Result<Vec<Value>> {
+        let (_, body) = http_get(
+            self.address,
+            &format!("/api/v1/query?query={}", encode(expr)),
+        )
+        .await?;
+        Ok(Self::data(&body, expr)?["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// Alerts now pending or firing.
+    pub async fn alerts(&self) -> Result<Vec<Value>> {
+        let (_, body) = http_get(self.address, "/api/v1/alerts").await?;
+        Ok(Self::data(&body, "alerts")?["alerts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+
+    /// Whether every target of `job` was scraped successfully at least once.
+    pub async fn scraped(&self, job: &str) -> Result<bool> {
+        let up = self.query(&format!("up{{job=\"{job}\"}} == 1")).await?;
+        Ok(!up.is_empty())
+    }
+
+    pub fn logs(&self) -> String {
+        self.process.logs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_are_percent_encoded() {
+        assert_eq!(
+            encode(r#"sum by (le) (rate(x{a=~"b.*"}[1m]))"#),
+            "sum%20by%20%28le%29%20%28rate%28x%7Ba%3D~%22b.%2A%22%7D%5B1m%5D%29%29"
+        );
+    }
+}

@@ -1,0 +1,458 @@
+//! The dashboards and alerts against a real Prometheus. It scrapes the four services (and
+//! kube-apiserver) while they do what the dashboards show: a layer deployed with a dependent,
+//! one pruned object and one failing layer, a drift found and healed, a zone rollout, admission
+//! reviews. Then every query of every dashboard panel, its variables resolved, is evaluated:
+//! one that returns no series fails the test unless `dashboards/e2e-empty.tsv` (written by the
+//! generator) says why it may be empty here (series that exist only once something fails). Last, alerts are driven to fire for real
+//! (with every `for` set to 0 s): a failing layer, a webhook stopped under `failurePolicy: Fail`
+//! while kube-apiserver keeps calling it, and a service whose every replica is gone.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::ListParams;
+use serde_json::Value;
+use strata_e2e::admission::register;
+use strata_e2e::chart::repo_root;
+use strata_e2e::flux::{
+    configmap_layer, configmap_yaml, deployment_yaml, install_layer_crds, layer_status,
+    source_configmap,
+};
+use strata_e2e::plane::free_port;
+use strata_e2e::prometheus::{Prometheus, Target};
+use strata_e2e::services::{
+    ServiceProcess, chart_identity, start_admission_webhook, start_layer_service,
+    start_service_with,
+};
+use strata_e2e::support::{
+    STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster,
+    crds_established, eventually, pod_ready, rollout_zone,
+};
+
+/// `(dashboard uid, panel id, refId)` → why that query may return nothing in this scenario.
+fn may_be_empty() -> BTreeMap<(String, u64, String), String> {
+    let text = std::fs::read_to_string(repo_root().join("dashboards/e2e-empty.tsv")).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, '\t').collect();
+            assert_eq!(f.len(), 5, "e2e-empty.tsv: {l:?}");
+            assert!(!f[4].trim().is_empty(), "e2e-empty.tsv: no reason in {l:?}");
+            (
+                (f[0].to_string(), f[1].parse().unwrap(), f[3].to_string()),
+                f[4].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// A panel query: dashboard uid, panel id and title, refId, and the expression with the
+/// variables resolved as Grafana would for "All" and a 1 s scrape interval.
+struct Query {
+    uid: String,
+    panel: u64,
+    title: String,
+    ref_id: String,
+    expr: String,
+}
+
+fn panel_queries() -> Vec<Query> {
+    let mut out = Vec::new();
+    let dir = repo_root().join("dashboards");
+    let mut boards: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    boards.sort();
+    for path in boards {
+        let board: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let uid = board["uid"].as_str().unwrap().to_string();
+        for panel in board["panels"].as_array().unwrap() {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                out.push(Query {
+                    uid: uid.clone(),
+                    panel: panel["id"].as_u64().unwrap(),
+                    title: panel["title"].as_str().unwrap().to_string(),
+                    ref_id: target["refId"].as_str().unwrap().to_string(),
+                    expr: target["expr"]
+                        .as_str()
+                        .unwrap()
+                        .replace("$cluster", ".*")
+                        .replace("$namespace", ".*")
+                        .replace("$__rate_interval", "30s"),
+                });
+            }
+        }
+    }
+    out
+}
+
+async fn deployed(client: &kube::Client, layer: &str) -> Result<()> {
+    eventually(
+        &format!("{layer} Deployed"),
+        Duration::from_secs(60),
+        || async { Ok((layer_status(client, layer).await?["state"] == "Deployed").then_some(())) },
+    )
+    .await
+}
+
+fn target(job: &str, process: &ServiceProcess, ns: &str) -> Target {
+    Target {
+        job: job.to_string(),
+        address: process.admin.expect("admin address"),
+        labels: vec![
+            ("namespace".into(), ns.to_string()),
+            ("pod".into(), format!("{job}-0")),
+            ("cluster".into(), "e2e".into()),
+        ],
+    }
+}
+
+#[tokio::test]
+async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<()> {
+    let c = cluster();
+    let client = c.client().await?;
+    let test_ns = TestNamespace::create(&client, "observability").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    apply_shipped_crd(&client, &ns, "zone-aware-pod-disruption-budget.yaml").await?;
+    crds_established(
+        &client,
+        &["zoneawarepoddisruptionbudgets.rollout-operator.grafana.com"],
+    )
+    .await?;
+
+    // The services, each scraped as Kubernetes service discovery would label its pod.
+    let mut controller = start_layer_service(
+        "layer-controller",
+        &ns,
+        &["--health-poll", "500ms", "--orphan-grace", "1s"],
+    )?;
+    let observer = start_layer_service("drift-observer", &ns, &[])?;
+    let rollout_args = [
+        "--watch-namespace",
+        ns.as_str(),
+        "--lease-namespace",
+        ns.as_str(),
+        "--leader-elect=false",
+    ];
+    let operator = start_service_with(
+        "rollout-operator",
+        &chart_identity(c.kubeconfig(), "rollout-operator", &rollout_args)?,
+        &rollout_args,
+    )?;
+    let tls_port = free_port()?;
+    let mut webhook = start_admission_webhook(
+        &ns,
+        &format!("127.0.0.1:{tls_port}"),
+        &["--tls-extra-names", "127.0.0.1"],
+    )?;
+    let server = std::fs::read_to_string(c.kubeconfig())?
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
+        .context("server in the kubeconfig")?;
+    let pki = c.kubeconfig().parent().context("plane dir")?.join("pki");
+    let rules = std::fs::read_to_string(repo_root().join("dashboards/alerts.yaml"))?;
+    // Every alert fires as soon as its expression holds: the test cannot wait out `for`.
+    let rules: String = rules
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("for: ") {
+            Some(_) => format!("{}for: \"0s\"", &l[..l.len() - l.trim_start().len()]),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let prometheus = Prometheus::start(
+        &[
+            target("layer-controller", &controller, &ns),
+            target("drift-observer", &observer, &ns),
+            target("rollout-operator", &operator, &ns),
+            target("admission-webhook", &webhook, &ns),
+        ],
+        Some((&server, &pki)),
+        &rules,
+    )
+    .await?;
+    let _hook = register(
+        &client,
+        &ns,
+        "ValidatingWebhookConfiguration",
+        tls_port,
+        "/admission/no-downscale",
+        STATEFULSET_UPDATE_RULES,
+    )
+    .await?;
+
+    // Layers: a base with a dependent, one object pruned, one layer failing.
+    let deployment = deployment_yaml(&ns, "web", "nginx:1.25");
+    let settings = configmap_yaml(&ns, "settings", "");
+    let extra = configmap_yaml(&ns, "extra", "");
+    let broken = format!(
+        "apiVersion: example.invalid/v1\nkind: NoSuchKind\nmetadata: {{name: x, namespace: {ns}}}\n"
+    );
+    let base_files = [
+        ("web.yaml", deployment.clone()),
+        ("settings.yaml", settings),
+    ];
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "base", "30s", &base_files),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "{}  prereqs: {{dependsOn: [{ns}-base]}}\n",
+            configmap_layer(&ns, "apps", "30s", &[("extra.yaml", extra)])
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "broken", "30s", &[("x.yaml", broken)]),
+    )
+    .await?;
+    let base = format!("{ns}-base");
+    deployed(&client, &base).await?;
+    deployed(&client, &format!("{ns}-apps")).await?;
+    // Prune: the base's source drops settings.yaml.
+    apply_yaml(
+        &client,
+        &ns,
+        &source_configmap(&ns, "base", &[("web.yaml", deployment)]),
+    )
+    .await?;
+    eventually("settings pruned", Duration::from_secs(60), || async {
+        let out = c
+            .kubectl()
+            .args([
+                "-n",
+                &ns,
+                "get",
+                "configmap",
+                "settings",
+                "--ignore-not-found",
+                "-o",
+                "name",
+            ])
+            .output()?;
+        Ok(out.stdout.is_empty().then_some(()))
+    })
+    .await?;
+
+    // Drift, healed.
+    c.kubectl()
+        .args([
+            "-n",
+            &ns,
+            "set",
+            "image",
+            "deployment/web",
+            "app=nginx:1.26",
+        ])
+        .output()?;
+    eventually("the drift healed", Duration::from_secs(60), || async {
+        Ok((observer
+            .metric("drift_observer_drift_healed_total", &[])
+            .await?
+            > 0.0)
+            .then_some(()))
+    })
+    .await?;
+
+    // A zone rollout under a zone-aware disruption budget (each image change also reviewed
+    // by the no-downscale webhook), then an eviction the pod-eviction webhook decides.
+    apply_yaml(
+        &client,
+        &ns,
+        "apiVersion: rollout-operator.grafana.com/v1\nkind: ZoneAwarePodDisruptionBudget\nmetadata: {name: ingester}\nspec: {maxUnavailable: 1, selector: {matchLabels: {rollout-group: ingester}}}\n",
+    )
+    .await?;
+    let _eviction_hook = register(
+        &client,
+        &ns,
+        "ValidatingWebhookConfiguration",
+        tls_port,
+        "/admission/pod-eviction",
+        "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]",
+    )
+    .await?;
+    let zone = |z: &str, image: &str| rollout_zone("ingester", z, 1, image, 1, false);
+    for z in ["a", "b", "c"] {
+        apply_yaml(&client, &ns, &zone(z, "example.invalid/ingester:1")).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    eventually("3 ready ingesters", Duration::from_secs(60), || async {
+        let list = pods
+            .list(&ListParams::default().labels("rollout-group=ingester"))
+            .await?
+            .items;
+        Ok((list.len() == 3 && list.iter().all(pod_ready)).then_some(()))
+    })
+    .await?;
+    for z in ["a", "b", "c"] {
+        apply_yaml(&client, &ns, &zone(z, "example.invalid/ingester:2")).await?;
+    }
+    eventually(
+        "pods deleted by the rollout",
+        Duration::from_secs(60),
+        || async {
+            Ok((operator
+                .metric("rollout_operator_pods_deleted_total", &[])
+                .await?
+                > 0.0)
+                .then_some(()))
+        },
+    )
+    .await?;
+    let eviction = std::env::temp_dir().join(format!("eviction-{ns}.json"));
+    std::fs::write(
+        &eviction,
+        format!(
+            r#"{{"apiVersion":"policy/v1","kind":"Eviction","metadata":{{"name":"ingester-zone-a-0","namespace":"{ns}"}}}}"#
+        ),
+    )?;
+    eventually("an eviction decided", Duration::from_secs(30), || async {
+        // Allowed or refused (429): either way the budget decided it.
+        let _ = c
+            .kubectl()
+            .args([
+                "create",
+                "--raw",
+                &format!("/api/v1/namespaces/{ns}/pods/ingester-zone-a-0/eviction"),
+                "-f",
+            ])
+            .arg(&eviction)
+            .output()?;
+        Ok((webhook
+            .metric("admission_webhook_zpdb_eviction_requests_total", &[])
+            .await?
+            > 0.0)
+            .then_some(()))
+    })
+    .await?;
+    eventually("reviews answered", Duration::from_secs(30), || async {
+        Ok((webhook
+            .metric("admission_webhook_reviews_total", &[])
+            .await?
+            > 0.0)
+            .then_some(()))
+    })
+    .await?;
+
+    // Every panel query returns series, or says why it may not.
+    for job in [
+        "layer-controller",
+        "drift-observer",
+        "rollout-operator",
+        "admission-webhook",
+        "kube-apiserver",
+    ] {
+        eventually(
+            &format!("{job} scraped"),
+            Duration::from_secs(30),
+            || async { Ok(prometheus.scraped(job).await?.then_some(())) },
+        )
+        .await?;
+    }
+    // A few scrapes after the last event, so rates have two samples of it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let allowed = may_be_empty();
+    let queries = panel_queries();
+    let mut empty = Vec::new();
+    for q in &queries {
+        let series = prometheus
+            .query(&q.expr)
+            .await
+            .with_context(|| format!("{} / {} / {}", q.uid, q.title, q.ref_id))?;
+        if series.is_empty() && !allowed.contains_key(&(q.uid.clone(), q.panel, q.ref_id.clone())) {
+            empty.push(format!(
+                "{}\t{} {}\t{}\t{}",
+                q.uid, q.panel, q.title, q.ref_id, q.expr
+            ));
+        }
+    }
+    ensure!(
+        empty.is_empty(),
+        "panel queries without data (uid, panel, refId, query):\n{}",
+        empty.join("\n")
+    );
+    for (uid, panel, ref_id) in allowed.keys() {
+        ensure!(
+            queries
+                .iter()
+                .any(|q| (&q.uid, q.panel, &q.ref_id) == (uid, *panel, ref_id)),
+            "e2e-empty.tsv names {uid} panel {panel} {ref_id}, which no dashboard has"
+        );
+    }
+
+    // Alerts, for real: a failing layer, a webhook down under Fail, a service gone.
+    let _ = webhook.terminate_blocking();
+    let sts = format!("{ns}/ingester-zone-a");
+    let firing = |name: &'static str| {
+        let prometheus = &prometheus;
+        async move {
+            Ok::<bool, anyhow::Error>(
+                prometheus
+                    .alerts()
+                    .await?
+                    .iter()
+                    .any(|a| a["labels"]["alertname"] == name && a["state"] == "firing"),
+            )
+        }
+    };
+    eventually(
+        "AdmissionWebhookUnavailable firing",
+        Duration::from_secs(60),
+        || async {
+            // Each refused update is one more calling_webhook_error at kube-apiserver.
+            let _ = c
+                .kubectl()
+                .args([
+                    "-n",
+                    &ns,
+                    "annotate",
+                    "--overwrite",
+                    "statefulset",
+                    "ingester-zone-a",
+                    &format!("e2e/poke={}", core_k8s::args::random_suffix()),
+                ])
+                .output()?;
+            Ok(firing("AdmissionWebhookUnavailable").await?.then_some(()))
+        },
+    )
+    .await
+    .with_context(|| {
+        format!(
+            "AdmissionWebhookUnavailable never fired while kube-apiserver refused updates of {sts}"
+        )
+    })?;
+    eventually(
+        "AddonsLayerFailed firing",
+        Duration::from_secs(60),
+        || async { Ok(firing("AddonsLayerFailed").await?.then_some(())) },
+    )
+    .await?;
+    let _ = controller.terminate_blocking();
+    eventually(
+        "LayerControllerDown firing",
+        Duration::from_secs(60),
+        || async { Ok(firing("LayerControllerDown").await?.then_some(())) },
+    )
+    .await?;
+    // And a service still up does not fire.
+    ensure!(
+        !firing("DriftObserverDown").await?,
+        "DriftObserverDown fired while it runs"
+    );
+    Ok(())
+}
