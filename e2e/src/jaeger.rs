@@ -49,9 +49,9 @@ pub struct Span {
 }
 
 impl Jaeger {
-    /// Starts Jaeger on free local ports and waits until its query API answers. With
-    /// `http_tls` (certificate and key files), its OTLP/HTTP receiver serves HTTPS.
-    pub async fn start(http_tls: Option<(&Path, &Path)>) -> Result<Self> {
+    /// Starts Jaeger on free local ports and waits until its query API answers. With `tls`
+    /// (certificate and key files), both OTLP receivers serve TLS.
+    pub async fn start(tls: Option<(&Path, &Path)>) -> Result<Self> {
         let [grpc, http, query, query_grpc] =
             [free_port()?, free_port()?, free_port()?, free_port()?];
         let dir = std::env::temp_dir().join(format!(
@@ -61,7 +61,7 @@ impl Jaeger {
         std::fs::create_dir_all(&dir)?;
         // Only what the test needs: OTLP in, memory storage, the query API; no other listener
         // (the defaults would take fixed ports: 4317, 16686, 8888…).
-        let tls = http_tls
+        let tls = tls
             .map(|(cert, key)| {
                 format!(
                     "\n        tls:\n          cert_file: {}\n          key_file: {}",
@@ -98,7 +98,7 @@ receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:{grpc}
+        endpoint: 127.0.0.1:{grpc}{tls}
       http:
         endpoint: 127.0.0.1:{http}{tls}
 processors:

@@ -150,6 +150,21 @@ impl Prometheus {
             .unwrap_or_default())
     }
 
+    /// Every rule loaded, with the health of its last evaluation: (name, health, last error).
+    pub async fn rules(&self) -> Result<Vec<(String, String, String)>> {
+        let (_, body) = http_get(self.address, "/api/v1/rules").await?;
+        Ok(Self::data(&body, "rules")?["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+            .map(|r| {
+                let text = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                (text("name"), text("health"), text("lastError"))
+            })
+            .collect())
+    }
+
     /// Whether every target of `job` was scraped successfully at least once.
     pub async fn scraped(&self, job: &str) -> Result<bool> {
         let up = self.query(&format!("up{{job=\"{job}\"}} == 1")).await?;

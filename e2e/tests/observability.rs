@@ -158,9 +158,9 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
         .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
         .context("server in the kubeconfig")?;
     let pki = c.kubeconfig().parent().context("plane dir")?.join("pki");
-    let rules = std::fs::read_to_string(repo_root().join("dashboards/alerts.yaml"))?;
+    let rules_text = std::fs::read_to_string(repo_root().join("dashboards/alerts.yaml"))?;
     // Every alert fires as soon as its expression holds: the test cannot wait out `for`.
-    let rules: String = rules
+    let rules: String = rules_text
         .lines()
         .map(|l| match l.trim_start().strip_prefix("for: ") {
             Some(_) => format!("{}for: \"0s\"", &l[..l.len() - l.trim_start().len()]),
@@ -394,6 +394,23 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
             "e2e-empty.tsv names {uid} panel {panel} {ref_id}, which no dashboard has"
         );
     }
+
+    // Every alert expression evaluated by Prometheus without error, on these series.
+    let rules = prometheus.rules().await?;
+    let expected: usize = rules_text.matches("- alert: ").count();
+    ensure!(
+        rules.len() == expected,
+        "{} rules loaded, {expected} in alerts.yaml",
+        rules.len()
+    );
+    let unhealthy: Vec<_> = rules
+        .iter()
+        .filter(|(_, health, _)| health != "ok")
+        .collect();
+    ensure!(
+        unhealthy.is_empty(),
+        "rules not evaluated cleanly: {unhealthy:?}"
+    );
 
     // Alerts, for real: a failing layer, a webhook down under Fail, a service gone.
     let _ = webhook.terminate_blocking();

@@ -1,5 +1,5 @@
 //! Traces in a real Jaeger: a layer-controller exporting over OTLP/gRPC and a drift-observer
-//! over OTLP/HTTP with TLS (a private CA) deploy a layer, then find and heal a `kubectl set image`. Checked through
+//! over OTLP/HTTP, both with TLS and a private CA, deploy a layer, then find and heal a `kubectl set image`. Checked through
 //! Jaeger's query API: the span tree of the deploy (reconcile → source fetch → apply →
 //! health gate) with the attributes users search by, the drift check and its dry run, and the
 //! heal crossing services — the layer-controller's re-apply is a child of the observer's heal
@@ -39,8 +39,9 @@ fn child_of<'a>(spans: &'a [Span], parent: &Span, operation: &str) -> Option<&'a
 #[tokio::test]
 async fn a_deploy_and_a_heal_are_traced_across_services() -> Result<()> {
     let c = cluster();
-    // OTLP/HTTP over TLS with the plane's serving certificate (127.0.0.1): the observer trusts
-    // it through OTEL_EXPORTER_OTLP_CERTIFICATE, as a user with a private CA would.
+    // OTLP over TLS with the plane's serving certificate (127.0.0.1): the services trust it
+    // through OTEL_EXPORTER_OTLP_CERTIFICATE, as users with a private CA would. (The rollout
+    // test below exports over plain gRPC.)
     let pki = c
         .kubeconfig()
         .parent()
@@ -66,10 +67,16 @@ async fn a_deploy_and_a_heal_are_traced_across_services() -> Result<()> {
         &ns,
         &["--health-poll", "500ms", "--sync-period", "1h"],
         &[],
-        &env(&[(
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            format!("http://{}", jaeger.otlp_grpc),
-        )]),
+        &env(&[
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                format!("https://{}", jaeger.otlp_grpc),
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_CERTIFICATE",
+                pki.join("ca.crt").display().to_string(),
+            ),
+        ]),
     )?;
     let _observer = start_layer_service_with_env(
         "drift-observer",
