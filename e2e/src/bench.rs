@@ -62,13 +62,7 @@ pub fn spawn_anchor_style(
 ) -> Result<(ServiceProcess, std::net::SocketAddr)> {
     let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
     let kubeconfig = cluster().kubeconfig();
-    let config = kube::config::Kubeconfig::read_from(kubeconfig)?;
-    let server = config
-        .clusters
-        .first()
-        .and_then(|c| c.cluster.as_ref())
-        .and_then(|c| c.server.clone())
-        .context("the kubeconfig names no server")?;
+    let server = crate::support::kubeconfig_server(kubeconfig)?;
     let port = free_port()?;
     let args = [
         format!("-kubernetes.namespace={ns}"),

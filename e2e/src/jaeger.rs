@@ -9,23 +9,13 @@ use std::time::Duration;
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::plane::{cache_dir, free_port, pinned_version};
+use crate::plane::{cached_tool, free_port};
 use crate::services::ServiceProcess;
 use crate::support::{eventually, http_get};
 
 /// The Jaeger binary: `$JAEGER`, else the plane build's cache for the pinned version.
 pub fn binary() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("JAEGER").filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(p));
-    }
-    let version = pinned_version("JAEGER_VERSION").context("JAEGER_VERSION in versions.env")?;
-    let path = cache_dir()
-        .context("no cache directory")?
-        .join(format!("bin/jaeger-{version}/jaeger"));
-    if !path.exists() {
-        bail!("{} missing: run `make plane-build`", path.display());
-    }
-    Ok(path)
+    cached_tool("JAEGER", "JAEGER_VERSION", "jaeger")
 }
 
 /// A running Jaeger: OTLP over gRPC and HTTP, and the query API.

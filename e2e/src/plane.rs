@@ -67,6 +67,24 @@ pub fn cache_dir() -> Option<PathBuf> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/strata")))
 }
 
+/// A tool the plane build makes from its Go module: `$<env>` when set, else
+/// `<cache>/bin/<name>-<version>/<name>` for the version `versions.env` pins under
+/// `version_key`; an error saying to run `make plane-build` when it is not there.
+pub fn cached_tool(env: &str, version_key: &str, name: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let version = pinned_version(version_key)
+        .with_context(|| format!("{version_key} in e2e/plane/versions.env"))?;
+    let path = cache_dir()
+        .context("no cache directory ($STRATA_CACHE or $HOME)")?
+        .join(format!("bin/{name}-{version}/{name}"));
+    if !path.exists() {
+        bail!("{} missing: run `make plane-build`", path.display());
+    }
+    Ok(path)
+}
+
 /// Where the component binaries live.
 #[derive(Clone, Debug)]
 pub struct Binaries {

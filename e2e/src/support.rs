@@ -76,6 +76,16 @@ fn start_or_reuse() -> Result<TestCluster> {
     })
 }
 
+/// The API server the first cluster of `kubeconfig` names (`https://host:port`).
+pub fn kubeconfig_server(kubeconfig: &Path) -> Result<String> {
+    kube::config::Kubeconfig::read_from(kubeconfig)?
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.server.clone())
+        .context("the kubeconfig names no server")
+}
+
 /// The kubectl binary the tests use (`$KUBECTL`, the plane's, else `kubectl` on `PATH`).
 pub fn kubectl_binary() -> PathBuf {
     cluster().kubectl.clone()

@@ -6,24 +6,11 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use strata_e2e::chart::repo_root;
+use strata_e2e::plane::cached_tool;
 
 /// promtool: `$PROMTOOL`, else the plane build's cache directory for the pinned version.
 fn promtool() -> PathBuf {
-    if let Some(p) = std::env::var_os("PROMTOOL").filter(|p| !p.is_empty()) {
-        return PathBuf::from(p);
-    }
-    let versions =
-        std::fs::read_to_string(repo_root().join("e2e/plane/versions.env")).unwrap_or_default();
-    let version = versions
-        .lines()
-        .find_map(|l| l.strip_prefix("PROMETHEUS_VERSION="))
-        .unwrap_or("(PROMETHEUS_VERSION missing from e2e/plane/versions.env)");
-    let cache = std::env::var_os("STRATA_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/strata")
-        });
-    cache.join(format!("bin/promtool-{version}/promtool"))
+    cached_tool("PROMTOOL", "PROMETHEUS_VERSION", "promtool").unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 fn run(args: &[&str]) -> String {

@@ -31,7 +31,7 @@ use strata_e2e::services::{
 };
 use strata_e2e::support::{
     STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster,
-    crds_established, eventually, pod_ready, rollout_zone,
+    crds_established, eventually, kubeconfig_server, pod_ready, rollout_zone,
 };
 
 /// `(dashboard uid, panel id, refId)` → why that query may return nothing in this scenario.
@@ -153,10 +153,7 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
         &format!("127.0.0.1:{tls_port}"),
         &["--tls-extra-names", "127.0.0.1"],
     )?;
-    let server = std::fs::read_to_string(c.kubeconfig())?
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("server: ").map(str::to_string))
-        .context("server in the kubeconfig")?;
+    let server = kubeconfig_server(c.kubeconfig())?;
     let pki = c.kubeconfig().parent().context("plane dir")?.join("pki");
     let rules_text = std::fs::read_to_string(repo_root().join("dashboards/alerts.yaml"))?;
     // Every alert fires as soon as its expression holds: the test cannot wait out `for`.

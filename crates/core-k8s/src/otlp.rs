@@ -17,9 +17,9 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -159,11 +159,7 @@ impl Settings {
                 "no CA to verify the https endpoint: set OTEL_EXPORTER_OTLP_CERTIFICATE".into(),
             );
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots);
+        let builder = client_config(roots)?;
         match &self.client_certificate {
             None => Ok(builder.with_no_client_auth()),
             Some((cert, key)) => {
@@ -178,6 +174,18 @@ impl Settings {
             }
         }
     }
+}
+
+/// rustls client settings (ring, TLS 1.2 and 1.3) trusting `roots`, before client auth.
+fn client_config(
+    roots: rustls::RootCertStore,
+) -> Result<rustls::ConfigBuilder<rustls::ClientConfig, rustls::client::WantsClientCert>, String> {
+    Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| e.to_string())?
+    .with_root_certificates(roots))
 }
 
 /// TCP to the endpoint, direct or through an HTTPS proxy (CONNECT).
@@ -238,13 +246,7 @@ fn connector(settings: &Settings, target: &Uri, http1: bool) -> Result<Connector
         settings.tls()?
     } else {
         // Never used for http://, but the connector needs a configuration.
-        rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth()
+        client_config(rustls::RootCertStore::empty())?.with_no_client_auth()
     };
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(tls)
@@ -337,7 +339,7 @@ enum Control {
 #[derive(Debug)]
 pub struct BoundedExport {
     spans: SyncSender<SpanData>,
-    control: Mutex<SyncSender<Control>>,
+    control: SyncSender<Control>,
 }
 
 impl BoundedExport {
@@ -376,10 +378,7 @@ impl BoundedExport {
         outcome
             .recv()
             .map_err(|_| "export thread ended".to_string())??;
-        Ok(Self {
-            spans,
-            control: Mutex::new(control),
-        })
+        Ok(Self { spans, control })
     }
 
     fn order(
@@ -388,12 +387,7 @@ impl BoundedExport {
         timeout: Duration,
     ) -> OTelSdkResult {
         let (done, wait) = mpsc::sync_channel(1);
-        let sent = self
-            .control
-            .lock()
-            .map_err(|_| OTelSdkError::InternalFailure("poisoned".into()))?
-            .send(make(done));
-        if sent.is_err() {
+        if self.control.send(make(done)).is_err() {
             return Err(OTelSdkError::AlreadyShutdown);
         }
         wait.recv_timeout(timeout)
@@ -505,9 +499,7 @@ impl SpanProcessor for BoundedExport {
     }
 
     fn set_resource(&mut self, resource: &Resource) {
-        if let Ok(control) = self.control.lock() {
-            let _ = control.send(Control::Resource(resource.clone()));
-        }
+        let _ = self.control.send(Control::Resource(resource.clone()));
     }
 }
 

@@ -21,7 +21,7 @@ use crate::read::Reader;
 use crate::source::{self, Files, Manifest};
 
 use super::prune::prune;
-use super::status::{Report, reconcile_requested_at, write_status};
+use super::status::{Report, reconcile_request_pending, write_status};
 use super::{Access, Shared, access};
 
 #[allow(clippy::too_many_arguments)]
@@ -54,8 +54,7 @@ pub(super) async fn apply_layer(
         .iter()
         .any(|e| e.status == ORPHANED_STATUS);
     // A reconcile request (the drift-observer's heal, or a user's) re-applies at once.
-    let requested = reconcile_requested_at(layer)
-        .is_some_and(|at| previous.last_handled_reconcile_at.as_deref() != Some(at.as_str()));
+    let requested = reconcile_request_pending(layer);
     if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending && !requested) {
         if previous_state == state::DEPLOYED {
             return Ok(Action::requeue(

@@ -65,12 +65,7 @@ pub(super) async fn reconcile(
     shared: Arc<Shared>,
 ) -> Result<Action> {
     let span = tracing::info_span!("layer.reconcile", layer = %layer.name_any());
-    let requested = super::status::reconcile_requested_at(&layer);
-    let handled = layer
-        .status
-        .as_ref()
-        .and_then(|s| s.last_handled_reconcile_at.as_ref());
-    if requested.is_some() && requested.as_ref() != handled {
+    if super::status::reconcile_request_pending(&layer) {
         core_k8s::telemetry::continue_trace(
             &span,
             layer

@@ -129,6 +129,15 @@ pub(super) async fn write_status(
     Ok(())
 }
 
+/// Whether the layer carries a reconcile request (a drift heal, a user's) not handled yet.
+pub(super) fn reconcile_request_pending(layer: &AddonsLayer) -> bool {
+    let handled = layer
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_reconcile_at.as_deref());
+    reconcile_requested_at(layer).is_some_and(|at| handled != Some(at.as_str()))
+}
+
 /// The layer's `strata.dev/reconcile-requested-at` annotation, if set.
 pub(super) fn reconcile_requested_at(layer: &AddonsLayer) -> Option<String> {
     layer
