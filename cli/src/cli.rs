@@ -78,17 +78,30 @@ pub struct StatusArgs {
     /// Fix the clock for time-dependent rules (RFC 3339).
     #[arg(long)]
     pub now: Option<String>,
+    #[command(flatten)]
+    pub health: HealthArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+}
+
+/// How objects are judged, shared by `status` and `wait`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
     /// Custom health expressions for kinds kstatus cannot judge: a YAML list in Flux's
-    /// `healthCheckExprs` format (apiVersion, kind, current, inProgress, failed).
+    /// `healthCheckExprs` format (apiVersion, kind, current, inProgress, failed). Under
+    /// `--strict` they override the built-in rule pack kind by kind.
     #[arg(long, value_name = "FILE")]
     pub health_exprs: Option<PathBuf>,
-    /// Stricter than kstatus: failed Pods and containers that cannot start are Failed,
+    /// Stricter than kstatus: workloads whose pods cannot start are Failed after
+    /// --failure-grace, the built-in rules for popular CRDs apply, failed Pods are Failed,
     /// stale conditions and unobserved custom resources are InProgress, and more (see
     /// docs/core-status.md). Off by default: the default is kstatus exactly.
     #[arg(long)]
     pub strict: bool,
-    #[command(flatten)]
-    pub cluster: ClusterArgs,
+    /// With --strict: how long a workload's pod may be unable to start (image pull errors,
+    /// bad config, crash loop, unschedulable) before the workload is Failed.
+    #[arg(long, default_value = "30s", value_name = "DURATION")]
+    pub failure_grace: String,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -128,12 +141,8 @@ pub struct WaitArgs {
     /// Interval of the poll engine.
     #[arg(long, default_value = "2s")]
     pub poll_interval: String,
-    /// Custom health expressions (see `strata status --help`).
-    #[arg(long, value_name = "FILE")]
-    pub health_exprs: Option<PathBuf>,
-    /// Stricter than kstatus (see `strata status --help`).
-    #[arg(long)]
-    pub strict: bool,
+    #[command(flatten)]
+    pub health: HealthArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
 }
@@ -355,17 +364,18 @@ pub fn input_error(message: &str) -> ExitCode {
 }
 
 /// The status rules from `--strict` and `--health-exprs`.
-pub fn status_rules(
-    strict: bool,
-    health_exprs: Option<&std::path::Path>,
-) -> Result<core_status::policy::Rules, String> {
+pub fn status_rules(args: &HealthArgs) -> Result<core_status::policy::Rules, String> {
     use core_status::policy::{Policy, Rules};
-    let policy = if strict {
+    let mut policy = if args.strict {
         Policy::strict()
     } else {
         Policy::kstatus()
     };
-    let Some(path) = health_exprs else {
+    if args.strict {
+        policy.failure_grace = core_k8s::args::parse_duration(&args.failure_grace)
+            .map_err(|e| format!("--failure-grace: {e}"))?;
+    }
+    let Some(path) = &args.health_exprs else {
         return Ok(Rules {
             policy,
             health: Default::default(),

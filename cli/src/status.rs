@@ -83,7 +83,7 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(now) => now,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
-    let rules = match crate::cli::status_rules(args.strict, args.health_exprs.as_deref()) {
+    let rules = match crate::cli::status_rules(&args.health) {
         Ok(rules) => rules,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
@@ -99,6 +99,12 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(texts) => texts,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
     };
+    if rules.needs_pods() {
+        return match workload_lines(texts, &rules, now) {
+            Ok(lines) => print_lines(args.output, &lines),
+            Err(e) => Ok(crate::cli::input_error(&e)),
+        };
+    }
     let mut lines = Vec::new();
     for (source, text) in texts {
         match text_lines(&source, text, &rules, now) {
@@ -158,6 +164,37 @@ fn text_lines(
                 .collect()
         })
         .map_err(|e| e.to_string())
+}
+
+/// Status lines judged with the pods of the whole input: a workload whose pods (in any of the
+/// files) cannot start is Failed under `workload_failures`.
+fn workload_lines(
+    texts: Vec<(String, String)>,
+    rules: &Rules,
+    now: Timestamp,
+) -> Result<Vec<StatusLine>, String> {
+    let mut documents = Vec::new();
+    for (source, text) in texts {
+        documents.extend(parse(&source, &text).map_err(|e| e.to_string())?);
+    }
+    let pods = core_status::workload::PodIndex::new(
+        documents
+            .iter()
+            .filter(|d| d.api_version() == "v1" && d.kind() == "Pod")
+            .map(|d| &d.object),
+    );
+    Ok(documents
+        .iter()
+        .map(|d| {
+            StatusLine::new(
+                d.api_version(),
+                d.kind(),
+                d.namespace(),
+                d.name(),
+                rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now),
+            )
+        })
+        .collect())
 }
 
 fn print_lines(output: StatusOutput, lines: &[StatusLine]) -> anyhow::Result<ExitCode> {

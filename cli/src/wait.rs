@@ -31,7 +31,7 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
             Err(e) => return Ok(input_error(&e)),
         },
     };
-    let rules = match crate::cli::status_rules(args.strict, args.health_exprs.as_deref()) {
+    let rules = match crate::cli::status_rules(&args.health) {
         Ok(rules) => rules,
         Err(e) => return Ok(input_error(&e)),
     };

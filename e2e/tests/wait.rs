@@ -754,3 +754,157 @@ metadata: {{name: settings, namespace: {ns}}}
     );
     Ok(())
 }
+
+/// A workload whose pods cannot start, labelled for the plane's `strata-pod-cannot-start`
+/// kwok stage (or, for `Unschedulable`, matching no node so the real scheduler refuses it).
+fn cannot_start(kind: &str, name: &str, ns: &str, reason: &str) -> String {
+    let (labels, placement) = if reason == "Unschedulable" {
+        (
+            format!("{{app: {name}}}"),
+            "nodeSelector: {strata.dev/no-such-node: \"true\"}",
+        )
+    } else {
+        (
+            format!("{{app: {name}, strata.dev/fake-waiting: {reason}}}"),
+            "",
+        )
+    };
+    let pod_spec = format!(
+        "metadata: {{labels: {labels}}}
+    spec:
+      {restart}
+      {placement}
+      containers: [{{name: app, image: registry.invalid/{name}:1}}]",
+        restart = if kind == "Job" {
+            "restartPolicy: OnFailure"
+        } else {
+            ""
+        },
+    );
+    let (api_version, extra) = match kind {
+        "Job" => ("batch/v1", "backoffLimit: 6".to_string()),
+        "DaemonSet" => (
+            "apps/v1",
+            format!("selector: {{matchLabels: {{app: {name}}}}}"),
+        ),
+        "StatefulSet" => (
+            "apps/v1",
+            format!(
+                "replicas: 1\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}"
+            ),
+        ),
+        _ => (
+            "apps/v1",
+            format!("replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}"),
+        ),
+    };
+    format!(
+        "apiVersion: {api_version}
+kind: {kind}
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  {extra}
+  template:
+    {pod_spec}
+"
+    )
+}
+
+/// `strata wait --strict` fails a workload whose pods cannot start once the grace has passed,
+/// naming the pod, the container and the reason, for every reason and workload kind; the
+/// default (kstatus) wait on the same object still only sees InProgress.
+#[tokio::test]
+async fn a_strict_wait_fails_fast_when_pods_cannot_start() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-failfast").await?;
+    let grace = Duration::from_secs(5);
+    let cases = [
+        ("Deployment", "pull", "ImagePullBackOff", "pull-"),
+        ("StatefulSet", "errpull", "ErrImagePull", "errpull-0"),
+        ("DaemonSet", "badname", "InvalidImageName", "badname-"),
+        (
+            "ReplicaSet",
+            "config",
+            "CreateContainerConfigError",
+            "config-",
+        ),
+        ("Job", "crash", "CrashLoopBackOff", "crash-"),
+        ("Deployment", "nowhere", "Unschedulable", "nowhere-"),
+    ];
+    let mut manifests = String::new();
+    for (kind, name, reason, _) in cases {
+        manifests.push_str(&cannot_start(kind, name, &ns.name, reason));
+        manifests.push_str("---\n");
+    }
+    apply_yaml(&client, &ns.name, &manifests).await?;
+    let waits = cases.iter().map(|(kind, name, reason, pod_prefix)| {
+        let file = write_manifest(
+            &ns.name,
+            &format!("{name}.yaml"),
+            &cannot_start(kind, name, &ns.name, reason),
+        );
+        async move {
+            let started = Instant::now();
+            let out = run(strata_wait(&[
+                "-f",
+                file.to_str().unwrap(),
+                "--strict",
+                "--failure-grace",
+                "5s",
+                "--timeout",
+                "60s",
+            ]))
+            .await;
+            (*kind, *name, *reason, *pod_prefix, started.elapsed(), out)
+        }
+    });
+    // The same stuck Deployment under the default policy: kstatus waits for its deadline.
+    let default_file = write_manifest(
+        &ns.name,
+        "default.yaml",
+        &cannot_start("Deployment", "pull", &ns.name, "ImagePullBackOff"),
+    );
+    let default_wait = run(strata_wait(&[
+        "-f",
+        default_file.to_str().unwrap(),
+        "--timeout",
+        "12s",
+    ]));
+    let (results, default_out) = tokio::join!(futures::future::join_all(waits), default_wait);
+    for (kind, name, reason, pod_prefix, elapsed, out) in results {
+        let (_, stderr) = text(&out);
+        eprintln!("{kind} {reason}: the strict wait ended after {elapsed:?}");
+        assert_eq!(out.status.code(), Some(1), "{kind} {reason}: {stderr}");
+        assert!(
+            stderr.contains("an object Failed"),
+            "{kind} {reason}: {stderr}"
+        );
+        let line = stderr
+            .lines()
+            .find(|l| l.contains(&format!("resource {kind}/{}/{name} not ready", ns.name)))
+            .unwrap_or_else(|| panic!("{kind} {reason}: no summary line: {stderr}"));
+        assert!(line.contains("status: Failed"), "{kind} {reason}: {line}");
+        let named = if reason == "Unschedulable" {
+            ": Unschedulable: 0/".to_string()
+        } else {
+            format!("/app: {reason}: image \"registry.invalid/{name}:1\"")
+        };
+        assert!(
+            line.contains(&format!("message: {pod_prefix}")) && line.contains(&named),
+            "{kind} {reason}: the message must name the pod, container and reason: {line}"
+        );
+        assert!(
+            elapsed <= grace + Duration::from_secs(5),
+            "{kind} {reason}: Failed after {elapsed:?}, beyond the grace ({grace:?}) + 5s"
+        );
+    }
+    let (_, stderr) = text(&default_out);
+    assert_eq!(default_out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("timed out after 12s")
+            && stderr.contains("status: InProgress")
+            && !stderr.contains("ImagePullBackOff"),
+        "the default policy must stay kstatus' (InProgress until the deadline): {stderr}"
+    );
+    Ok(())
+}

@@ -18,6 +18,7 @@ pub mod object;
 pub mod policy;
 #[cfg(feature = "wait")]
 pub mod wait;
+pub mod workload;
 
 pub use aggregate::aggregate;
 pub use compact::Observed;

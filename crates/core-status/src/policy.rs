@@ -29,6 +29,13 @@ pub struct Policy {
     /// A custom resource with no status at all has not been observed by its controller yet:
     /// InProgress instead of kstatus' immediate Current.
     pub require_observed: bool,
+    /// A Deployment, StatefulSet, DaemonSet, ReplicaSet or Job whose current-revision pods
+    /// cannot start (image errors, bad config, crash loops, unschedulable) for longer than
+    /// `failure_grace` is Failed instead of InProgress until its progress deadline
+    /// ([`crate::workload`]). Needs the workload's pods.
+    pub workload_failures: bool,
+    /// How long a pod may be unable to start before `workload_failures` fails its workload.
+    pub failure_grace: std::time::Duration,
 }
 
 impl Policy {
@@ -46,17 +53,13 @@ impl Policy {
             load_balancer_ingress: true,
             on_delete_rollouts: true,
             require_observed: true,
+            workload_failures: true,
+            failure_grace: crate::workload::DEFAULT_GRACE,
         }
     }
 }
 
-const CANNOT_START: &[&str] = &[
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-];
+use crate::workload::CANNOT_START;
 
 /// A custom resource: a group that is neither core nor one of Kubernetes' own API groups.
 fn is_custom_resource(group: &str) -> bool {
@@ -223,6 +226,18 @@ pub fn compute_with_policy(
     policy: &Policy,
     health: &HealthRules,
 ) -> Result<Evaluation, StatusError> {
+    compute_with_pods(object, &[], now, policy, health)
+}
+
+/// [`compute_with_policy`] for an object whose pods are known (a workload's, found by its
+/// selector): `workload_failures` judges them.
+pub fn compute_with_pods(
+    object: &Value,
+    pods: &[Value],
+    now: jiff::Timestamp,
+    policy: &Policy,
+    health: &HealthRules,
+) -> Result<Evaluation, StatusError> {
     if let Some(result) = health.evaluate(object) {
         return result;
     }
@@ -230,7 +245,49 @@ pub fn compute_with_policy(
     if *policy == Policy::default() {
         return Ok(base);
     }
-    Ok(stricter(&Parts::new(object), base, policy))
+    let parts = Parts::new(object);
+    let judged = stricter(&parts, base, policy);
+    if !policy.workload_failures
+        || !crate::workload::is_workload(parts.api_version, parts.kind)
+        || !still_starting(&parts, &judged)
+    {
+        return Ok(judged);
+    }
+    if let Some(failed) = crate::workload::judge_pods(object, pods, now, policy.failure_grace) {
+        return Ok(failed);
+    }
+    // kstatus calls a Job Current as soon as it runs, which would end a wait before its pods
+    // had a chance to fail: under this switch a running Job needs a ready or finished pod.
+    if judged.status == Status::Current
+        && int_or(parts.status, &["ready"], 0) == 0
+        && int_or(parts.status, &["succeeded"], 0) == 0
+    {
+        return Ok(Evaluation::in_progress(
+            "JobPodsNotStarted",
+            "no pod of the Job is ready or has succeeded yet",
+        ));
+    }
+    Ok(judged)
+}
+
+/// Whether a workload may still be waiting for its pods: InProgress, or a Job kstatus calls
+/// Current while it runs (only completion ends a Job).
+fn still_starting(parts: &Parts, judged: &Evaluation) -> bool {
+    match judged.status {
+        Status::InProgress => true,
+        Status::Current => {
+            parts.kind == "Job"
+                && !lookup(parts.status, &["conditions"])
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .any(|c| {
+                        matches!(str_or(c, &["type"], ""), "Complete" | "SuccessCriteriaMet")
+                            && str_or(c, &["status"], "") == "True"
+                    })
+        }
+        _ => false,
+    }
 }
 
 /// Everything that decides a status beyond kstatus' defaults.
@@ -250,6 +307,22 @@ impl Rules {
 
     pub fn evaluate(&self, object: &Value, now: jiff::Timestamp) -> Evaluation {
         evaluate_with_policy(object, now, &self.policy, &self.health)
+    }
+
+    /// [`Rules::evaluate`] with the object's pods (see [`compute_with_pods`]).
+    pub fn evaluate_with_pods(
+        &self,
+        object: &Value,
+        pods: &[Value],
+        now: jiff::Timestamp,
+    ) -> Evaluation {
+        compute_with_pods(object, pods, now, &self.policy, &self.health)
+            .unwrap_or_else(|e| Evaluation::unknown(&e))
+    }
+
+    /// Whether judging a workload needs its pods.
+    pub fn needs_pods(&self) -> bool {
+        self.policy.workload_failures
     }
 }
 
@@ -401,5 +474,72 @@ mod tests {
             let (default, strict) = both(object.clone());
             assert_eq!(default, strict, "{object}");
         }
+    }
+
+    #[test]
+    fn workload_failures_need_the_switch_and_an_unfinished_workload() {
+        let now: jiff::Timestamp = "2026-11-26T11:00:00Z".parse().unwrap();
+        let stuck_pod = |owner_kind: &str, owner: &str, labels: Value| {
+            json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": format!("{owner}-p"), "namespace": "ns", "labels": labels,
+                    "creationTimestamp": "2026-11-26T10:00:00Z",
+                    "ownerReferences": [{"kind": owner_kind, "name": owner, "controller": true}]},
+                "status": {"phase": "Pending", "containerStatuses": [{"name": "app",
+                    "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}]}})
+        };
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "generation": 1},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "unavailableReplicas": 1}});
+        let web_pod = stuck_pod(
+            "ReplicaSet",
+            "web-h",
+            json!({"app": "web", "pod-template-hash": "h"}),
+        );
+        let job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "migrate", "namespace": "ns"},
+            "spec": {"selector": {"matchLabels": {"job": "m"}}},
+            "status": {"active": 1, "startTime": "2026-11-26T10:00:00Z"}});
+        let job_pod = stuck_pod("Job", "migrate", json!({"job": "m"}));
+        let health = HealthRules::default();
+        let judge = |object: &Value, pod: &Value, policy: &Policy| {
+            compute_with_pods(object, std::slice::from_ref(pod), now, policy, &health)
+                .unwrap()
+                .status
+        };
+        let strict = Policy::strict();
+        assert_eq!(
+            judge(&deployment, &web_pod, &Policy::kstatus()),
+            Status::InProgress
+        );
+        assert_eq!(judge(&deployment, &web_pod, &strict), Status::Failed);
+        let without = Policy {
+            workload_failures: false,
+            ..Policy::strict()
+        };
+        assert_eq!(judge(&deployment, &web_pod, &without), Status::InProgress);
+        // kstatus calls a running Job Current; a Job whose pods cannot start is not.
+        assert_eq!(judge(&job, &job_pod, &Policy::kstatus()), Status::Current);
+        assert_eq!(judge(&job, &job_pod, &strict), Status::Failed);
+        // Not yet past the grace: a running Job without a ready pod is not Current either.
+        let early: jiff::Timestamp = "2026-11-26T10:00:05Z".parse().unwrap();
+        let early_status = compute_with_pods(
+            &job,
+            std::slice::from_ref(&job_pod),
+            early,
+            &strict,
+            &health,
+        )
+        .unwrap();
+        assert_eq!(
+            (early_status.status, early_status.reason()),
+            (Status::InProgress, Some("JobPodsNotStarted"))
+        );
+        let mut ready = job.clone();
+        ready["status"]["ready"] = json!(1);
+        assert_eq!(judge(&ready, &json!({}), &strict), Status::Current);
+        let mut complete = job.clone();
+        complete["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
+        assert_eq!(judge(&complete, &job_pod, &strict), Status::Current);
     }
 }

@@ -247,14 +247,34 @@ pub fn judge(
     now: Timestamp,
     rules: &Rules,
 ) -> TargetState {
+    judge_with_pods(target, object, &[], mode, now, rules)
+}
+
+/// [`judge`] for a workload whose pods are known: under a policy with `workload_failures`,
+/// pods that cannot start fail it.
+pub fn judge_with_pods(
+    target: &Target,
+    object: &Value,
+    pods: &[Value],
+    mode: WaitFor,
+    now: Timestamp,
+    rules: &Rules,
+) -> TargetState {
     let is_job = crate::object::api_group(&target.api_version) == "batch" && target.kind == "Job";
     let deleting = !str_or(object, &["metadata", "deletionTimestamp"], "").is_empty();
     let evaluation = match (mode, is_job) {
         (WaitFor::CurrentWithJobs | WaitFor::Hooks, true) if !deleting => {
-            job_for_completion(object).unwrap_or_else(|| evaluate(object, now))
+            match job_for_completion(object) {
+                Some(e) if e.status == Status::InProgress && rules.needs_pods() => {
+                    crate::workload::judge_pods(object, pods, now, rules.policy.failure_grace)
+                        .unwrap_or(e)
+                }
+                Some(e) => e,
+                None => evaluate(object, now),
+            }
         }
         (WaitFor::Hooks, false) if !deleting && is_hook_kind(target) => pod_for_completion(object),
-        _ => rules.evaluate(object, now),
+        _ => rules.evaluate_with_pods(object, pods, now),
     };
     let mut state = TargetState::from_evaluation(evaluation);
     if state.status == Status::Current
@@ -291,6 +311,8 @@ pub struct Tracker {
     rules: Rules,
     targets: Vec<Target>,
     objects: HashMap<usize, Option<Value>>,
+    /// The pods of workload targets, when the rules judge them.
+    pods: HashMap<usize, Vec<Value>>,
     states: Vec<TargetState>,
     skipped: Vec<Target>,
 }
@@ -311,6 +333,7 @@ impl Tracker {
             rules,
             targets,
             objects: HashMap::new(),
+            pods: HashMap::new(),
             states,
             skipped: Vec::new(),
         }
@@ -342,6 +365,24 @@ impl Tracker {
         self.rejudge(i, now);
     }
 
+    /// Records the current pods of workload target `i` (found by its selector) and re-judges it.
+    pub fn observe_pods(&mut self, i: usize, pods: Vec<Value>, now: Timestamp) {
+        self.pods.insert(i, pods);
+        self.rejudge(i, now);
+    }
+
+    /// Whether target `i` is a workload whose pods the rules judge, and its object is known.
+    pub fn wants_pods(&self, i: usize) -> Option<&Value> {
+        let target = &self.targets[i];
+        if !self.rules.needs_pods()
+            || self.mode == WaitFor::Deleted
+            || !crate::workload::is_workload(&target.api_version, &target.kind)
+        {
+            return None;
+        }
+        self.objects.get(&i)?.as_ref()
+    }
+
     /// Marks target `i` as not determinable (e.g. its kind is not served yet).
     pub fn unknown(&mut self, i: usize, message: impl Into<String>) {
         self.objects.remove(&i);
@@ -350,7 +391,14 @@ impl Tracker {
 
     fn rejudge(&mut self, i: usize, now: Timestamp) {
         self.states[i] = match self.objects.get(&i) {
-            Some(Some(object)) => judge(&self.targets[i], object, self.mode, now, &self.rules),
+            Some(Some(object)) => judge_with_pods(
+                &self.targets[i],
+                object,
+                self.pods.get(&i).map_or(&[][..], Vec::as_slice),
+                self.mode,
+                now,
+                &self.rules,
+            ),
             Some(None) => TargetState::not_found(),
             None => return,
         };
@@ -458,6 +506,8 @@ fn group_targets(targets: &[Target]) -> Result<Vec<Group>, crate::StatusError> {
 
 enum Update {
     Seen(usize, Value),
+    /// Every current pod of a workload target.
+    Pods(usize, Vec<Value>),
     Gone(usize),
     /// The initial list of a group finished; these members were not in it.
     Listed(Vec<usize>),
@@ -506,7 +556,27 @@ pub async fn wait(
     let discovery = Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone())));
     normalise_namespaces(&client, &discovery, &mut targets).await;
     let groups = group_targets(&targets)?;
-    check_access(&client, &discovery, &groups, options.engine).await?;
+    // A strict wait also reads the pods of its workloads: ask for that access up front too.
+    let mut pod_groups: Vec<Group> = Vec::new();
+    if options.rules.needs_pods() && options.mode != WaitFor::Deleted {
+        for t in &targets {
+            if crate::workload::is_workload(&t.api_version, &t.kind)
+                && !pod_groups.iter().any(|g| g.namespace == t.namespace)
+            {
+                pod_groups.push(Group {
+                    gvk: GroupVersionKind::gvk("", "v1", "Pod"),
+                    namespace: t.namespace.clone(),
+                    members: BTreeMap::new(),
+                });
+            }
+        }
+    }
+    pod_groups.extend(groups.iter().map(|g| Group {
+        gvk: g.gvk.clone(),
+        namespace: g.namespace.clone(),
+        members: BTreeMap::new(),
+    }));
+    check_access(&client, &discovery, &pod_groups, options.engine).await?;
     let mut tracker = Tracker::with_rules(targets, options.mode, options.rules);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
     let mut readers = Vec::new();
@@ -519,6 +589,10 @@ pub async fn wait(
             run_group(client, &discovery, group, engine, tx).await;
         }));
     }
+    // Pod readers start once a workload is seen (its selector is needed); they share the
+    // channel, through a sender kept here so the channel stays open for them.
+    let pod_tx = tx.clone();
+    let mut pod_readers: HashMap<usize, tokio::task::JoinHandle<()>> = HashMap::new();
     drop(tx);
 
     let deadline = tokio::time::sleep(options.timeout);
@@ -538,7 +612,24 @@ pub async fn wait(
             _ = &mut deadline => break tracker.outcome().unwrap_or(Outcome::TimedOut),
             _ = ticker.tick() => tracker.tick(Timestamp::now()),
             update = rx.recv() => match update {
-                Some(Update::Seen(i, object)) => tracker.observe(i, Some(object), Timestamp::now()),
+                Some(Update::Seen(i, object)) => {
+                    tracker.observe(i, Some(object), Timestamp::now());
+                    if !pod_readers.contains_key(&i)
+                        && let Some(workload) = tracker.wants_pods(i)
+                        && let Some(selector) = crate::workload::selector_query(workload)
+                    {
+                        let reader = read_pods(
+                            client.clone(),
+                            tracker.targets()[i].namespace.clone(),
+                            selector,
+                            i,
+                            options.engine,
+                            pod_tx.clone(),
+                        );
+                        pod_readers.insert(i, tokio::spawn(reader));
+                    }
+                }
+                Some(Update::Pods(i, pods)) => tracker.observe_pods(i, pods, Timestamp::now()),
                 Some(Update::Gone(i)) => tracker.observe(i, None, Timestamp::now()),
                 Some(Update::Listed(missing)) => {
                     for i in missing {
@@ -564,7 +655,7 @@ pub async fn wait(
         }
     };
     // Aborting a reader ends its watch or poll loop.
-    for reader in readers {
+    for reader in readers.into_iter().chain(pod_readers.into_values()) {
         reader.abort();
     }
     let progress = tracker.progress();
@@ -774,6 +865,93 @@ async fn watch_group(
         if tx.send(update).await.is_err() {
             return;
         }
+    }
+}
+
+/// Reads the pods of one workload (one watch, or one LIST per interval, narrowed by the
+/// workload's selector) and sends every change as the whole current set.
+async fn read_pods(
+    client: Client,
+    namespace: String,
+    selector: String,
+    i: usize,
+    engine: Engine,
+    tx: tokio::sync::mpsc::Sender<Update>,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    let api: Api<Pod> = if namespace.is_empty() {
+        Api::all(client)
+    } else {
+        Api::namespaced(client, &namespace)
+    };
+    let snapshot =
+        |pods: &BTreeMap<String, Value>| Update::Pods(i, pods.values().cloned().collect());
+    let to_value = |pod: Pod| serde_json::to_value(pod).ok();
+    let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+    match engine {
+        Engine::Watch => {
+            let mut stream = watcher(api, watcher::Config::default().labels(&selector)).boxed();
+            let mut listing = false;
+            let mut listed = BTreeMap::new();
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(watcher::Event::Init) => {
+                        listing = true;
+                        listed.clear();
+                        continue;
+                    }
+                    Ok(watcher::Event::InitApply(pod)) => {
+                        if let Some(value) = to_value(pod) {
+                            listed.insert(
+                                str_or(&value, &["metadata", "name"], "").to_string(),
+                                value,
+                            );
+                        }
+                        continue;
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        listing = false;
+                        pods = std::mem::take(&mut listed);
+                    }
+                    Ok(watcher::Event::Apply(pod)) => {
+                        if let Some(value) = to_value(pod) {
+                            pods.insert(
+                                str_or(&value, &["metadata", "name"], "").to_string(),
+                                value,
+                            );
+                        }
+                    }
+                    Ok(watcher::Event::Delete(pod)) => {
+                        pods.remove(pod.metadata.name.as_deref().unwrap_or(""));
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "pod watch error; the watcher retries");
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        continue;
+                    }
+                }
+                if !listing && tx.send(snapshot(&pods)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        Engine::Poll { interval } => loop {
+            match api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => {
+                    pods = list
+                        .items
+                        .into_iter()
+                        .filter_map(to_value)
+                        .map(|v| (str_or(&v, &["metadata", "name"], "").to_string(), v))
+                        .collect();
+                    if tx.send(snapshot(&pods)).await.is_err() {
+                        return;
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "listing a workload's pods failed"),
+            }
+            tokio::time::sleep(interval).await;
+        },
     }
 }
 
