@@ -375,15 +375,21 @@ pub fn status_rules(args: &HealthArgs) -> Result<core_status::policy::Rules, Str
         policy.failure_grace = core_k8s::args::parse_duration(&args.failure_grace)
             .map_err(|e| format!("--failure-grace: {e}"))?;
     }
-    let Some(path) = &args.health_exprs else {
-        return Ok(Rules {
-            policy,
-            health: Default::default(),
-        });
+    use core_status::health::HealthRules;
+    let own = match &args.health_exprs {
+        None => HealthRules::default(),
+        Some(path) => {
+            let text =
+                std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            HealthRules::from_yaml(&path.display().to_string(), &text).map_err(|e| e.to_string())?
+        }
     };
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let health = core_status::health::HealthRules::from_yaml(&path.display().to_string(), &text)
-        .map_err(|e| e.to_string())?;
+    // The built-in rules for popular CRDs come with --strict; the user's file wins kind by kind.
+    let health = if args.strict {
+        HealthRules::pack().overridden_by(own)
+    } else {
+        own
+    };
     Ok(Rules { policy, health })
 }
 

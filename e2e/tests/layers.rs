@@ -745,3 +745,180 @@ async fn cycles_stall_members_only_hold_freezes_and_k8s_version_gates() -> Resul
     cleanup(&client, &ns, &["future", "solo", "c2", "c1"], controller).await;
     Ok(())
 }
+
+/// `spec.health.policy: strict`: a layer whose Deployment's pods cannot pull their image is
+/// Failed within the grace (+5 s), its Ready condition and `status.inventory[]` naming the
+/// object and the reason, its dependent blocked by it; a neighbour layer deploys meanwhile;
+/// the same layer under the default (kstatus) policy is still Applying. A malformed
+/// expression stalls its layer naming the field and the expression.
+#[tokio::test]
+async fn strict_layers_fail_fast_when_pods_cannot_start() -> Result<()> {
+    use strata_e2e::flux::{configmap_layer, configmap_yaml};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "layers-health").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &["--default-source-namespace", &ns])?;
+    let stuck = |name: &str| {
+        format!(
+            "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {name}}}}}
+  template:
+    metadata: {{labels: {{app: {name}, strata.dev/fake-waiting: ImagePullBackOff}}}}
+    spec: {{containers: [{{name: app, image: registry.invalid/{name}:1}}]}}
+"
+        )
+    };
+    let health = "  health: {policy: strict, failureGrace: 5s}\n";
+    let started = std::time::Instant::now();
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "{}{health}",
+            configmap_layer(&ns, "strict", "5m", &[("web.yaml", stuck("web"))])
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "lenient", "5m", &[("api.yaml", stuck("api"))]),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "{}  prereqs: {{dependsOn: [{ns}-strict]}}\n",
+            configmap_layer(
+                &ns,
+                "dependent",
+                "5m",
+                &[("d.yaml", configmap_yaml(&ns, "d", ""))]
+            )
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(
+            &ns,
+            "neighbour",
+            "5m",
+            &[("n.yaml", configmap_yaml(&ns, "near", ""))],
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "{}  health:\n    exprs:\n    - {{apiVersion: example.com/v1, kind: Widget, current: \"status.ready ==\"}}\n",
+            configmap_layer(&ns, "badexpr", "5m", &[("b.yaml", configmap_yaml(&ns, "b", ""))])
+        ),
+    )
+    .await?;
+
+    let strict = format!("{ns}-strict");
+    let failed = wait_state(&client, &strict, "Failed", Duration::from_secs(60))
+        .await
+        .with_context(|| controller.logs())?;
+    let elapsed = started.elapsed();
+    eprintln!("strict layer Failed {elapsed:?} after it was created");
+    let ready = failed["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .cloned()
+        .unwrap();
+    let message = ready["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains(&format!("Deployment {ns}/web is Failed: web-"))
+            && message.contains("/app: ImagePullBackOff: image \"registry.invalid/web:1\""),
+        "the Ready condition must name the object, pod, container and reason: {ready}"
+    );
+    let entry = failed["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "Deployment" && e["name"] == "web")
+        .cloned()
+        .unwrap();
+    assert_eq!(entry["status"], "Failed", "{entry}");
+    assert_eq!(entry["reason"], "ImagePullBackOff", "{entry}");
+    assert!(
+        elapsed <= Duration::from_secs(5 + 5),
+        "Failed after {elapsed:?}: beyond the grace (5s) + 5s"
+    );
+    let dependent = format!("{ns}-dependent");
+    eventually(
+        "the dependent blocked by the strict layer",
+        Duration::from_secs(10),
+        || async {
+            let status = layer_status(&client, &dependent).await?;
+            Ok(status["blockedBy"]
+                .as_array()
+                .is_some_and(|b| {
+                    b.iter().any(|b| {
+                        b["name"] == strict.as_str()
+                            && b["message"]
+                                .as_str()
+                                .unwrap_or("")
+                                .contains("ImagePullBackOff")
+                    })
+                })
+                .then_some(()))
+        },
+    )
+    .await
+    .with_context(|| format!("the dependent layer {dependent}"))?;
+    let neighbour = format!("{ns}-neighbour");
+    if let Err(e) = wait_state(&client, &neighbour, "Deployed", Duration::from_secs(10)).await {
+        let status = layer_status(&client, &neighbour).await?;
+        anyhow::bail!("{e}: the neighbour layer: {status}");
+    }
+    // kstatus' policy has no opinion on pods: the same Deployment keeps its layer Applying.
+    assert_eq!(
+        state_of(&client, &format!("{ns}-lenient")).await,
+        "Applying"
+    );
+    let lenient = layer_status(&client, &format!("{ns}-lenient")).await?;
+    let lenient_entry = lenient["inventory"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "api")
+        .cloned()
+        .unwrap();
+    assert_eq!(lenient_entry["status"], "InProgress", "{lenient_entry}");
+    let bad = layer_status(&client, &format!("{ns}-badexpr")).await?;
+    let stalled = bad["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Stalled")
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        stalled["status"] == "True"
+            && stalled["message"].as_str().unwrap_or("").contains(
+                "spec.health.exprs[0]: health expression \"status.ready ==\" for example.com/Widget"
+            ),
+        "a malformed expression stalls the layer, naming it: {bad}"
+    );
+    cleanup(
+        &client,
+        &ns,
+        &["strict", "lenient", "dependent", "neighbour", "badexpr"],
+        controller,
+    )
+    .await;
+    Ok(())
+}

@@ -109,6 +109,57 @@ pub struct AddonsLayerSpec {
     /// and rules (`${NAME}`, `${NAME:=default}`; see `core_layers::substitute`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub post_build: Option<PostBuild>,
+    /// How the layer judges the health of what it applied (default: kstatus' rules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<HealthSpec>,
+}
+
+/// `policy` of `spec.health`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum HealthPolicy {
+    /// kstatus' rules exactly (what Flux and Kraan wait on).
+    #[default]
+    Kstatus,
+    /// Stricter: workloads whose pods cannot start fail after `failureGrace`, the built-in
+    /// rules for popular CRDs apply, stale conditions and unobserved custom resources are
+    /// not ready (docs/core-status.md).
+    Strict,
+}
+
+/// `spec.health` of an AddonsLayer.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<HealthPolicy>,
+    /// Health expressions in Flux's `healthCheckExprs` format; they win over the built-in
+    /// rules kind by kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exprs: Vec<HealthExpr>,
+    /// How long the objects may take to become ready before the layer is Failed (default:
+    /// `spec.timeout`, else 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Under `strict`: how long a workload's pod may be unable to start before the layer is
+    /// Failed (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_grace: Option<String>,
+}
+
+/// One health expression entry, as in a Flux Kustomization's `spec.healthCheckExprs`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthExpr {
+    pub api_version: String,
+    /// Absent: every kind of the group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    pub current: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_progress: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// `spec.postBuild`, as a Flux Kustomization has it.
@@ -264,10 +315,13 @@ pub struct InventoryEntry {
     pub name: String,
     /// kstatus status: Current, InProgress, Failed, ...
     pub status: String,
-    /// The reason of the object's `Ready` condition while it is not Current (e.g. a
-    /// HelmRelease's `InstallFailed`).
+    /// Why the object is not Current: the reason its health rule gives (e.g. a workload's
+    /// `ImagePullBackOff`), else its `Ready` condition's (a HelmRelease's `InstallFailed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The health rule's message while the object is not Current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Kraan's `status.resources[]` entry: one per HelmRelease of the layer.

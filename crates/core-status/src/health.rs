@@ -9,8 +9,9 @@
 //! field is an error (→ Unknown): guard optional fields with `has()`.
 //!
 //! Beyond Flux: an object with a `deletionTimestamp` is Terminating (Flux ignores it), results
-//! carry a reason and a message naming the expression that matched, and an entry for
-//! `batch/Job` is honoured (Flux's Job reader shadows it).
+//! carry a reason and a message naming the expression that matched, an object without any
+//! `status` sees an empty `status` map (Flux: an undeclared variable, so every expression
+//! errors), and an entry for `batch/Job` is honoured (Flux's Job reader shadows it).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,6 +22,8 @@ use serde_json::Value;
 use crate::compute::Evaluation;
 use crate::error::StatusError;
 use crate::object::{Parts, api_group, strict_str_in};
+
+const PACK_FILES: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/pack.rs"));
 
 /// One entry, as written in a Flux Kustomization's `spec.healthCheckExprs`.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -133,6 +136,51 @@ impl HealthRules {
         Self::new(&entries)
     }
 
+    /// The built-in rule pack (`crates/core-status/rules/`, one file per API group, embedded
+    /// at build time): rules for popular CRDs whose status kstatus misjudges or cannot read.
+    /// Used under the strict policy; a user's entries override it ([`Self::overridden_by`]).
+    pub fn pack() -> HealthRules {
+        static PACK: std::sync::OnceLock<HealthRules> = std::sync::OnceLock::new();
+        PACK.get_or_init(|| {
+            let mut all = HealthRules::default();
+            for (file, text) in PACK_FILES {
+                // Every file is loaded by the pack's own tests; a broken one cannot ship.
+                if let Ok(rules) = HealthRules::from_yaml(file, text) {
+                    all = all.overridden_by(rules);
+                }
+            }
+            all
+        })
+        .clone()
+    }
+
+    /// The pack's files, by name (for tests and documentation).
+    pub fn pack_files() -> &'static [(&'static str, &'static str)] {
+        PACK_FILES
+    }
+
+    /// These rules with `other`'s on top: an entry of `other` replaces the one for the same
+    /// GroupKind, and a whole-group entry of `other` replaces every entry of that group.
+    pub fn overridden_by(mut self, other: HealthRules) -> HealthRules {
+        for group in other.by_group.keys() {
+            self.by_kind.retain(|(g, _), _| g != group);
+        }
+        self.by_kind.extend(other.by_kind);
+        self.by_group.extend(other.by_group);
+        self
+    }
+
+    /// The GroupKinds covered by an entry of their own (`group/Kind`), sorted.
+    pub fn kinds(&self) -> Vec<String> {
+        let mut kinds: Vec<String> = self
+            .by_kind
+            .keys()
+            .map(|(g, k)| format!("{g}/{k}"))
+            .collect();
+        kinds.sort();
+        kinds
+    }
+
     pub fn is_empty(&self) -> bool {
         self.by_kind.is_empty() && self.by_group.is_empty()
     }
@@ -185,6 +233,15 @@ fn run(rule: &Compiled, parts: &Parts) -> Result<Evaluation, StatusError> {
             })?;
             context.add_variable_from_value(name.clone(), value);
         }
+    }
+    // An object its controller has not written yet has no `status` at all; as a variable it
+    // would be undeclared and even `has(status.x)` an error (Unknown). Beyond Flux: it is an
+    // empty map, so guarded expressions judge a fresh object InProgress.
+    if parts.object.get("status").is_none_or(Value::is_null) {
+        context.add_variable_from_value(
+            "status",
+            cel::to_value(Value::Object(Default::default())).unwrap_or(cel::Value::Null),
+        );
     }
     let check = |(source, program): &(String, Arc<cel::Program>)| -> Result<bool, StatusError> {
         let error = |reason: String| StatusError::Expression {

@@ -10,6 +10,7 @@
 
 mod apply;
 mod gate;
+mod health;
 mod prune;
 mod readiness;
 mod spec;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 pub use self::apply::{Stage, apply_key, is_definition, kind_rank, stage_of};
 pub use self::gate::{Gate, GateInputs, dependencies_of, dependency_graph, dependents, gate};
+pub use self::health::layer_rules;
 pub use self::prune::{
     LiveOwnership, PrunePlan, StaleObject, orphaned_label_value, ownership_conflicts,
     parse_orphaned_label, prune_plan,

@@ -236,7 +236,10 @@ fn dependency_blocker(
             .take(3)
             .map(|e| {
                 let object = ObjectRef::of_entry(e);
-                format!("{object} is {}", e.status)
+                match &e.reason {
+                    Some(reason) => format!("{object} is {} ({reason})", e.status),
+                    None => format!("{object} is {}", e.status),
+                }
             })
             .collect();
         let failed_message = status
@@ -464,6 +467,7 @@ mod tests {
                 name: "broken".into(),
                 status: "InProgress".into(),
                 reason: None,
+                message: None,
             }],
             ..Default::default()
         });

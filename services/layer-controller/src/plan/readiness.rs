@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use core_status::Status;
+use core_status::policy::Rules;
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -12,14 +13,21 @@ use crate::keys::condition;
 
 use super::{ObjectRef, summarize};
 
-/// An applied object's inventory health: its status and, while it is not Current, the reason
-/// of its `Ready` condition.
-pub fn inventory_health(object: &Value, now: Timestamp) -> (Status, Option<String>) {
-    let (status, _) = object_status(object, now);
-    let reason = (status != Status::Current)
-        .then(|| ready_reason(object))
-        .flatten();
-    (status, reason)
+/// An applied object's inventory health under the layer's rules (`pods`: a workload's, when
+/// the rules judge them): its status and, while it is not Current, a reason (the rule's,
+/// else the object's `Ready` condition's) and the rule's message.
+pub fn inventory_health(
+    object: &Value,
+    pods: &[Value],
+    now: Timestamp,
+    rules: &Rules,
+) -> (Status, Option<String>, Option<String>) {
+    let (status, message, reason) = judged_status(object, pods, now, rules);
+    if status == Status::Current {
+        return (status, None, None);
+    }
+    let reason = ready_reason(object).or(reason);
+    (status, reason, Some(message).filter(|m| !m.is_empty()))
 }
 
 /// The reason of an object's `Ready` condition, when it has one that is not True.
@@ -33,13 +41,26 @@ pub fn ready_reason(object: &Value) -> Option<String> {
         .and_then(|c| c.get("reason")?.as_str().map(str::to_string))
 }
 
-/// The status of an applied object, refusing stale readiness: a status written for an older
-/// generation than the one just applied is InProgress, and Flux objects with no status yet
-/// are InProgress (kstatus would call them Current: kc#387).
+/// The status of an applied object under kstatus' rules, refusing stale readiness (see
+/// [`judged_status`]).
 pub fn object_status(object: &Value, now: Timestamp) -> (Status, String) {
+    let (status, message, _) = judged_status(object, &[], now, &Rules::default());
+    (status, message)
+}
+
+/// The status, message and reason of an applied object, refusing stale readiness: a status
+/// written for an older generation than the one just applied is InProgress, and Flux
+/// objects with no status yet are InProgress (kstatus would call them Current: kc#387).
+fn judged_status(
+    object: &Value,
+    pods: &[Value],
+    now: Timestamp,
+    rules: &Rules,
+) -> (Status, String, Option<String>) {
     use core_status::object::{int_or, lookup, str_or};
-    let evaluation = core_status::evaluate(object, now);
-    let mut result = (evaluation.status, evaluation.message.to_string());
+    let evaluation = rules.evaluate_with_pods(object, pods, now);
+    let reason = evaluation.reason().map(str::to_string);
+    let mut result = (evaluation.status, evaluation.message.to_string(), reason);
     if result.0 != Status::Current {
         return result;
     }
@@ -64,11 +85,12 @@ pub fn object_status(object: &Value, now: Timestamp) -> (Status, String) {
             format!(
                 "conditions are from generation {observed}, the applied generation is {generation}"
             ),
+            None,
         );
     } else if str_or(object, &["apiVersion"], "").contains(".toolkit.fluxcd.io/")
         && lookup(object, &["status"]).is_none_or(|s| s.as_object().is_none_or(|m| m.is_empty()))
     {
-        result = (Status::InProgress, "no status reported yet".into());
+        result = (Status::InProgress, "no status reported yet".into(), None);
     }
     result
 }
@@ -95,7 +117,10 @@ pub fn outcome(inventory: &[InventoryEntry], elapsed: Duration, timeout: Duratio
     let describe = |entries: &[&InventoryEntry]| {
         let items: Vec<String> = entries
             .iter()
-            .map(|e| format!("{} is {}", ObjectRef::of_entry(e), e.status))
+            .map(|e| match &e.message {
+                Some(why) => format!("{} is {}: {why}", ObjectRef::of_entry(e), e.status),
+                None => format!("{} is {}", ObjectRef::of_entry(e), e.status),
+            })
             .collect();
         summarize(&items, 5, ", ")
     };
@@ -192,6 +217,7 @@ mod tests {
             name: name.into(),
             status: status.into(),
             reason: None,
+            message: None,
         }
     }
 
@@ -216,6 +242,50 @@ mod tests {
         assert_eq!(
             outcome(&failed, Duration::from_secs(1), t),
             Outcome::Failed("ConfigMap ns/c is Failed".into())
+        );
+        let mut stuck = entry("web", "Failed");
+        stuck.kind = "Deployment".into();
+        stuck.reason = Some("ImagePullBackOff".into());
+        stuck.message = Some("web-1/app: ImagePullBackOff: no such image".into());
+        assert_eq!(
+            outcome(&[stuck], Duration::from_secs(1), t),
+            Outcome::Failed(
+                "Deployment ns/web is Failed: web-1/app: ImagePullBackOff: no such image".into()
+            )
+        );
+    }
+
+    #[test]
+    fn the_layers_rules_judge_its_workloads_with_their_pods() {
+        let now: Timestamp = "2026-11-26T11:00:00Z".parse().unwrap();
+        let deployment = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "generation": 1},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}});
+        let pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web-h-1", "namespace": "ns", "creationTimestamp": "2026-11-26T10:00:00Z",
+                "labels": {"app": "web", "pod-template-hash": "h"},
+                "ownerReferences": [{"kind": "ReplicaSet", "name": "web-h", "controller": true}]},
+            "status": {"containerStatuses": [{"name": "app",
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}]}});
+        let kstatus = Rules::default();
+        let strict = Rules {
+            policy: core_status::policy::Policy::strict(),
+            health: Default::default(),
+        };
+        let pods = [pod];
+        let (status, reason, _) = inventory_health(&deployment, &pods, now, &kstatus);
+        assert_eq!(
+            (status, reason.as_deref()),
+            (Status::InProgress, Some("LessAvailable"))
+        );
+        assert_eq!(
+            inventory_health(&deployment, &pods, now, &strict),
+            (
+                Status::Failed,
+                Some("ImagePullBackOff".into()),
+                Some("web-h-1/app: ImagePullBackOff: no such image".into())
+            )
         );
     }
 }

@@ -43,9 +43,12 @@ pub fn timing(layer: &AddonsLayer) -> Result<(Duration, Duration), String> {
                 }
             }),
     };
+    let timeout = parse("timeout", &layer.spec.timeout, DEFAULT_TIMEOUT)?;
+    // spec.health.timeout, when set, is how long the objects may take to become ready.
+    let health_timeout = layer.spec.health.as_ref().and_then(|h| h.timeout.clone());
     Ok((
         parse("interval", &layer.spec.interval, DEFAULT_INTERVAL)?,
-        parse("timeout", &layer.spec.timeout, DEFAULT_TIMEOUT)?,
+        parse("health.timeout", &health_timeout, timeout)?,
     ))
 }
 
@@ -71,6 +74,9 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
         ));
     }
     if let Err(e) = timing(layer) {
+        errors.push(e);
+    }
+    if let Err(e) = super::health::layer_rules(layer) {
         errors.push(e);
     }
     for (i, object) in layer.spec.prereqs.objects.iter().enumerate() {

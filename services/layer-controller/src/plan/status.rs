@@ -133,6 +133,7 @@ mod tests {
             name: name.into(),
             status: status.into(),
             reason: reason.map(str::to_string),
+            message: None,
         }
     }
 

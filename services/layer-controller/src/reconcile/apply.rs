@@ -19,6 +19,7 @@ use crate::lock;
 use crate::plan::{self, ObjectRef, Outcome, Stage};
 use crate::read::Reader;
 use crate::source::{self, Files, Manifest};
+use core_status::policy::Rules;
 
 use super::prune::prune;
 use super::status::{Report, reconcile_request_pending, write_status};
@@ -37,6 +38,8 @@ pub(super) async fn apply_layer(
 ) -> Result<Action> {
     let name = layer.name_any();
     let access = access(ctx, shared, layer)?;
+    // spec.health was validated by the gate (a bad one stalls the layer before it gets here).
+    let rules = plan::layer_rules(layer).unwrap_or_default();
     let previous = layer.status.clone().unwrap_or_default();
     let attempt_key = (revision.clone(), layer.metadata.generation);
     let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
@@ -62,7 +65,7 @@ pub(super) async fn apply_layer(
             ));
         }
         if (previous_state == state::APPLYING || previous_state == state::FAILED)
-            && let Some(inventory) = recheck(&shared.reader, &previous.inventory).await?
+            && let Some(inventory) = recheck(&shared.reader, &previous.inventory, &rules).await?
         {
             let attempt = Attempt {
                 revision,
@@ -176,6 +179,7 @@ pub(super) async fn apply_layer(
             &name,
             &manifests,
             &definitions,
+            &rules,
             &mut inventory,
             &mut failures,
         )
@@ -184,6 +188,7 @@ pub(super) async fn apply_layer(
     if failures.is_empty() && !definitions.is_empty() {
         wait_established(
             &shared.reader,
+            &rules,
             &mut inventory,
             timeout.min(Duration::from_secs(60)),
         )
@@ -213,6 +218,7 @@ pub(super) async fn apply_layer(
                 &name,
                 &manifests,
                 &ordered,
+                &rules,
                 &mut inventory,
                 &mut failures,
             )
@@ -284,12 +290,14 @@ pub(super) async fn apply_layer(
     skip_all,
     fields(layer = %layer, objects = ordered.len(), field_manager = %access.applier.field_manager())
 )]
+#[allow(clippy::too_many_arguments)]
 async fn apply_all(
     access: &Access,
     shared: &Shared,
     layer: &str,
     manifests: &[Manifest],
     ordered: &[(usize, Value)],
+    rules: &Rules,
     inventory: &mut Vec<InventoryEntry>,
     failures: &mut Vec<String>,
 ) {
@@ -323,7 +331,8 @@ async fn apply_all(
                     &m.api_version,
                     &m.object.kind,
                 );
-                let (status, reason) = plan::inventory_health(&value, now);
+                // Just applied: its pods (if any) are judged on the next re-check.
+                let (status, reason, message) = plan::inventory_health(&value, &[], now, rules);
                 inventory.push(InventoryEntry {
                     api_version: m.api_version.clone(),
                     kind: m.object.kind.clone(),
@@ -331,6 +340,7 @@ async fn apply_all(
                     name: object.name_any(),
                     status: status.to_string(),
                     reason,
+                    message,
                 });
             }
             Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
@@ -374,12 +384,13 @@ async fn remove_orphaned_label(
 /// Namespaces Active), refreshing their inventory status.
 async fn wait_established(
     reader: &Reader,
+    rules: &Rules,
     inventory: &mut [InventoryEntry],
     limit: Duration,
 ) -> Result<()> {
     let started = Instant::now();
     loop {
-        if let Some(fresh) = recheck(reader, inventory).await? {
+        if let Some(fresh) = recheck(reader, inventory, rules).await? {
             inventory.clone_from_slice(&fresh);
         }
         if inventory
@@ -394,9 +405,12 @@ async fn wait_established(
 }
 
 /// Re-reads the inventory's objects. `None` when one is missing (it must be re-applied).
+/// Under rules that judge pods, a workload that is not ready yet also has its pods listed
+/// (one LIST by its selector).
 async fn recheck(
     reader: &Reader,
     inventory: &[InventoryEntry],
+    rules: &Rules,
 ) -> Result<Option<Vec<InventoryEntry>>> {
     let now = Timestamp::now();
     let mut out = Vec::with_capacity(inventory.len());
@@ -412,14 +426,47 @@ async fn recheck(
         else {
             return Ok(None);
         };
-        let (status, reason) = plan::inventory_health(&value, now);
+        let pods = if rules.needs_pods()
+            && entry.status != core_status::Status::Current.to_string()
+            && core_status::workload::is_workload(&entry.api_version, &entry.kind)
+        {
+            workload_pods(reader, entry.namespace.as_deref(), &value).await?
+        } else {
+            Vec::new()
+        };
+        let (status, reason, message) = plan::inventory_health(&value, &pods, now, rules);
         out.push(InventoryEntry {
             status: status.to_string(),
             reason,
+            message,
             ..entry.clone()
         });
     }
     Ok(Some(out))
+}
+
+/// The pods a workload's selector matches, in its namespace.
+async fn workload_pods(
+    reader: &Reader,
+    namespace: Option<&str>,
+    workload: &Value,
+) -> Result<Vec<Value>> {
+    use k8s_openapi::api::core::v1::Pod;
+    let (Some(namespace), Some(selector)) =
+        (namespace, core_status::workload::selector_query(workload))
+    else {
+        return Ok(Vec::new());
+    };
+    let pods: kube::Api<Pod> = kube::Api::namespaced(reader.client().clone(), namespace);
+    let list = pods
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .map_err(|e| LayerError::api(format!("listing the pods of {namespace}/{selector}"), e))?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|pod| serde_json::to_value(pod).ok())
+        .collect())
 }
 
 /// The apply attempt being judged.
