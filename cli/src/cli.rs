@@ -222,6 +222,17 @@ pub enum LayersCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
+    /// Why LAYER is not Deployed: its state and for how long, the objects it waits on (with
+    /// their reasons), and every layer or object blocking it, each blocking layer explained
+    /// in turn down to the object at the end of the path.
+    Why {
+        /// The AddonsLayer name.
+        layer: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Text)]
+        output: PlanFormat,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
     /// Ask the layer-controller to reconcile LAYER now (as `flux reconcile`): sets
     /// `strata.dev/reconcile-requested-at`; with `--wait`, waits until the controller has
     /// handled the request and prints the layer's state.
@@ -402,6 +413,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::layers::graph(output, &cluster)
         }
         Command::Layers(LayersCommand::Import { files }) => crate::layers::import(&files),
+        Command::Layers(LayersCommand::Why {
+            layer,
+            output,
+            cluster,
+        }) => crate::layers::why(&layer, output, &cluster),
         Command::Layers(LayersCommand::Reconcile {
             layer,
             wait,

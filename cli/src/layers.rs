@@ -41,6 +41,27 @@ pub fn graph(format: GraphFormat, cluster: &ClusterArgs) -> anyhow::Result<ExitC
     })
 }
 
+/// `strata layers why LAYER`.
+pub fn why(name: &str, format: PlanFormat, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = cluster.client().await?;
+        let all: LayerSet = all_layers(&client)
+            .await?
+            .into_iter()
+            .map(|l| (l.name_any(), std::sync::Arc::new(l)))
+            .collect();
+        let Some(why) = plan::why(name, &all, jiff::Timestamp::now()) else {
+            eprintln!("strata layers why: AddonsLayer {name} not found");
+            return Ok(ExitCode::from(1));
+        };
+        match format {
+            PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&why)?),
+            PlanFormat::Text => print!("{}", plan::render_why(&why)),
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
 /// What the next apply of a layer would do.
 #[derive(Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -54,6 +75,8 @@ struct LayerPlan {
     gate: String,
     message: Option<String>,
     blocked_by: Vec<layer_controller::crd::Blocker>,
+    /// Every applied object not Current yet, with its status, reason and message.
+    not_ready: Vec<String>,
     create: Vec<String>,
     change: Vec<String>,
     unchanged: Vec<String>,
@@ -120,6 +143,9 @@ async fn compute(
         state: status.state.clone().unwrap_or_default(),
         source: source_ref.to_string(),
         dependents: plan::dependents(&name, all.values().map(|l| l.as_ref())),
+        not_ready: plan::why(&name, all, jiff::Timestamp::now())
+            .map(|w| w.waiting_on)
+            .unwrap_or_default(),
         ..LayerPlan::default()
     };
     let fetched = match reader.fetch(&source_ref).await {
@@ -298,6 +324,9 @@ fn render(plan: &LayerPlan) -> String {
             "  blocked by {} ({}): {}\n",
             b.name, b.reason, b.message
         ));
+    }
+    for object in &plan.not_ready {
+        out.push_str(&format!("not ready  {object}\n"));
     }
     for (verb, list) in [
         ("create", &plan.create),

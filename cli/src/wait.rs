@@ -123,43 +123,69 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Progress on stderr: a redrawn bar on a terminal, one plain line per change otherwise.
+/// Progress on stderr: a redrawn bar on a terminal, one plain block per change otherwise.
+/// The first line names the first not-ready object; one line follows for every other one,
+/// each with its status, reason and message.
 struct ProgressPrinter {
     terminal: bool,
-    drawn: bool,
+    /// Lines drawn by the last redraw (terminal only), cleared before the next.
+    drawn: usize,
     mode: WaitFor,
+}
+
+/// Most not-ready objects listed under the progress line; the rest are counted.
+const LISTED: usize = 20;
+
+fn state_text(state: &core_status::wait::TargetState) -> String {
+    match &state.reason {
+        Some(reason) if !state.message.contains(reason.as_str()) => {
+            format!("{} ({reason}): {}", state.status, state.message)
+        }
+        _ => format!("{}: {}", state.status, state.message),
+    }
 }
 
 impl ProgressPrinter {
     fn new(terminal: bool, mode: WaitFor) -> Self {
         Self {
             terminal,
-            drawn: false,
+            drawn: 0,
             mode,
         }
     }
 
-    fn describe(&self, progress: &Progress) -> String {
+    fn describe(&self, progress: &Progress) -> Vec<String> {
         let verb = if self.mode == WaitFor::Deleted {
             "deleted"
         } else {
             "ready"
         };
-        match &progress.blocking {
-            Some((target, state)) => format!(
-                "{}/{} {verb}; waiting for {}: {}: {}",
-                progress.ready,
-                progress.total,
+        let Some((target, state)) = progress.waiting.first() else {
+            return vec![format!("{}/{} {verb}", progress.ready, progress.total)];
+        };
+        let mut lines = vec![format!(
+            "{}/{} {verb}; waiting for {}: {}",
+            progress.ready,
+            progress.total,
+            target.id(),
+            state_text(state)
+        )];
+        for (target, state) in progress.waiting.iter().skip(1).take(LISTED) {
+            lines.push(format!(
+                "  also waiting for {}: {}",
                 target.id(),
-                state.status,
-                state.message
-            ),
-            None => format!("{}/{} {verb}", progress.ready, progress.total),
+                state_text(state)
+            ));
         }
+        let more = progress.waiting.len().saturating_sub(LISTED + 1);
+        if more > 0 {
+            lines.push(format!("  and {more} more"));
+        }
+        lines
     }
 
     fn show(&mut self, progress: &Progress) {
-        let text = self.describe(progress);
+        let mut lines = self.describe(progress);
         let mut err = std::io::stderr();
         if self.terminal {
             let width = 20;
@@ -167,16 +193,23 @@ impl ProgressPrinter {
                 .checked_div(progress.total)
                 .unwrap_or(width);
             let bar = format!("[{}{}]", "#".repeat(filled), "-".repeat(width - filled));
-            let _ = write!(err, "\r\x1b[2K{bar} {text}");
-            self.drawn = true;
+            lines[0] = format!("{bar} {}", lines[0]);
+            // Back to the first line of the previous drawing, cleared to the end.
+            if self.drawn > 1 {
+                let _ = write!(err, "\x1b[{}A", self.drawn - 1);
+            }
+            let _ = write!(err, "\r\x1b[J{}", lines.join("\n"));
+            self.drawn = lines.len();
         } else {
-            let _ = writeln!(err, "{text}");
+            for line in lines {
+                let _ = writeln!(err, "{line}");
+            }
         }
         let _ = err.flush();
     }
 
     fn finish(&mut self) {
-        if self.drawn {
+        if self.drawn > 0 {
             eprintln!();
         }
     }

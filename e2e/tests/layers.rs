@@ -879,6 +879,41 @@ spec:
     )
     .await
     .with_context(|| format!("the dependent layer {dependent}"))?;
+    // `strata layers why` follows the dependent's blocker down to the object; `plan` lists
+    // the strict layer's not-ready objects with their reasons.
+    let strata = |args: &[&str]| {
+        let out = std::process::Command::new(bin_dir().join("strata"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(cluster().kubeconfig())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let why = strata(&["layers", "why", &dependent]);
+    let lines: Vec<&str> = why.lines().collect();
+    assert!(
+        lines.len() >= 4
+            && lines[0].starts_with(&format!("{dependent} is ApplyPending for "))
+            && lines[1].starts_with(&format!("  waits for {strict} (Unhealthy): "))
+            && lines[2].starts_with(&format!("    {strict} is Failed for "))
+            && lines[3].starts_with(&format!(
+                "      on Deployment {ns}/web: Failed (ImagePullBackOff): web-"
+            )),
+        "{why}"
+    );
+    let plan = strata(&["layers", "plan", &strict, "--default-source-namespace", &ns]);
+    assert!(
+        plan.contains(&format!(
+            "not ready  Deployment {ns}/web: Failed (ImagePullBackOff): web-"
+        )),
+        "{plan}"
+    );
     let neighbour = format!("{ns}-neighbour");
     if let Err(e) = wait_state(&client, &neighbour, "Deployed", Duration::from_secs(10)).await {
         let status = layer_status(&client, &neighbour).await?;

@@ -449,9 +449,20 @@ kind: Secret",
         );
         assert!(stderr.contains(&format!("resource Secret/{}/never-created not ready. status: NotFound, message: Resource not found", ns.name)), "{engine}: {stderr}");
         assert!(
-            !stderr.contains("ConfigMap/"),
-            "{engine}: the ready object is not listed: {stderr}"
+            !stderr.contains("resource ConfigMap/"),
+            "{engine}: the ready object is not in the summary: {stderr}"
         );
+        // Progress names every object still waited for, with its reason, not only the first.
+        let progress_names_both = stderr.lines().collect::<Vec<_>>().windows(2).any(|w| {
+            w[0].contains(&format!(
+                "1/3 ready; waiting for Deployment/{}/stuck: InProgress (",
+                ns.name
+            )) && w[1].contains(&format!(
+                "  also waiting for Secret/{}/never-created: NotFound",
+                ns.name
+            ))
+        });
+        assert!(progress_names_both, "{engine}: {stderr}");
     }
     Ok(())
 }

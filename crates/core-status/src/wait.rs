@@ -144,6 +144,8 @@ pub struct Progress {
     pub total: usize,
     /// The first not-ready object (in target order) and its state.
     pub blocking: Option<(Target, TargetState)>,
+    /// Every not-ready object (in target order) with its state, the first included.
+    pub waiting: Vec<(Target, TargetState)>,
 }
 
 /// How a wait ended.
@@ -432,14 +434,16 @@ impl Tracker {
         let desired = self.mode.desired();
         let counted: Vec<(usize, &TargetState)> = self.counted().collect();
         let ready = counted.iter().filter(|(_, s)| s.status == desired).count();
-        let blocking = counted
+        let waiting: Vec<(Target, TargetState)> = counted
             .iter()
-            .find(|(_, s)| s.status != desired)
-            .map(|(i, s)| (self.targets[*i].clone(), (*s).clone()));
+            .filter(|(_, s)| s.status != desired)
+            .map(|(i, s)| (self.targets[*i].clone(), (*s).clone()))
+            .collect();
         Progress {
             ready,
             total: counted.len(),
-            blocking,
+            blocking: waiting.first().cloned(),
+            waiting,
         }
     }
 

@@ -119,6 +119,18 @@ pub fn import(document: &Value) -> Imported {
             "{name}: spec.prune false dropped: a layer always prunes what left its source"
         ));
     }
+    if let Some(exprs) = spec
+        .get("healthCheckExprs")
+        .and_then(Value::as_array)
+        .filter(|e| !e.is_empty())
+    {
+        // The same entries, field for field; the layer judges with the strict policy, as the
+        // expressions are there to be stricter than kstatus about these kinds.
+        notes.push(format!(
+            "{name}: spec.healthCheckExprs -> spec.health.exprs (with policy: strict)"
+        ));
+        layer_spec.insert("health".into(), json!({"policy": "strict", "exprs": exprs}));
+    }
     if spec.contains_key("wait") || spec.contains_key("healthChecks") {
         notes.push(format!(
             "{name}: spec.wait/healthChecks dropped: a layer always waits until every object it applies is Current"
@@ -228,6 +240,33 @@ mod tests {
                 .any(|n| n.contains("spec.wait/healthChecks dropped")),
             "{:?}",
             imported.notes
+        );
+    }
+
+    #[test]
+    fn health_check_exprs_move_over() {
+        let entry = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+            "current": "status.ready == true", "failed": "has(status.error)"});
+        let kustomization = json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": "app", "namespace": "apps"},
+            "spec": {"path": "./", "sourceRef": {"kind": "GitRepository", "name": "repo"},
+                "healthCheckExprs": [entry.clone()]},
+        });
+        let imported = import(&kustomization);
+        assert_eq!(imported.errors, Vec::<String>::new());
+        assert_eq!(
+            imported.object["spec"]["health"],
+            json!({"policy": "strict", "exprs": [entry]})
+        );
+        let mut broken = kustomization.clone();
+        broken["spec"]["healthCheckExprs"][0]["current"] = json!("status.ready ==");
+        let errors = import(&broken).errors.join("\n");
+        assert!(
+            errors.contains(
+                "AddonsLayer app: spec.health.exprs[0]: health expression \"status.ready ==\""
+            ),
+            "{errors}"
         );
     }
 

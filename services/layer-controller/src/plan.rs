@@ -17,6 +17,7 @@ mod spec;
 mod status;
 #[cfg(test)]
 mod test_support;
+mod why;
 
 use std::time::Duration;
 
@@ -30,6 +31,7 @@ pub use self::prune::{
 pub use self::readiness::{Outcome, inventory_health, object_status, outcome, ready_reason};
 pub use self::spec::{effective_interval, orphan_grace, spec_errors, timing, timing_or_default};
 pub use self::status::{KRAAN_HELMRELEASE_KIND, conditions, kraan_resources, state_since};
+pub use self::why::{WhyBlocker, WhyLayer, render_why, why};
 pub use core_layers::manifest::prepare_manifest;
 pub use core_layers::objects::{ObjectRef, SOURCE_KINDS, SourceRef, SourceState};
 
