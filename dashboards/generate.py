@@ -253,6 +253,9 @@ def layer_controller():
     ], unit="ops")
     board.panel("Waiting for prerequisites", "How long layers waited for the layers they depend on.",
                 quantiles("layer_controller_dependency_wait_seconds"), unit="s")
+    board.panel("Waiting for prerequisites by layer", "p99 of the time each layer waited for the "
+                "layers and objects it depends on (`strata layers why LAYER` shows what it waits on now).",
+                quantiles("layer_controller_dependency_wait_seconds", by="layer"), unit="s")
     board.panel("Revision to Deployed", "From starting to apply a revision to the layer being Deployed.",
                 quantiles("layer_controller_rollout_seconds"), unit="s", width=24)
     controller_rows(board, "layer-controller")

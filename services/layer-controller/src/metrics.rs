@@ -28,8 +28,9 @@ pub struct Metrics {
     pub layer_state: Family<StateLabels, Gauge>,
     pub applied_objects: Family<LayerLabels, Counter>,
     pub pruned_objects: Family<LayerLabels, Counter>,
-    /// From a layer being blocked by its prerequisites to all of them being met.
-    pub dependency_wait_seconds: Histogram,
+    /// From a layer being blocked by its prerequisites to all of them being met, per layer
+    /// (one histogram per layer, like the state gauge: bounded by the number of layers).
+    pub dependency_wait_seconds: Family<LayerLabels, Histogram, fn() -> Histogram>,
     /// From a new source revision being seen to the layer being Deployed with it.
     pub rollout_seconds: Histogram,
 }
@@ -40,7 +41,9 @@ impl Metrics {
             layer_state: Family::default(),
             applied_objects: Family::default(),
             pruned_objects: Family::default(),
-            dependency_wait_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 18)),
+            dependency_wait_seconds: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.01, 2.0, 18))
+            }),
             rollout_seconds: Histogram::new(exponential_buckets(0.05, 2.0, 16)),
         };
         registry.register(

@@ -230,6 +230,9 @@ async fn reconcile_layer(
                 shared
                     .metrics
                     .dependency_wait_seconds
+                    .get_or_create(&crate::metrics::LayerLabels {
+                        layer: name.clone(),
+                    })
                     .observe(since.elapsed().as_secs_f64());
             }
             let SourceState::Ready { revision } = fetched.state else {
