@@ -102,6 +102,11 @@ pub struct HealthArgs {
     /// bad config, crash loop, unschedulable) before the workload is Failed.
     #[arg(long, default_value = "30s", value_name = "DURATION")]
     pub failure_grace: String,
+    /// With --strict: how long after its last apply a custom resource whose status predates
+    /// that apply is InProgress (waiting for its controller to write status); past it, it is
+    /// judged by kstatus' rules with a warning.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    pub observed_bound: String,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -385,6 +390,8 @@ pub fn status_rules(args: &HealthArgs) -> Result<core_status::policy::Rules, Str
     if args.strict {
         policy.failure_grace = core_k8s::args::parse_duration(&args.failure_grace)
             .map_err(|e| format!("--failure-grace: {e}"))?;
+        policy.observed_bound = core_k8s::args::parse_duration(&args.observed_bound)
+            .map_err(|e| format!("--observed-bound: {e}"))?;
     }
     use core_status::health::HealthRules;
     let own = match &args.health_exprs {

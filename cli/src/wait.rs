@@ -79,6 +79,11 @@ pub fn run(args: &WaitArgs) -> anyhow::Result<ExitCode> {
         };
         printer.finish();
         let elapsed = started.elapsed().as_secs_f64();
+        for (target, state) in &report.states {
+            if let Some(warning) = &state.warning {
+                eprintln!("warning: {}: {warning}", target.id());
+            }
+        }
         for skipped in &report.skipped {
             let why = if mode == WaitFor::Hooks {
                 "only Pods and Jobs are waited on with --hooks"

@@ -919,3 +919,173 @@ async fn a_strict_wait_fails_fast_when_pods_cannot_start() -> Result<()> {
     );
     Ok(())
 }
+
+/// Item 3 of #30: a custom resource's status from before its last apply is not Ready. A
+/// test controller answers every generation of its `Gadget`s 5 s late (a Ready condition,
+/// no observedGeneration, as many controllers write it); 100 strict waits on fresh gadgets
+/// and 100 on changed ones must none of them end before that answer. Control: kstatus'
+/// policy on the changed ones ends early (the old status says Ready).
+#[tokio::test]
+async fn strict_waits_never_end_before_the_controller_wrote_status() -> Result<()> {
+    use core_status::policy::{Policy, Rules};
+    use core_status::wait::{Engine, Outcome, Target, WaitFor, WaitOptions, wait};
+    use futures::StreamExt;
+    use kube::api::{DynamicObject, Patch, PatchParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    use kube::runtime::{WatchStreamExt, watcher};
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+
+    const GADGETS: usize = 100;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "wait-fresh").await?;
+    apply_yaml(
+        &client,
+        &ns.name,
+        "apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.fresh.strata-e2e.dev}
+spec:
+  group: fresh.strata-e2e.dev
+  scope: Namespaced
+  names: {plural: gadgets, singular: gadget, kind: Gadget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+",
+    )
+    .await?;
+    strata_e2e::support::crds_established(&client, &["gadgets.fresh.strata-e2e.dev"]).await?;
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("fresh.strata-e2e.dev", "v1", "Gadget"),
+        "gadgets",
+    );
+    let gadgets: kube::Api<DynamicObject> =
+        kube::Api::namespaced_with(client.clone(), &ns.name, &resource);
+
+    // The late controller: (name, generation) → when its status write was sent.
+    let answered: Arc<Mutex<HashMap<(String, i64), Instant>>> = Arc::default();
+    let controller = {
+        let gadgets = gadgets.clone();
+        let answered = answered.clone();
+        tokio::spawn(async move {
+            let mut pending = std::collections::HashSet::new();
+            let mut stream = std::pin::pin!(
+                watcher(gadgets.clone(), watcher::Config::default()).applied_objects()
+            );
+            while let Some(Ok(gadget)) = stream.next().await {
+                let name = gadget.metadata.name.clone().unwrap_or_default();
+                let generation = gadget.metadata.generation.unwrap_or(0);
+                if !pending.insert((name.clone(), generation)) {
+                    continue;
+                }
+                let (gadgets, answered) = (gadgets.clone(), answered.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap();
+                    let status = serde_json::json!({"status": {"conditions": [{
+                        "type": "Ready", "status": "True", "reason": "Answered",
+                        "lastTransitionTime": now.to_string()}]}});
+                    answered
+                        .lock()
+                        .unwrap()
+                        .insert((name.clone(), generation), Instant::now());
+                    let _ = gadgets
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                        .await;
+                });
+            }
+        })
+    };
+
+    let gadget = |i: usize, v: u32| {
+        format!(
+            "apiVersion: fresh.strata-e2e.dev/v1\nkind: Gadget\nmetadata: {{name: g{i}, namespace: {}}}\nspec: {{v: {v}}}\n",
+            ns.name
+        )
+    };
+    let strict = Rules {
+        policy: Policy::strict(),
+        health: Default::default(),
+    };
+    let run_waits = |rules: Rules, count: usize| {
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move {
+            let waits = (0..count).map(|i| {
+                let client = client.clone();
+                let rules = rules.clone();
+                let target = Target {
+                    api_version: "fresh.strata-e2e.dev/v1".into(),
+                    kind: "Gadget".into(),
+                    namespace: ns.clone(),
+                    name: format!("g{i}"),
+                    min_generation: None,
+                };
+                async move {
+                    let options = WaitOptions {
+                        mode: WaitFor::Current,
+                        engine: Engine::Watch,
+                        timeout: Duration::from_secs(60),
+                        rules,
+                    };
+                    let report = wait(client, vec![target], options, |_| {}).await.unwrap();
+                    (format!("g{i}"), report.outcome, Instant::now())
+                }
+            });
+            futures::future::join_all(waits).await
+        }
+    };
+    let early = |results: &[(String, Outcome, Instant)], generation: i64| -> Vec<String> {
+        let answered = answered.lock().unwrap();
+        results
+            .iter()
+            .filter(|(name, outcome, ended)| {
+                *outcome != Outcome::Done
+                    || answered
+                        .get(&(name.clone(), generation))
+                        .is_none_or(|written| ended < written)
+            })
+            .map(|(name, outcome, _)| format!("{name}: {outcome:?}"))
+            .collect()
+    };
+
+    // Fresh: no status at all until the controller answers.
+    let mut all = String::new();
+    for i in 0..GADGETS {
+        all.push_str(&gadget(i, 1));
+        all.push_str("---\n");
+    }
+    apply_yaml(&client, &ns.name, &all).await?;
+    let fresh = run_waits(strict.clone(), GADGETS).await;
+    let early_fresh = early(&fresh, 1);
+    // Changed: the status from generation 1 says Ready until the controller answers again.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut changed = String::new();
+    for i in 0..GADGETS {
+        changed.push_str(&gadget(i, 2));
+        changed.push_str("---\n");
+    }
+    apply_yaml(&client, &ns.name, &changed).await?;
+    let (after_change, control) = tokio::join!(
+        run_waits(strict.clone(), GADGETS),
+        run_waits(Rules::default(), 10)
+    );
+    let early_changed = early(&after_change, 2);
+    let early_control = early(&control, 2);
+    controller.abort();
+    assert!(
+        early_fresh.is_empty() && early_changed.is_empty(),
+        "of {} strict waits, these ended before the controller wrote status: fresh {early_fresh:?}, changed {early_changed:?}",
+        2 * GADGETS
+    );
+    assert!(
+        !early_control.is_empty(),
+        "kstatus' policy should have ended early on the stale Ready (the test cannot tell otherwise)"
+    );
+    Ok(())
+}

@@ -50,6 +50,9 @@ pub struct Evaluation {
     pub message: Text,
     /// Reconciling with InProgress, Stalled with Failed, none otherwise.
     pub condition: Option<Condition>,
+    /// Something the user should know about a result that stands (a stricter rule gave up
+    /// and fell back to kstatus' judgement); callers print it as a warning.
+    pub warning: Option<Text>,
 }
 
 impl Evaluation {
@@ -58,6 +61,7 @@ impl Evaluation {
             status: Status::Current,
             message: message.into(),
             condition: None,
+            warning: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl Evaluation {
                 type_: ConditionType::Reconciling,
                 reason: reason.into(),
             }),
+            warning: None,
         }
     }
 
@@ -80,6 +85,7 @@ impl Evaluation {
                 type_: ConditionType::Stalled,
                 reason: reason.into(),
             }),
+            warning: None,
         }
     }
 
@@ -97,7 +103,14 @@ impl Evaluation {
             status,
             message: message.into(),
             condition: None,
+            warning: None,
         }
+    }
+
+    /// The same result, with a warning for the user.
+    pub fn with_warning(mut self, warning: impl Into<Text>) -> Self {
+        self.warning = Some(warning.into());
+        self
     }
 
     /// The reason of the computed Reconciling/Stalled condition, if any.

@@ -36,7 +36,17 @@ pub struct Policy {
     pub workload_failures: bool,
     /// How long a pod may be unable to start before `workload_failures` fails its workload.
     pub failure_grace: std::time::Duration,
+    /// A custom resource whose spec was written after its status (its last apply is newer
+    /// than every status write and condition transition, and no `observedGeneration` says
+    /// otherwise) shows a status its controller wrote for an older spec: InProgress until
+    /// the controller writes again, at most `observed_bound` after the apply, then judged as
+    /// kstatus would, with a warning naming it.
+    pub fresh_status: bool,
+    pub observed_bound: std::time::Duration,
 }
+
+/// Default of [`Policy::observed_bound`].
+pub const DEFAULT_OBSERVED_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Policy {
     /// kstatus' exact behaviour.
@@ -55,6 +65,8 @@ impl Policy {
             require_observed: true,
             workload_failures: true,
             failure_grace: crate::workload::DEFAULT_GRACE,
+            fresh_status: true,
+            observed_bound: DEFAULT_OBSERVED_BOUND,
         }
     }
 }
@@ -82,7 +94,83 @@ fn waiting_containers(status: &Value, field: &str, reasons: &[&str]) -> Vec<Stri
         .unwrap_or_default()
 }
 
-fn stricter(parts: &Parts, base: Evaluation, policy: &Policy) -> Evaluation {
+/// The latest `managedFields[].time` of writes to the object itself (`spec: true`) or to its
+/// status subresource (`spec: false`).
+fn last_write(metadata: &Value, spec: bool) -> Option<jiff::Timestamp> {
+    lookup(metadata, &["managedFields"])?
+        .as_array()?
+        .iter()
+        .filter(|m| (str_or(m, &["subresource"], "") == "status") != spec)
+        .filter_map(|m| str_or(m, &["time"], "").parse().ok())
+        .max()
+}
+
+/// Whether a custom resource's status may predate its last apply: `Some(apply time)` when
+/// the controller has not written status (nor moved a condition) since.
+fn status_predates_apply(parts: &Parts) -> Option<jiff::Timestamp> {
+    let generation = lookup(parts.metadata, &["generation"]).and_then(Value::as_i64);
+    let observed = lookup(parts.status, &["observedGeneration"]).and_then(Value::as_i64);
+    if observed.is_some() && observed == generation {
+        return None;
+    }
+    let applied = last_write(parts.metadata, true)?;
+    let status_subresource_written = last_write(parts.metadata, false);
+    let empty_status = match parts.status {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    // Status written through the object itself (a CRD without the status subresource): its
+    // writes look like applies, nothing tells them apart.
+    if status_subresource_written.is_none() && !empty_status {
+        return None;
+    }
+    let transitions = lookup(parts.status, &["conditions"])
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| str_or(c, &["lastTransitionTime"], "").parse().ok());
+    let status_written = transitions.chain(status_subresource_written).max();
+    // Second resolution: a status written in the apply's second counts as after it.
+    match status_written {
+        Some(written) if written >= applied => None,
+        _ => Some(applied),
+    }
+}
+
+/// `fresh_status` on a result that would be Current: InProgress while the status predates
+/// the last apply, within the bound; past it, the result stands with a warning.
+fn fresh_status(
+    parts: &Parts,
+    base: Evaluation,
+    policy: &Policy,
+    now: jiff::Timestamp,
+) -> Evaluation {
+    let Some(applied) = status_predates_apply(parts) else {
+        return base;
+    };
+    let waited = now.duration_since(applied);
+    let bound =
+        jiff::SignedDuration::try_from(policy.observed_bound).unwrap_or(jiff::SignedDuration::MAX);
+    if waited < bound {
+        return Evaluation::in_progress(
+            "StatusNotObserved",
+            format!(
+                "{} was applied at {applied}; its controller has not written status since",
+                parts.kind
+            ),
+        );
+    }
+    let warning = format!(
+        "{} {}: its controller wrote no status within {}s of the apply at {applied}; judged by kstatus' rules",
+        parts.kind,
+        str_or(parts.metadata, &["name"], ""),
+        policy.observed_bound.as_secs()
+    );
+    base.with_warning(warning)
+}
+
+fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timestamp) -> Evaluation {
     if matches!(
         base.status,
         Status::Terminating | Status::Failed | Status::Unknown
@@ -200,6 +288,19 @@ fn stricter(parts: &Parts, base: Evaluation, policy: &Policy) -> Evaluation {
             return Evaluation::in_progress("LessReady", format!("Ready: {ready}/{spec}"));
         }
     }
+    if policy.fresh_status && is_custom_resource(group) {
+        let judged = fresh_status(parts, base, policy, now);
+        if judged.status != Status::Current || judged.warning.is_some() {
+            return judged;
+        }
+        return stricter_observed(parts, judged, policy);
+    }
+    stricter_observed(parts, base, policy)
+}
+
+/// `require_observed`: a custom resource with no status at all is InProgress.
+fn stricter_observed(parts: &Parts, base: Evaluation, policy: &Policy) -> Evaluation {
+    let group = api_group(parts.api_version);
     if policy.require_observed && is_custom_resource(group) {
         let empty = match parts.status {
             Value::Null => true,
@@ -239,14 +340,23 @@ pub fn compute_with_pods(
     health: &HealthRules,
 ) -> Result<Evaluation, StatusError> {
     if let Some(result) = health.evaluate(object) {
-        return result;
+        let judged = result?;
+        // An expression reads the status it is given: a status from before the last apply
+        // would make it Current as falsely as kstatus' rules.
+        if policy.fresh_status
+            && judged.status == Status::Current
+            && is_custom_resource(api_group(str_or(object, &["apiVersion"], "")))
+        {
+            return Ok(fresh_status(&Parts::new(object), judged, policy, now));
+        }
+        return Ok(judged);
     }
     let base = compute(object, now)?;
     if *policy == Policy::default() {
         return Ok(base);
     }
     let parts = Parts::new(object);
-    let judged = stricter(&parts, base, policy);
+    let judged = stricter(&parts, base, policy, now);
     if !policy.workload_failures
         || !crate::workload::is_workload(parts.api_version, parts.kind)
         || !still_starting(&parts, &judged)
@@ -541,5 +651,119 @@ mod tests {
         let mut complete = job.clone();
         complete["status"]["conditions"] = json!([{"type": "Complete", "status": "True"}]);
         assert_eq!(judge(&complete, &job_pod, &strict), Status::Current);
+    }
+
+    #[test]
+    fn a_status_older_than_the_last_apply_is_not_current() {
+        let cr = |apply: &str,
+                  status_write: Option<&str>,
+                  transition: &str,
+                  observed: Option<i64>| {
+            let mut managed =
+                vec![json!({"manager": "kubectl", "operation": "Apply", "time": apply})];
+            if let Some(t) = status_write {
+                managed.push(json!({"manager": "ctl", "operation": "Update", "subresource": "status", "time": t}));
+            }
+            let mut status = json!({"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": transition}]});
+            if let Some(g) = observed {
+                status["observedGeneration"] = json!(g);
+            }
+            json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                "metadata": {"name": "w", "generation": 2, "managedFields": managed},
+                "status": status})
+        };
+        let at = |t: &str| -> jiff::Timestamp { t.parse().unwrap() };
+        let health = HealthRules::default();
+        let strict = Policy::strict();
+        let judge = |object: &Value, now: &str, policy: &Policy| {
+            let e = compute_with_policy(object, at(now), policy, &health).unwrap();
+            (
+                e.status,
+                e.reason().map(str::to_string),
+                e.warning.map(|w| w.to_string()),
+            )
+        };
+        let stale = cr(
+            "2026-11-26T10:00:10Z",
+            Some("2026-11-26T10:00:00Z"),
+            "2026-11-26T10:00:00Z",
+            None,
+        );
+        let cases: Vec<(&str, Value, &str, Status)> = vec![
+            (
+                "status written before the apply",
+                stale.clone(),
+                "2026-11-26T10:00:20Z",
+                Status::InProgress,
+            ),
+            (
+                "status written after the apply",
+                cr(
+                    "2026-11-26T10:00:10Z",
+                    Some("2026-11-26T10:00:15Z"),
+                    "2026-11-26T10:00:00Z",
+                    None,
+                ),
+                "2026-11-26T10:00:20Z",
+                Status::Current,
+            ),
+            (
+                "a condition moved after the apply",
+                cr(
+                    "2026-11-26T10:00:10Z",
+                    Some("2026-11-26T10:00:00Z"),
+                    "2026-11-26T10:00:12Z",
+                    None,
+                ),
+                "2026-11-26T10:00:20Z",
+                Status::Current,
+            ),
+            (
+                "observedGeneration says this generation",
+                cr(
+                    "2026-11-26T10:00:10Z",
+                    Some("2026-11-26T10:00:00Z"),
+                    "2026-11-26T10:00:00Z",
+                    Some(2),
+                ),
+                "2026-11-26T10:00:20Z",
+                Status::Current,
+            ),
+            (
+                "status through the object itself: nothing to tell",
+                cr("2026-11-26T10:00:10Z", None, "2026-11-26T10:00:00Z", None),
+                "2026-11-26T10:00:20Z",
+                Status::Current,
+            ),
+        ];
+        for (case, object, now, want) in cases {
+            assert_eq!(judge(&object, now, &strict).0, want, "{case}");
+            assert_eq!(
+                judge(&object, now, &Policy::kstatus()).0,
+                Status::Current,
+                "{case}: kstatus"
+            );
+        }
+        assert_eq!(
+            judge(&stale, "2026-11-26T10:00:20Z", &strict).1.as_deref(),
+            Some("StatusNotObserved")
+        );
+        // Past the bound: kstatus' judgement, with a warning naming the object.
+        let (status, _, warning) = judge(&stale, "2026-11-26T10:01:10Z", &strict);
+        assert_eq!(status, Status::Current);
+        assert_eq!(
+            warning.as_deref(),
+            Some(
+                "Widget w: its controller wrote no status within 60s of the apply at 2026-11-26T10:00:10Z; judged by kstatus' rules"
+            )
+        );
+        // Expressions judge a stale status no better: the same rule applies to them.
+        let exprs = HealthRules::from_yaml(
+            "x.yaml",
+            "- apiVersion: example.com/v1\n  kind: Widget\n  current: \"true\"\n",
+        )
+        .unwrap();
+        let e = compute_with_policy(&stale, at("2026-11-26T10:00:20Z"), &strict, &exprs).unwrap();
+        assert_eq!(e.status, Status::InProgress);
     }
 }

@@ -109,6 +109,8 @@ pub struct TargetState {
     pub status: Status,
     pub message: String,
     pub reason: Option<String>,
+    /// A warning about a result that stands (see [`Evaluation::warning`]).
+    pub warning: Option<String>,
 }
 
 impl TargetState {
@@ -117,6 +119,7 @@ impl TargetState {
             status: Status::Unknown,
             message: message.into(),
             reason: None,
+            warning: None,
         }
     }
 
@@ -125,12 +128,14 @@ impl TargetState {
             status: Status::NotFound,
             message: "Resource not found".into(),
             reason: None,
+            warning: None,
         }
     }
 
     fn from_evaluation(e: Evaluation) -> Self {
         Self {
             reason: e.reason().map(str::to_string),
+            warning: e.warning.as_ref().map(ToString::to_string),
             status: e.status,
             message: e.message.into_owned(),
         }
@@ -290,6 +295,7 @@ pub fn judge_with_pods(
                     "status is from generation {generation}, older than the applied generation {min}"
                 ),
                 reason: Some("StaleGeneration".into()),
+                warning: None,
             };
         }
     }
