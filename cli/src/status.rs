@@ -183,7 +183,7 @@ fn workload_lines(
             .filter(|d| d.api_version() == "v1" && d.kind() == "Pod")
             .map(|d| &d.object),
     );
-    Ok(documents
+    let lines = documents
         .iter()
         .map(|d| {
             StatusLine::new(
@@ -194,7 +194,12 @@ fn workload_lines(
                 rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now),
             )
         })
-        .collect())
+        .collect();
+    // The command prints these lines and exits: freeing every object tree one node at a time
+    // took a quarter of a 13,000-object run. The OS takes the memory back at exit.
+    std::mem::forget(documents);
+    std::mem::forget(pods);
+    Ok(lines)
 }
 
 fn print_lines(output: StatusOutput, lines: &[StatusLine]) -> anyhow::Result<ExitCode> {

@@ -1,7 +1,7 @@
 //! The built-in rule pack (`crates/core-status/rules/`) against its golden cases
 //! (`tests/rule-pack/<group>.yaml`): every case gets its expected status under `--strict`, every
 //! kind has Current, InProgress and (where its rule has a `failed` expression) Failed cases and
-//! one without any status, and docs/rule-pack.md lists every kind.
+//! one without any status, and docs/core-status.md lists every kind.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
@@ -159,7 +159,7 @@ fn the_pack_is_only_on_under_strict_and_a_users_file_overrides_it() {
 #[test]
 fn the_docs_list_every_kind() {
     let docs = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/rule-pack.md"),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/core-status.md"),
     )
     .unwrap();
     for kind in HealthRules::pack().kinds() {
@@ -167,6 +167,6 @@ fn the_docs_list_every_kind() {
         let row = docs
             .lines()
             .any(|l| l.starts_with('|') && l.contains(group) && l.contains(&format!(" {kind} ")));
-        assert!(row, "docs/rule-pack.md has no row for {group} {kind}");
+        assert!(row, "docs/core-status.md has no row for {group} {kind}");
     }
 }
