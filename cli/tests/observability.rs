@@ -77,6 +77,7 @@ fn registered() -> BTreeSet<String> {
     layers.set_state("layer", "Deployed");
     layers.count_applied("layer");
     layers.count_pruned("layer", 1);
+    layers.observe_dependency_wait("layer", 1.0);
     let rollout = rollout_operator::metrics::Metrics::register(&mut registry);
     let group = rollout_operator::metrics::Metrics::labels("group");
     rollout.group_reconciles.get_or_create(&group).inc();

@@ -74,6 +74,15 @@ impl Metrics {
         metrics
     }
 
+    /// Records how long a layer waited for its prerequisites.
+    pub fn observe_dependency_wait(&self, layer: &str, seconds: f64) {
+        self.dependency_wait_seconds
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .observe(seconds);
+    }
+
     /// Sets the one-hot state gauge of a layer.
     pub fn set_state(&self, layer: &str, current: &str) {
         for s in state::ALL {

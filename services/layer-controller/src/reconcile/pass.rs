@@ -229,11 +229,7 @@ async fn reconcile_layer(
             {
                 shared
                     .metrics
-                    .dependency_wait_seconds
-                    .get_or_create(&crate::metrics::LayerLabels {
-                        layer: name.clone(),
-                    })
-                    .observe(since.elapsed().as_secs_f64());
+                    .observe_dependency_wait(&name, since.elapsed().as_secs_f64());
             }
             let SourceState::Ready { revision } = fetched.state else {
                 return Ok(Action::requeue(interval));
