@@ -986,7 +986,10 @@ spec:
                 let (gadgets, answered) = (gadgets.clone(), answered.clone());
                 tokio::spawn(async move {
                     tokio::time::sleep(Duration::from_secs(5)).await;
-                    let now = jiff::Timestamp::now().round(jiff::Unit::Second).unwrap();
+                    // Stamped to the second, truncated, as the API server stamps times (rounding
+                    // up could date the write after an apply made in the next second).
+                    let now =
+                        jiff::Timestamp::from_second(jiff::Timestamp::now().as_second()).unwrap();
                     let status = serde_json::json!({"status": {"conditions": [{
                         "type": "Ready", "status": "True", "reason": "Answered",
                         "lastTransitionTime": now.to_string()}]}});
