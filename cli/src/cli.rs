@@ -399,7 +399,13 @@ pub fn status_rules(args: &HealthArgs) -> Result<core_status::policy::Rules, Str
         Some(path) => {
             let text =
                 std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            HealthRules::from_yaml(&path.display().to_string(), &text).map_err(|e| e.to_string())?
+            HealthRules::from_yaml(&path.display().to_string(), &text).map_err(|e| match e {
+                // Name the file too; a YAML error already starts with it.
+                core_status::StatusError::Expression { .. } => {
+                    format!("{}: {e}", path.display())
+                }
+                e => e.to_string(),
+            })?
         }
     };
     // The built-in rules for popular CRDs come with --strict; the user's file wins kind by kind.

@@ -216,6 +216,115 @@ fn health_expressions_judge_kinds_kstatus_cannot() {
         gateway,
     );
     assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("{}: health expression", exprs.display())),
+        "names the file: {err}"
+    );
+    assert!(
+        err.contains("a/*") && err.contains("\"(\""),
+        "names the GroupKind and the expression: {err}"
+    );
+    // Under --strict the same broken file is refused just the same (it would override the pack).
+    let strict = strata(
+        &[
+            "status",
+            "-f",
+            "-",
+            "--strict",
+            "--health-exprs",
+            exprs.to_str().unwrap(),
+        ],
+        gateway,
+    );
+    assert_eq!(strict.status.code(), Some(2));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Offline `--strict` judges a workload by the pods in the input, after the grace; the pack
+/// judges the CRDs kstatus cannot read; a user's file overrides the pack.
+#[test]
+fn strict_offline_uses_the_inputs_pods_and_the_rule_pack() {
+    let input = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: shop, generation: 1}
+spec: {replicas: 1, selector: {matchLabels: {app: web}}}
+status: {observedGeneration: 1, replicas: 1, updatedReplicas: 1, unavailableReplicas: 1}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-6d9c-x
+  namespace: shop
+  labels: {app: web, pod-template-hash: 6d9c}
+  creationTimestamp: '2026-11-26T10:00:00Z'
+  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: web-6d9c, uid: u, controller: true}]
+status:
+  phase: Pending
+  containerStatuses: [{name: app, restartCount: 0, state: {waiting: {reason: ImagePullBackOff, message: 'Back-off pulling image x'}}}]
+---
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {name: r, namespace: shop, generation: 2}
+status: {phase: Degraded, observedGeneration: '2'}
+";
+    let judge = |args: &[&str]| -> serde_json::Value {
+        let mut all = vec![
+            "status",
+            "-f",
+            "-",
+            "-o",
+            "json",
+            "--now",
+            "2026-11-26T10:00:40Z",
+        ];
+        all.extend_from_slice(args);
+        let out = strata(&all, input);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let default = judge(&[]);
+    assert_eq!(default[0]["status"], "InProgress");
+    assert_eq!(
+        default[2]["status"], "Unknown",
+        "kstatus cannot read a string observedGeneration"
+    );
+    let strict = judge(&["--strict"]);
+    assert_eq!(
+        (
+            &strict[0]["status"],
+            &strict[0]["reason"],
+            &strict[0]["message"]
+        ),
+        (
+            &serde_json::json!("Failed"),
+            &serde_json::json!("ImagePullBackOff"),
+            &serde_json::json!("web-6d9c-x/app: ImagePullBackOff: Back-off pulling image x")
+        )
+    );
+    assert_eq!(
+        strict[2]["status"], "Failed",
+        "the pack's Rollout rule: {}",
+        strict[2]
+    );
+    // Within a longer grace the Deployment is still only InProgress.
+    let patient = judge(&["--strict", "--failure-grace", "1m"]);
+    assert_eq!(patient[0]["status"], "InProgress");
+    // A user's rule for the same kind wins over the pack.
+    let dir = std::env::temp_dir().join(format!("strata-pack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let own = dir.join("own.yaml");
+    std::fs::write(
+        &own,
+        "- apiVersion: argoproj.io/v1alpha1\n  kind: Rollout\n  current: 'true'\n",
+    )
+    .unwrap();
+    let overridden = judge(&["--strict", "--health-exprs", own.to_str().unwrap()]);
+    assert_eq!(overridden[2]["status"], "Current");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
