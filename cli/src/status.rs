@@ -236,17 +236,58 @@ fn live(args: &StatusArgs, rules: &Rules, now: Timestamp) -> anyhow::Result<Exit
                 Err(e) => return Ok::<_, anyhow::Error>(Err(format!("-k {spec}: {e}"))),
             }
         }
-        Ok(Ok(objects))
+        let pods = if rules.needs_pods() {
+            workload_pods(&client, &objects).await
+        } else {
+            Vec::new()
+        };
+        Ok(Ok((objects, pods)))
     })?;
-    let objects = match objects {
-        Ok(objects) => objects,
+    let (objects, pods) = match objects {
+        Ok(found) => found,
         Err(e) => return Ok(crate::cli::input_error(&e)),
     };
+    let pods = core_status::workload::PodIndex::new(&pods);
     let lines: Vec<StatusLine> = objects
         .iter()
-        .map(|d| StatusLine::from_document(d, rules, now))
+        .map(|d| {
+            StatusLine::new(
+                d.api_version(),
+                d.kind(),
+                d.namespace(),
+                d.name(),
+                rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now),
+            )
+        })
         .collect();
     print_lines(args.output, &lines)
+}
+
+/// The pods of every live workload (one LIST by its selector each) for `--strict`'s
+/// workload rule. A LIST that fails (no right to read pods) leaves that workload to the other
+/// rules, with one warning.
+async fn workload_pods(client: &kube::Client, objects: &[Document]) -> Vec<serde_json::Value> {
+    let mut pods = Vec::new();
+    let mut warned = false;
+    for d in objects
+        .iter()
+        .filter(|d| core_status::workload::is_workload(d.api_version(), d.kind()))
+    {
+        match core_status::wait::list_workload_pods(client, d.namespace(), &d.object).await {
+            Ok(found) => pods.extend(found),
+            Err(e) if !warned => {
+                warned = true;
+                eprintln!(
+                    "warning: cannot list the pods of {} {}/{}: {e}; workloads are judged without their pods",
+                    d.kind(),
+                    d.namespace(),
+                    d.name()
+                );
+            }
+            Err(_) => {}
+        }
+    }
+    pods
 }
 
 /// The live objects one `-k KIND[/NAME]` names, as documents of the source `spec`. `Err` is a

@@ -917,6 +917,27 @@ async fn a_strict_wait_fails_fast_when_pods_cannot_start() -> Result<()> {
             && !stderr.contains("ImagePullBackOff"),
         "the default policy must stay kstatus' (InProgress until the deadline): {stderr}"
     );
+    // `strata status -k --strict` reads the live workload's pods too.
+    let out = run(strata_status(&[
+        "-k",
+        "deploy/pull",
+        "-n",
+        &ns.name,
+        "--strict",
+        "--failure-grace",
+        "5s",
+        "-o",
+        "json",
+    ]))
+    .await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let live: serde_json::Value = serde_json::from_str(&stdout)?;
+    assert_eq!(
+        (live[0]["status"].as_str(), live[0]["reason"].as_str()),
+        (Some("Failed"), Some("ImagePullBackOff")),
+        "{live}"
+    );
     Ok(())
 }
 

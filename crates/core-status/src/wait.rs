@@ -878,6 +878,29 @@ async fn watch_group(
     }
 }
 
+/// The pods a workload's selector matches in its namespace (one LIST), as JSON: what
+/// [`crate::policy::Rules::evaluate_with_pods`] judges a workload with. Empty for a workload
+/// without a namespace or a usable selector.
+pub async fn list_workload_pods(
+    client: &Client,
+    namespace: &str,
+    workload: &Value,
+) -> Result<Vec<Value>, kube::Error> {
+    use k8s_openapi::api::core::v1::Pod;
+    let Some(selector) =
+        crate::workload::selector_query(workload).filter(|_| !namespace.is_empty())
+    else {
+        return Ok(Vec::new());
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = pods.list(&ListParams::default().labels(&selector)).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter_map(|pod| serde_json::to_value(pod).ok())
+        .collect())
+}
+
 /// Reads the pods of one workload (one watch, or one LIST per interval, narrowed by the
 /// workload's selector) and sends every change as the whole current set.
 async fn read_pods(

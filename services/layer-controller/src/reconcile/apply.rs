@@ -451,22 +451,10 @@ async fn workload_pods(
     namespace: Option<&str>,
     workload: &Value,
 ) -> Result<Vec<Value>> {
-    use k8s_openapi::api::core::v1::Pod;
-    let (Some(namespace), Some(selector)) =
-        (namespace, core_status::workload::selector_query(workload))
-    else {
-        return Ok(Vec::new());
-    };
-    let pods: kube::Api<Pod> = kube::Api::namespaced(reader.client().clone(), namespace);
-    let list = pods
-        .list(&kube::api::ListParams::default().labels(&selector))
+    let namespace = namespace.unwrap_or_default();
+    core_status::wait::list_workload_pods(reader.client(), namespace, workload)
         .await
-        .map_err(|e| LayerError::api(format!("listing the pods of {namespace}/{selector}"), e))?;
-    Ok(list
-        .items
-        .into_iter()
-        .filter_map(|pod| serde_json::to_value(pod).ok())
-        .collect())
+        .map_err(|e| LayerError::api(format!("listing the pods of a workload in {namespace}"), e))
 }
 
 /// The apply attempt being judged.
