@@ -57,6 +57,22 @@ impl StatusLine {
         )
     }
 
+    /// A document judged with its pods (a workload's, from `pods`) under `rules`.
+    fn with_pods(
+        d: &Document,
+        pods: &core_status::workload::PodIndex,
+        rules: &Rules,
+        now: Timestamp,
+    ) -> Self {
+        StatusLine::new(
+            d.api_version(),
+            d.kind(),
+            d.namespace(),
+            d.name(),
+            rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now),
+        )
+    }
+
     fn from_observed(o: &Observed<'_>, now: Timestamp) -> Self {
         StatusLine::new(
             o.api_version(),
@@ -185,15 +201,7 @@ fn workload_lines(
     );
     let lines = documents
         .iter()
-        .map(|d| {
-            StatusLine::new(
-                d.api_version(),
-                d.kind(),
-                d.namespace(),
-                d.name(),
-                rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now),
-            )
-        })
+        .map(|d| StatusLine::with_pods(d, &pods, rules, now))
         .collect();
     // The command prints these lines and exits: freeing every object tree one node at a time
     // took a quarter of a 13,000-object run. The OS takes the memory back at exit.
@@ -250,15 +258,7 @@ fn live(args: &StatusArgs, rules: &Rules, now: Timestamp) -> anyhow::Result<Exit
     let pods = core_status::workload::PodIndex::new(&pods);
     let lines: Vec<StatusLine> = objects
         .iter()
-        .map(|d| {
-            StatusLine::new(
-                d.api_version(),
-                d.kind(),
-                d.namespace(),
-                d.name(),
-                rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now),
-            )
-        })
+        .map(|d| StatusLine::with_pods(d, &pods, rules, now))
         .collect();
     print_lines(args.output, &lines)
 }
