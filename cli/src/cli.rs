@@ -381,19 +381,8 @@ pub fn input_error(message: &str) -> ExitCode {
 
 /// The status rules from `--strict` and `--health-exprs`.
 pub fn status_rules(args: &HealthArgs) -> Result<core_status::policy::Rules, String> {
-    use core_status::policy::{Policy, Rules};
-    let mut policy = if args.strict {
-        Policy::strict()
-    } else {
-        Policy::kstatus()
-    };
-    if args.strict {
-        policy.failure_grace = core_k8s::args::parse_duration(&args.failure_grace)
-            .map_err(|e| format!("--failure-grace: {e}"))?;
-        policy.observed_bound = core_k8s::args::parse_duration(&args.observed_bound)
-            .map_err(|e| format!("--observed-bound: {e}"))?;
-    }
     use core_status::health::HealthRules;
+    use core_status::policy::{Policy, Rules};
     let own = match &args.health_exprs {
         None => HealthRules::default(),
         Some(path) => {
@@ -408,13 +397,24 @@ pub fn status_rules(args: &HealthArgs) -> Result<core_status::policy::Rules, Str
             })?
         }
     };
-    // The built-in rules for popular CRDs come with --strict; the user's file wins kind by kind.
-    let health = if args.strict {
-        HealthRules::pack().overridden_by(own)
-    } else {
-        own
+    if !args.strict {
+        return Ok(Rules {
+            policy: Policy::kstatus(),
+            health: own,
+        });
+    }
+    let policy = Policy {
+        failure_grace: core_k8s::args::parse_duration(&args.failure_grace)
+            .map_err(|e| format!("--failure-grace: {e}"))?,
+        observed_bound: core_k8s::args::parse_duration(&args.observed_bound)
+            .map_err(|e| format!("--observed-bound: {e}"))?,
+        ..Policy::strict()
     };
-    Ok(Rules { policy, health })
+    // The built-in rules for popular CRDs come with --strict; the user's file wins kind by kind.
+    Ok(Rules {
+        policy,
+        health: HealthRules::pack().overridden_by(own),
+    })
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {

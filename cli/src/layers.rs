@@ -143,9 +143,7 @@ async fn compute(
         state: status.state.clone().unwrap_or_default(),
         source: source_ref.to_string(),
         dependents: plan::dependents(&name, all.values().map(|l| l.as_ref())),
-        not_ready: plan::why(&name, all, jiff::Timestamp::now())
-            .map(|w| w.waiting_on)
-            .unwrap_or_default(),
+        not_ready: plan::waiting_on(layer),
         ..LayerPlan::default()
     };
     let fetched = match reader.fetch(&source_ref).await {

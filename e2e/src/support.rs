@@ -598,3 +598,58 @@ pub fn incompressible(len: usize, seed: u64) -> String {
         })
         .collect()
 }
+
+/// A workload whose pods cannot start, labelled for the plane's `strata-pod-cannot-start`
+/// kwok stage (or, for `Unschedulable`, matching no node so the real scheduler refuses it).
+pub fn cannot_start(kind: &str, name: &str, ns: &str, reason: &str) -> String {
+    let (labels, placement) = if reason == "Unschedulable" {
+        (
+            format!("{{app: {name}}}"),
+            "nodeSelector: {strata.dev/no-such-node: \"true\"}",
+        )
+    } else {
+        (
+            format!("{{app: {name}, strata.dev/fake-waiting: {reason}}}"),
+            "",
+        )
+    };
+    let pod_spec = format!(
+        "metadata: {{labels: {labels}}}
+    spec:
+      {restart}
+      {placement}
+      containers: [{{name: app, image: registry.invalid/{name}:1}}]",
+        restart = if kind == "Job" {
+            "restartPolicy: OnFailure"
+        } else {
+            ""
+        },
+    );
+    let (api_version, extra) = match kind {
+        "Job" => ("batch/v1", "backoffLimit: 6".to_string()),
+        "DaemonSet" => (
+            "apps/v1",
+            format!("selector: {{matchLabels: {{app: {name}}}}}"),
+        ),
+        "StatefulSet" => (
+            "apps/v1",
+            format!(
+                "replicas: 1\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}"
+            ),
+        ),
+        _ => (
+            "apps/v1",
+            format!("replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}"),
+        ),
+    };
+    format!(
+        "apiVersion: {api_version}
+kind: {kind}
+metadata: {{name: {name}, namespace: {ns}}}
+spec:
+  {extra}
+  template:
+    {pod_spec}
+"
+    )
+}

@@ -759,20 +759,8 @@ async fn strict_layers_fail_fast_when_pods_cannot_start() -> Result<()> {
     let ns = ns.name.clone();
     install_layer_crds(&client, &ns).await?;
     let controller = start_controller(&ns, &["--default-source-namespace", &ns])?;
-    let stuck = |name: &str| {
-        format!(
-            "apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: {name}}}}}
-  template:
-    metadata: {{labels: {{app: {name}, strata.dev/fake-waiting: ImagePullBackOff}}}}
-    spec: {{containers: [{{name: app, image: registry.invalid/{name}:1}}]}}
-"
-        )
-    };
+    let stuck =
+        |name: &str| strata_e2e::support::cannot_start("Deployment", name, &ns, "ImagePullBackOff");
     let health = "  health: {policy: strict, failureGrace: 5s}\n";
     let started = std::time::Instant::now();
     apply_yaml(

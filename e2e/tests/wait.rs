@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use strata_e2e::services::bin_dir;
-use strata_e2e::support::{TestNamespace, apply_yaml, cluster};
+use strata_e2e::support::{TestNamespace, apply_yaml, cannot_start, cluster};
 
 fn write_manifest(ns: &str, name: &str, yaml: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("strata-wait-{ns}"));
@@ -764,61 +764,6 @@ metadata: {{name: settings, namespace: {ns}}}
         String::from_utf8_lossy(&unknown.stderr)
     );
     Ok(())
-}
-
-/// A workload whose pods cannot start, labelled for the plane's `strata-pod-cannot-start`
-/// kwok stage (or, for `Unschedulable`, matching no node so the real scheduler refuses it).
-fn cannot_start(kind: &str, name: &str, ns: &str, reason: &str) -> String {
-    let (labels, placement) = if reason == "Unschedulable" {
-        (
-            format!("{{app: {name}}}"),
-            "nodeSelector: {strata.dev/no-such-node: \"true\"}",
-        )
-    } else {
-        (
-            format!("{{app: {name}, strata.dev/fake-waiting: {reason}}}"),
-            "",
-        )
-    };
-    let pod_spec = format!(
-        "metadata: {{labels: {labels}}}
-    spec:
-      {restart}
-      {placement}
-      containers: [{{name: app, image: registry.invalid/{name}:1}}]",
-        restart = if kind == "Job" {
-            "restartPolicy: OnFailure"
-        } else {
-            ""
-        },
-    );
-    let (api_version, extra) = match kind {
-        "Job" => ("batch/v1", "backoffLimit: 6".to_string()),
-        "DaemonSet" => (
-            "apps/v1",
-            format!("selector: {{matchLabels: {{app: {name}}}}}"),
-        ),
-        "StatefulSet" => (
-            "apps/v1",
-            format!(
-                "replicas: 1\n  serviceName: {name}\n  selector: {{matchLabels: {{app: {name}}}}}"
-            ),
-        ),
-        _ => (
-            "apps/v1",
-            format!("replicas: 1\n  selector: {{matchLabels: {{app: {name}}}}}"),
-        ),
-    };
-    format!(
-        "apiVersion: {api_version}
-kind: {kind}
-metadata: {{name: {name}, namespace: {ns}}}
-spec:
-  {extra}
-  template:
-    {pod_spec}
-"
-    )
 }
 
 /// `strata wait --strict` fails a workload whose pods cannot start once the grace has passed,

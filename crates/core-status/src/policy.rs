@@ -7,6 +7,7 @@ use serde_json::Value;
 use crate::compute::{Evaluation, compute};
 use crate::error::StatusError;
 use crate::object::{Parts, api_group, int_or, lookup, str_or};
+use crate::workload::CANNOT_START;
 use crate::{Status, health::HealthRules};
 
 /// Which stricter rules apply.
@@ -71,7 +72,14 @@ impl Policy {
     }
 }
 
-use crate::workload::CANNOT_START;
+/// A status that says nothing: absent, null or `{}`.
+fn is_empty_status(status: &Value) -> bool {
+    match status {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    }
+}
 
 /// A custom resource: a group that is neither core nor one of Kubernetes' own API groups.
 fn is_custom_resource(group: &str) -> bool {
@@ -115,14 +123,9 @@ fn status_predates_apply(parts: &Parts) -> Option<jiff::Timestamp> {
     }
     let applied = last_write(parts.metadata, true)?;
     let status_subresource_written = last_write(parts.metadata, false);
-    let empty_status = match parts.status {
-        Value::Null => true,
-        Value::Object(map) => map.is_empty(),
-        _ => false,
-    };
     // Status written through the object itself (a CRD without the status subresource): its
     // writes look like applies, nothing tells them apart.
-    if status_subresource_written.is_none() && !empty_status {
+    if status_subresource_written.is_none() && !is_empty_status(parts.status) {
         return None;
     }
     let transitions = lookup(parts.status, &["conditions"])
@@ -138,28 +141,26 @@ fn status_predates_apply(parts: &Parts) -> Option<jiff::Timestamp> {
     }
 }
 
-/// `fresh_status` on a result that would be Current: InProgress while the status predates
-/// the last apply, within the bound; past it, the result stands with a warning.
+/// `fresh_status` on a result that would be Current: `None` when the status is not older
+/// than the last apply; else InProgress within the bound, past it the result with a warning.
 fn fresh_status(
     parts: &Parts,
-    base: Evaluation,
+    base: &Evaluation,
     policy: &Policy,
     now: jiff::Timestamp,
-) -> Evaluation {
-    let Some(applied) = status_predates_apply(parts) else {
-        return base;
-    };
+) -> Option<Evaluation> {
+    let applied = status_predates_apply(parts)?;
     let waited = now.duration_since(applied);
     let bound =
         jiff::SignedDuration::try_from(policy.observed_bound).unwrap_or(jiff::SignedDuration::MAX);
     if waited < bound {
-        return Evaluation::in_progress(
+        return Some(Evaluation::in_progress(
             "StatusNotObserved",
             format!(
                 "{} was applied at {applied}; its controller has not written status since",
                 parts.kind
             ),
-        );
+        ));
     }
     let warning = format!(
         "{} {}: its controller wrote no status within {}s of the apply at {applied}; judged by kstatus' rules",
@@ -167,7 +168,7 @@ fn fresh_status(
         str_or(parts.metadata, &["name"], ""),
         policy.observed_bound.as_secs()
     );
-    base.with_warning(warning)
+    Some(base.clone().with_warning(warning))
 }
 
 fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timestamp) -> Evaluation {
@@ -288,34 +289,20 @@ fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timesta
             return Evaluation::in_progress("LessReady", format!("Ready: {ready}/{spec}"));
         }
     }
-    if policy.fresh_status && is_custom_resource(group) {
-        let judged = fresh_status(parts, base, policy, now);
-        if judged.status != Status::Current || judged.warning.is_some() {
-            return judged;
-        }
-        return stricter_observed(parts, judged, policy);
+    if policy.fresh_status
+        && is_custom_resource(group)
+        && let Some(verdict) = fresh_status(parts, &base, policy, now)
+    {
+        return verdict;
     }
-    stricter_observed(parts, base, policy)
-}
-
-/// `require_observed`: a custom resource with no status at all is InProgress.
-fn stricter_observed(parts: &Parts, base: Evaluation, policy: &Policy) -> Evaluation {
-    let group = api_group(parts.api_version);
-    if policy.require_observed && is_custom_resource(group) {
-        let empty = match parts.status {
-            Value::Null => true,
-            Value::Object(map) => map.is_empty(),
-            _ => false,
-        };
-        if empty {
-            return Evaluation::in_progress(
-                "NotObserved",
-                format!(
-                    "{} has no status yet: its controller has not observed it",
-                    parts.kind
-                ),
-            );
-        }
+    if policy.require_observed && is_custom_resource(group) && is_empty_status(parts.status) {
+        return Evaluation::in_progress(
+            "NotObserved",
+            format!(
+                "{} has no status yet: its controller has not observed it",
+                parts.kind
+            ),
+        );
     }
     base
 }
@@ -347,7 +334,7 @@ pub fn compute_with_pods(
             && judged.status == Status::Current
             && is_custom_resource(api_group(str_or(object, &["apiVersion"], "")))
         {
-            return Ok(fresh_status(&Parts::new(object), judged, policy, now));
+            return Ok(fresh_status(&Parts::new(object), &judged, policy, now).unwrap_or(judged));
         }
         return Ok(judged);
     }

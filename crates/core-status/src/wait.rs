@@ -147,10 +147,15 @@ impl TargetState {
 pub struct Progress {
     pub ready: usize,
     pub total: usize,
-    /// The first not-ready object (in target order) and its state.
-    pub blocking: Option<(Target, TargetState)>,
-    /// Every not-ready object (in target order) with its state, the first included.
+    /// Every not-ready object (in target order) with its state.
     pub waiting: Vec<(Target, TargetState)>,
+}
+
+impl Progress {
+    /// The first not-ready object (in target order) and its state.
+    pub fn blocking(&self) -> Option<&(Target, TargetState)> {
+        self.waiting.first()
+    }
 }
 
 /// How a wait ended.
@@ -448,7 +453,6 @@ impl Tracker {
         Progress {
             ready,
             total: counted.len(),
-            blocking: waiting.first().cloned(),
             waiting,
         }
     }
@@ -566,27 +570,24 @@ pub async fn wait(
     let discovery = Arc::new(DiscoveryCache::new(ApiDiscovery::new(client.clone())));
     normalise_namespaces(&client, &discovery, &mut targets).await;
     let groups = group_targets(&targets)?;
-    // A strict wait also reads the pods of its workloads: ask for that access up front too.
-    let mut pod_groups: Vec<Group> = Vec::new();
+    // Every (kind, namespace) the wait reads; a strict wait also reads its workloads' pods.
+    let mut scopes: Vec<(GroupVersionKind, String)> = groups
+        .iter()
+        .map(|g| (g.gvk.clone(), g.namespace.clone()))
+        .collect();
     if options.rules.needs_pods() && options.mode != WaitFor::Deleted {
-        for t in &targets {
-            if crate::workload::is_workload(&t.api_version, &t.kind)
-                && !pod_groups.iter().any(|g| g.namespace == t.namespace)
-            {
-                pod_groups.push(Group {
-                    gvk: GroupVersionKind::gvk("", "v1", "Pod"),
-                    namespace: t.namespace.clone(),
-                    members: BTreeMap::new(),
-                });
+        let pod = GroupVersionKind::gvk("", "v1", "Pod");
+        for t in targets
+            .iter()
+            .filter(|t| crate::workload::is_workload(&t.api_version, &t.kind))
+        {
+            let scope = (pod.clone(), t.namespace.clone());
+            if !scopes.contains(&scope) {
+                scopes.push(scope);
             }
         }
     }
-    pod_groups.extend(groups.iter().map(|g| Group {
-        gvk: g.gvk.clone(),
-        namespace: g.namespace.clone(),
-        members: BTreeMap::new(),
-    }));
-    check_access(&client, &discovery, &pod_groups, options.engine).await?;
+    check_access(&client, &discovery, &scopes, options.engine).await?;
     let mut tracker = Tracker::with_rules(targets, options.mode, options.rules);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Update>(1024);
     let mut readers = Vec::new();
@@ -693,7 +694,7 @@ fn needed_verbs(engine: Engine) -> &'static [&'static str] {
 async fn check_access(
     client: &Client,
     discovery: &DiscoveryCache<ApiDiscovery>,
-    groups: &[Group],
+    scopes: &[(GroupVersionKind, String)],
     engine: Engine,
 ) -> Result<(), crate::StatusError> {
     use k8s_openapi::api::authorization::v1::{
@@ -701,17 +702,16 @@ async fn check_access(
     };
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut asks = Vec::new();
-    for group in groups {
-        let Ok(kind) = discovery.resolve(&group.gvk).await else {
+    for (gvk, scope) in scopes {
+        let Ok(kind) = discovery.resolve(gvk).await else {
             continue;
         };
-        let namespace =
-            (kind.namespaced && !group.namespace.is_empty()).then(|| group.namespace.clone());
+        let namespace = (kind.namespaced && !scope.is_empty()).then(|| scope.clone());
         for verb in needed_verbs(engine) {
             let review = SelfSubjectAccessReview {
                 spec: SelfSubjectAccessReviewSpec {
                     resource_attributes: Some(ResourceAttributes {
-                        group: Some(group.gvk.group.clone()),
+                        group: Some(gvk.group.clone()),
                         resource: Some(kind.resource.plural.clone()),
                         namespace: namespace.clone(),
                         verb: Some((*verb).to_string()),
@@ -722,7 +722,7 @@ async fn check_access(
                 ..Default::default()
             };
             let reviews = reviews.clone();
-            let what = (group.gvk.kind.clone(), namespace.clone(), *verb);
+            let what = (gvk.kind.clone(), namespace.clone(), *verb);
             asks.push(async move {
                 let answer = reviews
                     .create(&kube::api::PostParams::default(), &review)
@@ -924,12 +924,10 @@ async fn read_pods(
     match engine {
         Engine::Watch => {
             let mut stream = watcher(api, watcher::Config::default().labels(&selector)).boxed();
-            let mut listing = false;
             let mut listed = BTreeMap::new();
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(watcher::Event::Init) => {
-                        listing = true;
                         listed.clear();
                         continue;
                     }
@@ -942,8 +940,8 @@ async fn read_pods(
                         }
                         continue;
                     }
+                    // A (re)list is sent whole once done; changes after it one by one.
                     Ok(watcher::Event::InitDone) => {
-                        listing = false;
                         pods = std::mem::take(&mut listed);
                     }
                     Ok(watcher::Event::Apply(pod)) => {
@@ -963,7 +961,7 @@ async fn read_pods(
                         continue;
                     }
                 }
-                if !listing && tx.send(snapshot(&pods)).await.is_err() {
+                if tx.send(snapshot(&pods)).await.is_err() {
                     return;
                 }
             }
@@ -1075,17 +1073,14 @@ mod tests {
         );
         let progress = tracker.progress();
         assert_eq!((progress.ready, progress.total), (1, 2));
-        assert_eq!(
-            progress.blocking.as_ref().map(|(t, _)| t.name.as_str()),
-            Some("p")
-        );
+        assert_eq!(progress.blocking().map(|(t, _)| t.name.as_str()), Some("p"));
         tracker.observe(
             1,
             Some(json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running"}})),
             now(),
         );
         assert_eq!(
-            tracker.progress().blocking.unwrap().1.message,
+            tracker.progress().blocking().unwrap().1.message,
             "Pod is running but is not Ready"
         );
         tracker.observe(1, Some(json!({"apiVersion": "v1", "kind": "Pod", "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})), now());
@@ -1097,7 +1092,7 @@ mod tests {
         let mut tracker = Tracker::new(vec![target("Deployment", "d")], WaitFor::Current);
         // What a LIST item looks like: no apiVersion, no kind.
         tracker.observe(0, Some(json!({"metadata": {"name": "d"}, "spec": {"replicas": 2}, "status": {"replicas": 2, "updatedReplicas": 2}})), now());
-        let state = tracker.progress().blocking.unwrap().1;
+        let state = tracker.progress().blocking().unwrap().1.clone();
         assert_eq!(
             (state.status, state.message.as_str()),
             (Status::InProgress, "Available: 0/2")

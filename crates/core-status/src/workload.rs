@@ -8,7 +8,7 @@
 //! for longer than a grace period. The judgement needs the workload's pods: callers find them
 //! with one list or watch per workload ([`selector_query`]) and pass them in.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -350,10 +350,10 @@ pub fn judge_pods(
     stuck.sort_by(|a, b| a.pod.cmp(&b.pod));
     let first = stuck.first()?;
     let mut message = first.describe();
-    let others: BTreeMap<&str, ()> = stuck[1..]
+    let others: BTreeSet<&str> = stuck[1..]
         .iter()
-        .filter(|s| s.pod != first.pod)
-        .map(|s| (s.pod.as_str(), ()))
+        .map(|s| s.pod.as_str())
+        .filter(|pod| *pod != first.pod)
         .collect();
     if !others.is_empty() {
         message.push_str(&format!(" (and {} more pods)", others.len()));

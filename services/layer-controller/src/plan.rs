@@ -31,7 +31,7 @@ pub use self::prune::{
 pub use self::readiness::{Outcome, inventory_health, object_status, outcome, ready_reason};
 pub use self::spec::{effective_interval, orphan_grace, spec_errors, timing, timing_or_default};
 pub use self::status::{KRAAN_HELMRELEASE_KIND, conditions, kraan_resources, state_since};
-pub use self::why::{WhyBlocker, WhyLayer, render_why, why};
+pub use self::why::{WhyBlocker, WhyLayer, render_why, waiting_on, why};
 pub use core_layers::manifest::prepare_manifest;
 pub use core_layers::objects::{ObjectRef, SOURCE_KINDS, SourceRef, SourceState};
 

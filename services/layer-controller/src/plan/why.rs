@@ -8,7 +8,7 @@ use jiff::Timestamp;
 use serde::Serialize;
 
 use crate::crd::{AddonsLayer, LayerSet};
-use crate::keys::state;
+use crate::keys::{ORPHANED_STATUS, state};
 
 use super::ObjectRef;
 
@@ -51,6 +51,32 @@ fn age(layer: &AddonsLayer, now: Timestamp) -> Option<i64> {
     Some(now.duration_since(since).as_secs().max(0))
 }
 
+/// A layer's own objects that are not ready (none once it is Deployed):
+/// `Kind ns/name: Status (reason): message`.
+pub fn waiting_on(layer: &AddonsLayer) -> Vec<String> {
+    let Some(status) = &layer.status else {
+        return Vec::new();
+    };
+    if status.state.as_deref() == Some(state::DEPLOYED) {
+        return Vec::new();
+    }
+    status
+        .inventory
+        .iter()
+        .filter(|e| e.status != Status::Current.to_string() && e.status != ORPHANED_STATUS)
+        .map(|e| {
+            let mut line = format!("{}: {}", ObjectRef::of_entry(e), e.status);
+            if let Some(reason) = &e.reason {
+                line.push_str(&format!(" ({reason})"));
+            }
+            if let Some(message) = &e.message {
+                line.push_str(&format!(": {message}"));
+            }
+            line
+        })
+        .collect()
+}
+
 /// The explanation of `name`, following every blocking layer once (cycles stop at a layer
 /// already on the path). `None` when the layer does not exist.
 pub fn why(name: &str, all: &LayerSet, now: Timestamp) -> Option<WhyLayer> {
@@ -68,25 +94,7 @@ fn explain(
     seen.insert(name.to_string());
     let status = layer.status.clone().unwrap_or_default();
     let layer_state = status.state.clone().unwrap_or_else(|| "none".into());
-    let waiting_on = if layer_state == state::DEPLOYED {
-        Vec::new()
-    } else {
-        status
-            .inventory
-            .iter()
-            .filter(|e| e.status != Status::Current.to_string() && e.status != "Orphaned")
-            .map(|e| {
-                let mut line = format!("{}: {}", ObjectRef::of_entry(e), e.status);
-                if let Some(reason) = &e.reason {
-                    line.push_str(&format!(" ({reason})"));
-                }
-                if let Some(message) = &e.message {
-                    line.push_str(&format!(": {message}"));
-                }
-                line
-            })
-            .collect()
-    };
+    let waiting_on = waiting_on(layer);
     let blocked_by = status
         .blocked_by
         .iter()
