@@ -161,6 +161,7 @@ async fn compute(
         cluster_version: version.as_deref(),
         default_source_namespace: reader.default_namespace(),
         objects: &objects,
+        shard: None,
     };
     match plan::gate(layer, all, &inputs) {
         Gate::Hold => out.gate = "Hold".into(),
@@ -171,6 +172,11 @@ async fn compute(
         Gate::Cycle(cycle) => {
             out.gate = "Cycle".into();
             out.message = Some(format!("dependency cycle: {}", cycle.join(" -> ")));
+        }
+        Gate::CrossShard { message, blockers } => {
+            out.gate = "CrossShard".into();
+            out.message = Some(message);
+            out.blocked_by = blockers;
         }
         Gate::Blocked { state, blockers } => {
             out.gate = state.into();

@@ -15,6 +15,7 @@ pub mod crds;
 pub mod error;
 pub mod events;
 pub mod http_metrics;
+pub mod labels;
 pub mod leader;
 pub mod logfmt;
 pub mod metrics;

@@ -424,3 +424,25 @@ pub fn crds() -> Vec<(
 /// whole set without copying a layer (with a thousand layers reconciling at once, copies of
 /// the set were most of the controller's memory).
 pub type LayerSet = std::collections::BTreeMap<String, std::sync::Arc<AddonsLayer>>;
+
+impl AddonsLayer {
+    /// The shard this layer belongs to: the value of its `key` label (Flux's
+    /// `sharding.fluxcd.io/key` by default), else [`crate::keys::DEFAULT_SHARD`].
+    pub fn shard<'a>(&'a self, key: &str) -> &'a str {
+        self.metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(key))
+            .map(String::as_str)
+            .filter(|shard| !shard.is_empty())
+            .unwrap_or(crate::keys::DEFAULT_SHARD)
+    }
+
+    /// Whether the layer carries the shard label `key` at all.
+    pub fn is_sharded(&self, key: &str) -> bool {
+        self.metadata
+            .labels
+            .as_ref()
+            .is_some_and(|labels| labels.contains_key(key))
+    }
+}

@@ -35,6 +35,13 @@ pub const RECONCILE_REQUESTED_AT: &str = "strata.dev/reconcile-requested-at";
 /// W3C trace context of whoever asked for the reconcile (the drift-observer's heal request):
 /// the re-apply it causes joins that trace.
 pub const RECONCILE_TRACEPARENT: &str = "strata.dev/traceparent";
+/// The label that puts a layer in a shard, as Flux's controllers read it: a layer-controller
+/// started with `--layer-selector=sharding.fluxcd.io/key=a` reconciles the layers labelled `a`,
+/// the default shard (`!sharding.fluxcd.io/key`) those without the label.
+pub const SHARD_LABEL: &str = "sharding.fluxcd.io/key";
+/// How the layers carrying no shard label are named in messages and graphs.
+pub const DEFAULT_SHARD: &str = "default";
+
 /// On an applied object: `Heal`, `Warn` or `Ignore`, overriding the layer's drift mode.
 pub const DRIFT_MODE_ANNOTATION: &str = "strata.dev/drift-mode";
 
@@ -72,6 +79,8 @@ pub mod blocker {
     pub const SOURCE_NOT_READY: &str = "SourceNotReady";
     pub const ON_HOLD: &str = "OnHold";
     pub const CYCLE: &str = "Cycle";
+    /// The dependency is reconciled by another shard.
+    pub const OTHER_SHARD: &str = "OtherShard";
     pub const K8S_VERSION: &str = "K8sVersion";
     /// Teardown waits for a layer that depends on the one being deleted.
     pub const DEPENDENT: &str = "Dependent";
@@ -93,6 +102,8 @@ pub mod condition {
 /// Reasons of the standard conditions and of Warning events that are not state names.
 pub mod reason {
     pub const DEPENDENCY_CYCLE: &str = "DependencyCycle";
+    /// A dependency is in another shard: chains cannot cross shards.
+    pub const CROSS_SHARD_DEPENDENCY: &str = "CrossShardDependency";
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const ARTIFACT_FAILED: &str = "ArtifactFailed";
     pub const INVALID_MANIFEST: &str = "InvalidManifest";

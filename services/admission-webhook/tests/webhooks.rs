@@ -1112,6 +1112,7 @@ fn addonslayer_validation_agrees_with_the_controller() {
             cluster_version: Some("v1.34.4"),
             default_source_namespace: "ns",
             objects: &[],
+            shard: None,
         };
         let gate = plan::gate(&this, &all, &inputs);
         let mut refused = matches!(gate, Gate::Invalid(_) | Gate::Cycle(_));

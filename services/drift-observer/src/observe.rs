@@ -64,9 +64,11 @@ pub struct DriftArgs {
     /// Largest artifact download, in bytes.
     #[arg(long, default_value_t = 50 << 20)]
     pub max_artifact_bytes: u64,
-    /// Only observe layers matching this label selector (the layer-controller's shards).
-    #[arg(long)]
-    pub layer_selector: Option<String>,
+    /// Only observe layers matching this label selector: the same shard as the
+    /// layer-controller beside it (e.g. `sharding.fluxcd.io/key=a`, or
+    /// `!sharding.fluxcd.io/key` for the default shard).
+    #[arg(long, value_parser = core_k8s::labels::parse_flag)]
+    pub layer_selector: Option<core_k8s::labels::LabelSelector>,
     /// The user the layer-controller applies as (e.g.
     /// `system:serviceaccount:strata-system:layer-controller`): dry runs of layers that name
     /// no ServiceAccount are made as it, through impersonation, so the API server authorizes
@@ -243,8 +245,8 @@ pub async fn drift_of(
 /// Runs the observer until shutdown.
 pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let config = match &args.layer_selector {
-        Some(selector) => watcher::Config::default().labels(selector),
+    let config = match args.layer_selector.as_ref().filter(|s| !s.is_empty()) {
+        Some(selector) => watcher::Config::default().labels(selector.as_str()),
         None => watcher::Config::default(),
     };
     // Nothing here reads a layer's managed fields: the cache of a thousand layers keeps

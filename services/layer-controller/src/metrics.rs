@@ -111,7 +111,8 @@ impl Metrics {
             .inc_by(objects);
     }
 
-    /// Drops the series of a deleted layer.
+    /// Drops the series of a layer this replica no longer reconciles (deleted, or moved to
+    /// another shard).
     pub fn forget(&self, layer: &str) {
         for s in state::ALL {
             self.layer_state.remove(&StateLabels {
@@ -124,5 +125,6 @@ impl Metrics {
         };
         self.applied_objects.remove(&labels);
         self.pruned_objects.remove(&labels);
+        self.dependency_wait_seconds.remove(&labels);
     }
 }

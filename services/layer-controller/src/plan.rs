@@ -22,7 +22,9 @@ mod why;
 use std::time::Duration;
 
 pub use self::apply::{Stage, apply_key, is_definition, kind_rank, stage_of};
-pub use self::gate::{Gate, GateInputs, dependencies_of, dependency_graph, dependents, gate};
+pub use self::gate::{
+    Gate, GateInputs, ShardScope, dependencies_of, dependency_graph, dependents, gate,
+};
 pub use self::health::layer_rules;
 pub use self::prune::{
     LiveOwnership, PrunePlan, StaleObject, orphaned_label_value, ownership_conflicts,

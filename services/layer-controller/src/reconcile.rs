@@ -22,6 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use core_k8s::Context;
+use futures::StreamExt as _;
+use kube::ResourceExt as _;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
@@ -30,10 +32,12 @@ use tokio::sync::mpsc;
 
 use crate::crd::AddonsLayer;
 use crate::error::Result;
+use crate::keys::SHARD_LABEL;
 use crate::lock;
 use crate::metrics::Metrics;
 use crate::read::Reader;
 use crate::source::Limits;
+use core_k8s::labels::LabelSelector;
 use core_layers::objects::ActingAccount;
 
 use self::pass::reconcile;
@@ -68,10 +72,15 @@ pub struct LayerArgs {
     /// How long an artifact download may take.
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub artifact_timeout: Duration,
-    /// Only manage layers matching this label selector (shards; every layer a shard's
-    /// layers depend on must be in the same shard).
-    #[arg(long)]
-    pub layer_selector: Option<String>,
+    /// Only manage layers matching this label selector: one shard of the fleet, e.g.
+    /// `sharding.fluxcd.io/key=a`, or `!sharding.fluxcd.io/key` for the default shard (Flux's
+    /// `--watch-label-selector`). A layer whose dependency this replica does not manage
+    /// stalls, naming both shards: a dependency chain cannot cross shards.
+    #[arg(long, value_parser = core_k8s::labels::parse_flag)]
+    pub layer_selector: Option<LabelSelector>,
+    /// The label that names a layer's shard in messages and graphs.
+    #[arg(long, default_value = SHARD_LABEL)]
+    pub shard_key: String,
     /// How often a layer that is applying re-checks its objects' status.
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub health_poll: Duration,
@@ -149,8 +158,8 @@ impl std::fmt::Debug for Shared {
 /// Runs the controller until shutdown.
 pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let layer_config = match &args.layer_selector {
-        Some(selector) => watcher::Config::default().labels(selector),
+    let layer_config = match args.layer_selector.as_ref().filter(|s| !s.is_empty()) {
+        Some(selector) => watcher::Config::default().labels(selector.as_str()),
         None => watcher::Config::default(),
     };
     // A layer is reconciled when what its owner controls changes: spec (generation), labels,
@@ -160,12 +169,20 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     // the wake-up from its dependency turning Deployed waited behind it: right after a new
     // revision, while all layers re-check at once, the first hops of a chain took 0.3–0.9 s.
     let (reader, writer) = kube::runtime::reflector::store();
+    let departed = metrics.clone();
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
         // Nothing here reads a layer's managed fields, often its largest part: the cache of
         // a thousand layers keeps them out.
         .modify(|layer| layer.metadata.managed_fields = None)
         .reflect(writer)
+        // A layer leaves this replica's watch when it is deleted or relabelled into another
+        // shard: its series go with it, so exactly one shard reports each layer.
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(layer)) = event {
+                departed.forget(&layer.name_any());
+            }
+        })
         .applied_objects()
         .predicate_filter(layer_intent, Default::default());
     let controller = Controller::for_stream(intents, reader)
@@ -213,6 +230,32 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
 }
 
 impl Shared {
+    /// This replica's shard, when it reconciles a subset of the layers.
+    fn shard(&self) -> Option<crate::plan::ShardScope<'_>> {
+        let selector = self
+            .args
+            .layer_selector
+            .as_ref()
+            .filter(|s| !s.is_empty())?;
+        Some(crate::plan::ShardScope {
+            key: &self.args.shard_key,
+            selector,
+        })
+    }
+
+    /// Whether this replica still reconciles `layer` (it may have been relabelled into
+    /// another shard since the reconcile was queued).
+    fn owns(&self, layer: &AddonsLayer) -> bool {
+        self.shard().is_none_or(|scope| scope.owns(layer))
+    }
+
+    /// Whether the layer is still in this replica's cache. A layer relabelled into another
+    /// shard leaves it at once: a reconcile that was already running stops before its next
+    /// apply or status write, so the new shard's first apply is the only one.
+    fn still_watched(&self, name: &str) -> bool {
+        self.shard().is_none() || self.layers.get(&LayerKey::new(name)).is_some()
+    }
+
     /// The API server version, re-read at most once a minute.
     async fn cluster_version(&self, ctx: &Context) -> Option<String> {
         if let Some((version, at)) = lock(&self.cluster_version).as_ref()

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use core_k8s::labels::LabelSelector;
 use core_status::Status;
 
 use crate::crd::{AddonsLayer, Blocker, LayerSet};
@@ -21,6 +22,31 @@ pub struct GateInputs<'a> {
     /// What the cluster says about each of `spec.prereqs.objects`, in order: `None` when the
     /// object (or its kind) does not exist, else its status and message.
     pub objects: &'a [Option<(Status, String)>],
+    /// The shard this controller reconciles, when it runs with `--layer-selector`; `None`
+    /// when it reconciles every layer (or the caller is not a controller, e.g. the CLI).
+    pub shard: Option<ShardScope<'a>>,
+}
+
+/// Which layers a sharded controller reconciles, and the label that names their shard.
+#[derive(Clone, Copy, Debug)]
+pub struct ShardScope<'a> {
+    /// The label naming a layer's shard (`sharding.fluxcd.io/key`).
+    pub key: &'a str,
+    /// The controller's `--layer-selector`.
+    pub selector: &'a LabelSelector,
+}
+
+impl ShardScope<'_> {
+    /// Whether this controller reconciles `layer`.
+    pub fn owns(&self, layer: &AddonsLayer) -> bool {
+        self.selector.matches(
+            layer
+                .metadata
+                .labels
+                .as_ref()
+                .unwrap_or(&Default::default()),
+        )
+    }
 }
 
 /// Whether a layer may apply now.
@@ -32,6 +58,12 @@ pub enum Gate {
     Invalid(String),
     /// The layer is part of a dependency cycle (printed `a -> b -> a`).
     Cycle(Vec<String>),
+    /// A dependency is reconciled by another shard: the chain cannot be followed, so the
+    /// layer stalls until both are labelled alike. The message names both shards.
+    CrossShard {
+        message: String,
+        blockers: Vec<Blocker>,
+    },
     /// Something is missing; `state` is Pending, K8sVersion or ApplyPending.
     Blocked {
         state: &'static str,
@@ -91,6 +123,12 @@ pub fn gate(layer: &AddonsLayer, layers: &LayerSet, inputs: &GateInputs<'_>) -> 
     let graph = dependency_graph(layers.values().map(|l| l.as_ref()));
     if let Some(cycle) = deps::cycle_through(name(layer), &graph) {
         return Gate::Cycle(cycle);
+    }
+
+    if let Some(scope) = inputs.shard
+        && let Some(cross) = cross_shard(layer, layers, scope)
+    {
+        return cross;
     }
 
     let mut blockers = Vec::new();
@@ -175,6 +213,48 @@ pub fn gate(layer: &AddonsLayer, layers: &LayerSet, inputs: &GateInputs<'_>) -> 
             blockers,
         }
     }
+}
+
+/// The dependencies of `layer` that exist but are not this controller's (another shard's, or
+/// outside its selector): the layer would wait on a chain no controller follows as a whole.
+fn cross_shard(layer: &AddonsLayer, layers: &LayerSet, scope: ShardScope<'_>) -> Option<Gate> {
+    let own = layer.shard(scope.key);
+    let mut messages = Vec::new();
+    let mut blockers = Vec::new();
+    for (i, entry) in layer.spec.prereqs.depends_on.iter().enumerate() {
+        let Ok(dependency) = parse_dependency(entry) else {
+            continue;
+        };
+        let Some(dep) = layers.get(&dependency.layer) else {
+            continue;
+        };
+        if scope.owns(dep) {
+            continue;
+        }
+        let theirs = dep.shard(scope.key);
+        let name = &dependency.layer;
+        let message = if theirs == own {
+            format!(
+                "spec.prereqs.dependsOn[{i}]: layer {name} is not selected by this shard's --layer-selector {:?} (both are in shard {own:?}): a dependency chain cannot leave its shard",
+                scope.selector.as_str()
+            )
+        } else {
+            format!(
+                "spec.prereqs.dependsOn[{i}]: layer {name} is in shard {theirs:?} and this layer in shard {own:?} (label {}): a dependency chain cannot cross shards; give both the same shard",
+                scope.key
+            )
+        };
+        blockers.push(Blocker {
+            name: name.clone(),
+            reason: blocker::OTHER_SHARD.into(),
+            message: message.clone(),
+        });
+        messages.push(message);
+    }
+    (!blockers.is_empty()).then(|| Gate::CrossShard {
+        message: messages.join("; "),
+        blockers,
+    })
 }
 
 fn dependency_blocker(
@@ -358,6 +438,7 @@ mod object_prereq_tests {
                 cluster_version: Some("v1.34.4"),
                 default_source_namespace: "ns",
                 objects: &observed,
+                shard: None,
             };
             let got: Vec<(String, String)> = match gate(&this, &all, &inputs) {
                 Gate::Proceed => vec![],
@@ -435,6 +516,7 @@ mod tests {
             cluster_version: Some("v1.34.4"),
             default_source_namespace: "strata-system",
             objects: &[],
+            shard: None,
         }
     }
 
@@ -573,6 +655,7 @@ mod tests {
                     "Invalid".into()
                 }
                 Gate::Cycle(_) => "Cycle".into(),
+                Gate::CrossShard { .. } => "CrossShard".into(),
                 Gate::Blocked { state, .. } => state.to_string(),
                 Gate::Proceed => "Proceed".into(),
             };
@@ -607,6 +690,98 @@ mod tests {
         assert_eq!(
             dependents("a", layers.values().map(|l| l.as_ref())),
             vec!["c", "d"]
+        );
+    }
+
+    fn in_shard(mut l: AddonsLayer, shard: &str) -> AddonsLayer {
+        l.metadata.labels = Some(BTreeMap::from([(
+            crate::keys::SHARD_LABEL.to_string(),
+            shard.to_string(),
+        )]));
+        l
+    }
+
+    #[test]
+    fn dependency_chains_cannot_cross_shards() {
+        #![allow(clippy::unwrap_used)]
+        let ready = SourceState::Ready {
+            revision: REV.into(),
+        };
+        let key = crate::keys::SHARD_LABEL;
+        let layers = set(vec![
+            deployed(in_shard(layer("base-a", "1", &[]), "a"), REV),
+            deployed(layer("base-default", "1", &[]), REV),
+            in_shard(layer("app-a", "1", &["base-a"]), "a"),
+            in_shard(layer("app-a-on-default", "1", &["base-default"]), "a"),
+            layer("app-default-on-a", "1", &["base-a", "base-default"]),
+            in_shard(layer("app-a-on-missing", "1", &["nowhere"]), "a"),
+        ]);
+        let shard_a = LabelSelector::parse("sharding.fluxcd.io/key=a").unwrap();
+        let default_shard = LabelSelector::parse("!sharding.fluxcd.io/key").unwrap();
+        let gate_in = |name: &str, selector: &LabelSelector| {
+            let mut inputs = inputs(&ready);
+            inputs.shard = Some(ShardScope { key, selector });
+            gate(&layers[name], &layers, &inputs)
+        };
+        // Within one shard: nothing changes.
+        assert_eq!(gate_in("app-a", &shard_a), Gate::Proceed);
+        // A missing dependency is still only missing (it may be created in this shard).
+        assert_eq!(
+            reasons(&gate_in("app-a-on-missing", &shard_a)),
+            vec![("nowhere".into(), blocker::MISSING.into())]
+        );
+        // Across shards, either way: stalled, both shards named, each crossing listed.
+        let Gate::CrossShard { message, blockers } = gate_in("app-a-on-default", &shard_a) else {
+            panic!("app-a-on-default: not stalled");
+        };
+        assert!(
+            message.contains(
+                "layer base-default is in shard \"default\" and this layer in shard \"a\""
+            ),
+            "{message}"
+        );
+        assert!(message.contains("spec.prereqs.dependsOn[0]"), "{message}");
+        assert_eq!(blockers.len(), 1);
+        assert_eq!(blockers[0].reason, blocker::OTHER_SHARD);
+        let Gate::CrossShard { message, blockers } = gate_in("app-default-on-a", &default_shard)
+        else {
+            panic!("app-default-on-a: not stalled");
+        };
+        assert!(
+            message.contains("layer base-a is in shard \"a\" and this layer in shard \"default\""),
+            "{message}"
+        );
+        assert_eq!(
+            blockers.iter().map(|b| b.name.as_str()).collect::<Vec<_>>(),
+            vec!["base-a"],
+            "base-default is in the same shard"
+        );
+        // An unsharded controller follows every chain.
+        assert_eq!(
+            gate(&layers["app-a-on-default"], &layers, &inputs(&ready)),
+            Gate::Proceed
+        );
+        // A selector that leaves a same-shard dependency out says so.
+        let team = LabelSelector::parse("sharding.fluxcd.io/key=a,team=x").unwrap();
+        let mut app = in_shard(layer("app", "1", &["base-a"]), "a");
+        app.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "x".into());
+        let mut with_app = layers.clone();
+        with_app.insert("app".into(), std::sync::Arc::new(app));
+        let mut inputs = inputs(&ready);
+        inputs.shard = Some(ShardScope {
+            key,
+            selector: &team,
+        });
+        let Gate::CrossShard { message, .. } = gate(&with_app["app"], &with_app, &inputs) else {
+            panic!("app: not stalled");
+        };
+        assert!(
+            message.contains("not selected by this shard's --layer-selector"),
+            "{message}"
         );
     }
 }

@@ -78,6 +78,10 @@ pub(super) async fn apply_layer(
         }
     }
 
+    if !shared.still_watched(&name) {
+        tracing::debug!(layer = %name, "the layer left this shard: the new shard applies it");
+        return Ok(Action::await_change());
+    }
     // Variables are read as the layer acts (its ServiceAccount's rights), then substituted
     // into every manifest; any failure fails this layer alone, with nothing applied.
     let manifests = match core_layers::substitute::layer_variables(

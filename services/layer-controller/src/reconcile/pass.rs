@@ -92,6 +92,12 @@ async fn reconcile_layer(
     else {
         return Ok(Action::await_change());
     };
+    if !shared.owns(&layer) {
+        // Relabelled into another shard since this reconcile was queued: hands off.
+        tracing::info!(layer = %name, "the layer left this shard; another shard reconciles it");
+        shared.metrics.forget(&name);
+        return Ok(Action::await_change());
+    }
     if layer.metadata.deletion_timestamp.is_some() {
         return teardown(&layer, &ctx, &shared).await;
     }
@@ -153,6 +159,7 @@ async fn reconcile_layer(
         cluster_version: cluster_version.as_deref(),
         default_source_namespace: &shared.args.default_source_namespace,
         objects: &objects,
+        shard: shared.shard(),
     };
     match plan::gate(&layer, &all, &inputs) {
         Gate::Hold => {
@@ -185,6 +192,15 @@ async fn reconcile_layer(
                 })
                 .collect();
             write_status(&ctx, &shared, &layer, report).await?;
+            Ok(Action::requeue(interval))
+        }
+        Gate::CrossShard { message, blockers } => {
+            let mut report = Report::new(state::FAILED, reason::CROSS_SHARD_DEPENDENCY, message);
+            report.blockers = blockers;
+            write_status(&ctx, &shared, &layer, report).await?;
+            // Relabelling either layer wakes this one (a dependency joining the shard is a
+            // watch event here; this layer leaving it is the other shard's); the interval is
+            // the safety net.
             Ok(Action::requeue(interval))
         }
         Gate::Blocked { state, blockers } => {

@@ -51,6 +51,10 @@ pub(super) async fn write_status(
     report: Report,
 ) -> Result<()> {
     let name = layer.name_any();
+    if !shared.still_watched(&name) {
+        tracing::debug!(layer = %name, "the layer left this shard: its status is the new shard's to write");
+        return Ok(());
+    }
     let previous = layer.status.clone().unwrap_or_default();
     let now = Timestamp::now();
     let mut history = previous.history.clone();
