@@ -210,6 +210,10 @@ pub enum LayersCommand {
     Graph {
         #[arg(short = 'o', long, value_enum, default_value_t = GraphFormat::Mermaid)]
         output: GraphFormat,
+        /// The label naming a layer's shard; once any layer carries it, each shard is drawn
+        /// as a group and edges that cross shards are marked.
+        #[arg(long, default_value = layer_controller::keys::SHARD_LABEL)]
+        shard_key: String,
         #[command(flatten)]
         cluster: ClusterArgs,
     },
@@ -422,9 +426,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Status(args) => crate::status::run(&args),
         Command::Wait(args) => crate::wait::run(&args),
         Command::Render(args) => crate::render::run(&args),
-        Command::Layers(LayersCommand::Graph { output, cluster }) => {
-            crate::layers::graph(output, &cluster)
-        }
+        Command::Layers(LayersCommand::Graph {
+            output,
+            shard_key,
+            cluster,
+        }) => crate::layers::graph(output, &shard_key, &cluster),
         Command::Layers(LayersCommand::Import { files }) => crate::layers::import(&files),
         Command::Layers(LayersCommand::Why {
             layer,

@@ -27,10 +27,14 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-pub fn graph(format: GraphFormat, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
+pub fn graph(
+    format: GraphFormat,
+    shard_key: &str,
+    cluster: &ClusterArgs,
+) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = cluster.client().await?;
-        let graph = layer_controller::graph::build(&all_layers(&client).await?);
+        let graph = layer_controller::graph::build(&all_layers(&client).await?, shard_key);
         let text = match format {
             GraphFormat::Dot => layer_controller::graph::to_dot(&graph),
             GraphFormat::Mermaid => layer_controller::graph::to_mermaid(&graph),

@@ -249,6 +249,18 @@ fn schema_of(value: &Value, path: &[String], docs: &[ValueDoc]) -> Value {
                 {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
             ]}
         }),
+        // A shard names Deployments and Leases and is a label value; `default` is what the
+        // layers without the label are called.
+        Value::Array(_) if key == "shards" => json!({
+            "type": "array",
+            "uniqueItems": true,
+            "items": {
+                "type": "string",
+                "maxLength": 40,
+                "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                "not": {"const": "default"}
+            }
+        }),
         Value::Array(_) => json!({"type": "array"}),
         Value::String(_) => match enum_of(key, path) {
             Some(values) => json!({"type": "string", "enum": values}),

@@ -193,7 +193,43 @@ impl Rendered {
         pod_name: &str,
         bin_dir: &Path,
     ) -> Result<ContainerCommand> {
-        let pod = &self.deployment(service)?["spec"]["template"]["spec"];
+        self.command_of(self.deployment(service)?, service, pod_name, bin_dir)
+    }
+
+    /// The command of the container of `service`'s Deployment for shard `shard`
+    /// (`sharding.shards`), for a pod named `pod_name`.
+    pub fn shard_container_command(
+        &self,
+        service: &str,
+        shard: &str,
+        pod_name: &str,
+        bin_dir: &Path,
+    ) -> Result<ContainerCommand> {
+        let deployment = self
+            .objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Deployment"
+                    && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+                    && o["metadata"]["labels"]["strata.dev/shard"] == shard
+            })
+            .with_context(|| {
+                format!(
+                    "release {} renders no Deployment of {service} for shard {shard}",
+                    self.release
+                )
+            })?;
+        self.command_of(deployment, service, pod_name, bin_dir)
+    }
+
+    fn command_of(
+        &self,
+        deployment: &Value,
+        service: &str,
+        pod_name: &str,
+        bin_dir: &Path,
+    ) -> Result<ContainerCommand> {
+        let pod = &deployment["spec"]["template"]["spec"];
         let container = &pod["containers"][0];
         let service_account = self.service_account(service)?;
         let command = container["command"][0]
@@ -229,8 +265,11 @@ impl Rendered {
 /// The Deployment of `service` among rendered `objects`, by its `app.kubernetes.io/name`
 /// label (with a name override the Deployment's own name carries a prefix).
 pub fn deployment_of<'a>(objects: &'a [Value], service: &str) -> Option<&'a Value> {
+    // The service's own Deployment, not one of its shards' (`sharding.shards`).
     objects.iter().find(|o| {
-        o["kind"] == "Deployment" && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+        o["kind"] == "Deployment"
+            && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+            && o["metadata"]["labels"]["strata.dev/shard"].is_null()
     })
 }
 

@@ -412,6 +412,10 @@ fn the_schema_refuses_misspelt_keys_and_bad_values() {
             "admissionWebhook.webhooks.podEviction.scope=Everywhere",
             "scope",
         ),
+        // `default` names the unlabelled layers; a shard names Deployments and Leases.
+        ("sharding.shards={default}", "shards"),
+        ("sharding.shards={Team_A}", "shards"),
+        ("sharding.shards={a,a}", "shards"),
     ] {
         let err = chart::template(&["--set", set]).expect_err(set).to_string();
         assert!(
@@ -1141,4 +1145,118 @@ fn alerts_follow_the_deployed_services() {
         per_service,
         "{full:?}"
     );
+}
+
+/// #29 item 4: `sharding.shards` adds one layer-controller and one drift-observer Deployment
+/// per shard, each with its own Lease and the shard's selector; the main ones keep the layers
+/// without the label; the Services, ServiceAccounts and monitors stay one per service.
+#[test]
+fn shards_deploy_one_controller_and_observer_each_with_matching_selectors() {
+    let key = "sharding.fluxcd.io/key";
+    let plain = release("r", &[]);
+    let objs = release(
+        "r",
+        &[
+            "sharding.shards={a,b}",
+            "serviceMonitor.enabled=true",
+            "networkPolicy.enabled=true",
+        ],
+    );
+    let args_of = |d: &Value| -> Vec<String> {
+        d["spec"]["template"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| a.as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    for service in ["layer-controller", "drift-observer"] {
+        let deployments: Vec<&Value> = objs
+            .iter()
+            .filter(|o| {
+                o["kind"] == "Deployment"
+                    && o["metadata"]["labels"]["app.kubernetes.io/name"] == service
+            })
+            .collect();
+        let names: Vec<&str> = deployments
+            .iter()
+            .map(|d| d["metadata"]["name"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                service.to_string(),
+                format!("{service}-a"),
+                format!("{service}-b")
+            ],
+            "{service}"
+        );
+        let main_args = container_args(&objs, service);
+        assert!(
+            main_args.contains(&format!("--layer-selector=!{key}")),
+            "{service}: {main_args:?}"
+        );
+        assert!(
+            !container_args(&plain, service)
+                .iter()
+                .any(|a| a.starts_with("--layer-selector")),
+            "{service}: no shards, no selector"
+        );
+        for shard in ["a", "b"] {
+            let d = deployments
+                .iter()
+                .find(|d| d["metadata"]["labels"]["strata.dev/shard"] == shard)
+                .unwrap_or_else(|| panic!("{service}: shard {shard}"));
+            let args = args_of(d);
+            assert!(
+                args.contains(&format!("--layer-selector={key}={shard}")),
+                "{service}/{shard}: {args:?}"
+            );
+            assert!(
+                args.contains(&format!("--lease-name={service}-{shard}-leader")),
+                "{service}/{shard}: {args:?}"
+            );
+            assert!(
+                args.contains(&format!("--shard-key={key}")),
+                "{service}/{shard}: {args:?}"
+            );
+            // Its own selector (the main Deployment's selects its pods too, through the
+            // labels the Service and monitors use), same ServiceAccount as the main one.
+            assert_eq!(
+                d["spec"]["selector"]["matchLabels"]["strata.dev/shard"],
+                shard
+            );
+            assert_eq!(
+                d["spec"]["template"]["metadata"]["labels"]["strata.dev/shard"],
+                shard
+            );
+            assert_eq!(
+                d["spec"]["template"]["spec"]["serviceAccountName"],
+                deployment(&objs, service)["spec"]["template"]["spec"]["serviceAccountName"]
+            );
+        }
+    }
+    // Only Deployments (and their PodDisruptionBudgets) multiply.
+    for kind in [
+        "Service",
+        "ServiceAccount",
+        "ServiceMonitor",
+        "NetworkPolicy",
+        "ClusterRole",
+        "Role",
+    ] {
+        assert_eq!(
+            kinds_named(&objs, kind).len(),
+            kinds_named(
+                &release(
+                    "r",
+                    &["serviceMonitor.enabled=true", "networkPolicy.enabled=true"]
+                ),
+                kind
+            )
+            .len(),
+            "{kind}"
+        );
+    }
+    assert!(kinds_named(&objs, "PodDisruptionBudget").contains(&"layer-controller-a"));
 }

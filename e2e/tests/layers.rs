@@ -17,7 +17,7 @@ use layer_controller::source::sha256_digest;
 use serde_json::{Value, json};
 use strata_e2e::flux::{
     ArtifactServer, create_gitrepository, install_layer_crds, inventory_names, layer_status,
-    set_artifact,
+    set_artifact, source_configmap,
 };
 use strata_e2e::services::{ServiceProcess, bin_dir, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
@@ -943,5 +943,312 @@ async fn strict_layers_fail_fast_when_pods_cannot_start() -> Result<()> {
         controller,
     )
     .await;
+    Ok(())
+}
+
+/// One replica of the layer-controller as the chart deploys it with `sharding.shards={a}`:
+/// the default Deployment (`shard` None) or shard `a`'s, with the chart's own arguments (its
+/// `--layer-selector`, Lease and shard key), narrowed to this test's layers.
+fn start_shard(
+    ns: &str,
+    rendered: &strata_e2e::release::Rendered,
+    shard: Option<&str>,
+) -> Result<ServiceProcess> {
+    let pod = format!("layer-controller-{}-0", shard.unwrap_or("default"));
+    let command = match shard {
+        Some(shard) => {
+            rendered.shard_container_command("layer-controller", shard, &pod, &bin_dir())?
+        }
+        None => rendered.container_command("layer-controller", &pod, &bin_dir())?,
+    };
+    let mut args: Vec<String> = command
+        .args
+        .iter()
+        .filter(|a| !a.starts_with("--admin-address="))
+        .map(|a| match a.strip_prefix("--layer-selector=") {
+            Some(selector) => format!("--layer-selector={selector},strata-e2e/suite={ns}"),
+            None => a.clone(),
+        })
+        .collect();
+    anyhow::ensure!(
+        args.iter().any(|a| a.starts_with("--layer-selector=")),
+        "the chart gives {pod} no --layer-selector: {args:?}"
+    );
+    args.extend([
+        "--lease-namespace".into(),
+        ns.into(),
+        "--health-poll".into(),
+        "500ms".into(),
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    strata_e2e::services::start_service("layer-controller", cluster().kubeconfig(), &args)
+}
+
+/// #29 item 4: two shards from the chart's `sharding.shards`, each reconciling exactly its own
+/// layers; a dependency across shards stalls its dependent naming both; relabelling a layer
+/// hands it to the other shard with no gap in its status and a single apply.
+#[tokio::test]
+async fn shards_split_the_fleet_and_hand_layers_over_on_relabel() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "layers-shards").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let key = layer_controller::keys::SHARD_LABEL;
+    let mut sets = strata_e2e::release::alone("layer-controller");
+    sets.push("sharding.shards={a}".into());
+    let rendered =
+        strata_e2e::release::Rendered::template(&strata_e2e::chart::helm(), &ns, &ns, &sets)?;
+    // (layer, shard label, depends on)
+    let layers: [(&str, Option<&str>, &[&str]); 4] = [
+        ("base", Some("a"), &[]),
+        ("app", Some("a"), &["base"]),
+        ("mover", None, &[]),
+        ("stray", None, &["base"]),
+    ];
+    for (layer, shard, deps) in layers {
+        apply_yaml(
+            &client,
+            &ns,
+            &source_configmap(
+                &ns,
+                layer,
+                &[(&format!("{layer}.yaml"), cm(&ns, &format!("{layer}-obj")))],
+            ),
+        )
+        .await?;
+        let shard_label = shard.map(|s| format!(", {key}: {s}")).unwrap_or_default();
+        let deps: Vec<String> = deps.iter().map(|d| format!("{ns}-{d}")).collect();
+        apply_yaml(
+            &client,
+            &ns,
+            &format!(
+                "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-{layer}, labels: {{strata-e2e/suite: {ns}{shard_label}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  source: {{kind: ConfigMap, name: src-{layer}, path: ./}}
+  prereqs: {{dependsOn: [{}]}}
+",
+                deps.join(", ")
+            ),
+        )
+        .await?;
+    }
+    let default_shard = start_shard(&ns, &rendered, None)?;
+    let shard_a = start_shard(&ns, &rendered, Some("a"))?;
+    let logs = || {
+        format!(
+            "default shard:\n{}\nshard a:\n{}",
+            default_shard.logs(),
+            shard_a.logs()
+        )
+    };
+    for layer in ["base", "app", "mover"] {
+        wait_state(
+            &client,
+            &format!("{ns}-{layer}"),
+            "Deployed",
+            Duration::from_secs(60),
+        )
+        .await
+        .with_context(logs)?;
+    }
+
+    // A chain across shards stalls, naming both.
+    let stray = wait_state(
+        &client,
+        &format!("{ns}-stray"),
+        "Failed",
+        Duration::from_secs(30),
+    )
+    .await
+    .with_context(logs)?;
+    let stalled = stray["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Stalled")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(stalled["status"], "True", "{stray}");
+    assert_eq!(stalled["reason"], "CrossShardDependency", "{stray}");
+    let message = stalled["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!(
+            "layer {ns}-base is in shard \"a\" and this layer in shard \"default\""
+        )),
+        "{message}"
+    );
+    assert_eq!(stray["blockedBy"][0]["reason"], "OtherShard", "{stray}");
+
+    // Each layer is reported by exactly one shard: the one its label names.
+    let state_series = |layer: &str| format!("layer=\"{ns}-{layer}\"");
+    for (layer, in_a) in [
+        ("base", true),
+        ("app", true),
+        ("mover", false),
+        ("stray", false),
+    ] {
+        let series = state_series(layer);
+        let a = shard_a
+            .metric("layer_controller_layer_state", &[&series])
+            .await?;
+        let d = default_shard
+            .metric("layer_controller_layer_state", &[&series])
+            .await?;
+        assert_eq!(
+            (a, d),
+            if in_a { (1.0, 0.0) } else { (0.0, 1.0) },
+            "{layer}"
+        );
+    }
+    // One applier per object, whichever shard applied it.
+    for layer in ["base", "app", "mover"] {
+        let object = cluster()
+            .kubectl()
+            .args([
+                "get",
+                "configmap",
+                &format!("{layer}-obj"),
+                "-n",
+                &ns,
+                "--show-managed-fields",
+                "-o",
+                "json",
+            ])
+            .output()?;
+        let object: Value = serde_json::from_slice(&object.stdout)?;
+        let appliers: Vec<&str> = object["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|m| m["operation"] == "Apply")
+            .filter_map(|m| m["manager"].as_str())
+            .collect();
+        assert_eq!(
+            appliers,
+            vec!["strata-layer-controller"],
+            "{layer}: {object}"
+        );
+    }
+
+    // `strata layers graph` shows the shards and the crossing edge.
+    let graph = std::process::Command::new(bin_dir().join("strata"))
+        .args(["layers", "graph", "-o", "json", "--kubeconfig"])
+        .arg(cluster().kubeconfig())
+        .output()?;
+    let graph: Value = serde_json::from_slice(&graph.stdout)
+        .with_context(|| String::from_utf8_lossy(&graph.stderr).into_owned())?;
+    let node = |name: &str| {
+        graph["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == format!("{ns}-{name}"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    assert_eq!(node("base")["shard"], "a", "{graph}");
+    assert_eq!(node("stray")["shard"], "default", "{graph}");
+    let crossing: Vec<&Value> = graph["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["from"].as_str().is_some_and(|f| f.starts_with(&ns)) && e["crossShard"] == true
+        })
+        .collect();
+    assert_eq!(crossing.len(), 1, "{graph}");
+    assert_eq!(crossing[0]["from"], format!("{ns}-stray"));
+
+    // Hand-over: `mover` relabelled into shard a. Its status never leaves Deployed/Ready, the
+    // default shard stops reporting it, shard a takes it with exactly one apply of its object.
+    let mover = format!("{ns}-mover");
+    let mover_series = state_series("mover");
+    async fn applied(p: &ServiceProcess, series: &str) -> Result<f64> {
+        p.metric("layer_controller_applied_objects_total", &[series])
+            .await
+    }
+    assert_eq!(applied(&default_shard, &mover_series).await?, 1.0);
+    assert_eq!(applied(&shard_a, &mover_series).await?, 0.0);
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    api.patch(
+        &mover,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {key: "a"}}})),
+    )
+    .await?;
+    let watched = eventually("shard a reports mover", Duration::from_secs(30), || async {
+        let status = layer_status(&client, &mover).await?;
+        let ready = status["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| c["status"].clone());
+        anyhow::ensure!(
+            status["state"] == "Deployed" && ready == Some(json!("True")),
+            "a gap in the hand-over: {status}"
+        );
+        anyhow::ensure!(
+            applied(&default_shard, &mover_series).await? <= 1.0,
+            "the default shard applied mover again after it left"
+        );
+        let series = state_series("mover");
+        let a = shard_a
+            .metric("layer_controller_layer_state", &[&series])
+            .await?;
+        let d = default_shard
+            .metric("layer_controller_layer_state", &[&series])
+            .await?;
+        Ok((a == 1.0 && d == 0.0).then_some(()))
+    })
+    .await;
+    watched.with_context(logs)?;
+    // Settle, then count: one apply by the new shard, none after the move by the old one.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(applied(&shard_a, &mover_series).await?, 1.0, "{}", logs());
+    assert_eq!(
+        applied(&default_shard, &mover_series).await?,
+        0.0,
+        "{}",
+        logs()
+    );
+    assert_eq!(state_of(&client, &mover).await, "Deployed");
+
+    // `stray` relabelled into shard a: same shard as its dependency, it deploys.
+    api.patch(
+        &format!("{ns}-stray"),
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {key: "a"}}})),
+    )
+    .await?;
+    wait_state(
+        &client,
+        &format!("{ns}-stray"),
+        "Deployed",
+        Duration::from_secs(30),
+    )
+    .await
+    .with_context(logs)?;
+
+    // Teardown while both shards run.
+    for layer in ["stray", "app", "mover", "base"] {
+        let _ = api
+            .delete(&format!("{ns}-{layer}"), &Default::default())
+            .await;
+    }
+    let _ = eventually("layers torn down", Duration::from_secs(60), || async {
+        let left = api
+            .list(&kube::api::ListParams::default().labels(&format!("strata-e2e/suite={ns}")))
+            .await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await;
+    for mut p in [default_shard, shard_a] {
+        let _ = p.terminate_blocking();
+    }
     Ok(())
 }

@@ -41,12 +41,16 @@ when the release name contains N). Two releases in one namespace set one of them
 {{- define "strata.selectorLabels" -}}
 app.kubernetes.io/name: {{ .name }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{- with .shard }}
+strata.dev/shard: {{ . }}
+{{- end }}
 {{- end }}
 
 {{/* Labels of one service's objects: the chart's, the selector's and the service's own (the
 chart's own labels win over extra labels of the same key, so selectors keep working). */}}
 {{- define "strata.serviceLabels" -}}
 {{- $labels := dict "app.kubernetes.io/part-of" "strata" "app.kubernetes.io/managed-by" .root.Release.Service "app.kubernetes.io/instance" .root.Release.Name "app.kubernetes.io/version" .root.Chart.AppVersion "helm.sh/chart" (printf "%s-%s" .root.Chart.Name .root.Chart.Version) "app.kubernetes.io/name" .name "app.kubernetes.io/component" .name -}}
+{{- with .shard }}{{ $_ := set $labels "strata.dev/shard" . }}{{ end -}}
 {{- toYaml (merge $labels ((index .root.Values .key).extraLabels | default dict) (.root.Values.global.extraLabels | default dict)) -}}
 {{- end }}
 
@@ -77,7 +81,9 @@ chart's own labels win over extra labels of the same key, so selectors keep work
 - --client-qps={{ $v.clientQPS }}
 - --client-burst={{ $v.clientBurst }}
 - --client-max-in-flight={{ $v.clientMaxInFlight }}
-{{- if include "strata.prefix" .root }}
+{{- if .shard }}
+- --lease-name={{ include "strata.fullname" . }}-{{ .shard }}-leader
+{{- else if include "strata.prefix" .root }}
 - --lease-name={{ include "strata.fullname" . }}-leader
 {{- end }}
 {{- end }}
@@ -98,6 +104,22 @@ imagePullSecrets:
 {{- end }}
 
 {{/*
+The `--layer-selector` of one shard of a layer service (`shard` empty: the default shard, the
+layers without the shard label, once `sharding.shards` is set), joined with the service's own
+`layerSelector`. Empty when the chart deploys no shards and sets no selector.
+*/}}
+{{- define "strata.shardSelector" -}}
+{{- $parts := list -}}
+{{- if .shard -}}
+{{- $parts = append $parts (printf "%s=%s" .root.Values.sharding.key .shard) -}}
+{{- else if .root.Values.sharding.shards -}}
+{{- $parts = append $parts (printf "!%s" .root.Values.sharding.key) -}}
+{{- end -}}
+{{- with .selector }}{{ $parts = append $parts . }}{{ end -}}
+{{- join "," $parts -}}
+{{- end }}
+
+{{/*
 One service: ServiceAccount, Deployment, Service, PodDisruptionBudget, NetworkPolicy and
 ServiceMonitor. RBAC and webhook configurations live in the service's own template.
 */}}
@@ -106,7 +128,11 @@ ServiceMonitor. RBAC and webhook configurations live in the service's own templa
 {{- $v := index $root.Values .key -}}
 {{- $sa := include "strata.serviceAccountName" . -}}
 {{- $fullname := include "strata.fullname" . -}}
-{{- if $v.serviceAccount.create }}
+{{- /* A shard (`sharding.shards`) is one more Deployment (and PodDisruptionBudget) of the
+service, `<name>-<shard>`, with the same ServiceAccount; the service's Service, NetworkPolicy
+and monitors select every shard's pods through the selector labels they share. */}}
+{{- if .shard }}{{ $fullname = printf "%s-%s" $fullname .shard }}{{ end -}}
+{{- if and $v.serviceAccount.create (not .shard) }}
 apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -268,6 +294,7 @@ spec:
       volumes:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+{{- if not .shard }}
 ---
 apiVersion: v1
 kind: Service
@@ -284,6 +311,7 @@ spec:
     {{- if $v.ports.https }}
     - {name: https, port: 443, targetPort: https, protocol: TCP}
     {{- end }}
+{{- end }}
 {{- if and $v.podDisruptionBudget.enabled (gt (int $v.replicas) 1) }}
 ---
 apiVersion: policy/v1
@@ -299,7 +327,7 @@ spec:
     matchLabels:
       {{- include "strata.selectorLabels" . | nindent 6 }}
 {{- end }}
-{{- if $root.Values.networkPolicy.enabled }}
+{{- if and $root.Values.networkPolicy.enabled (not .shard) }}
 ---
 # Inbound traffic only to the admin port (probes, metrics) and the webhook port, each from the
 # peers `networkPolicy.adminFrom` / `webhookFrom` list (empty: from anywhere; kube-apiserver's
@@ -333,7 +361,7 @@ spec:
     {{- end }}
 {{- end }}
 {{- range $kind, $m := dict "ServiceMonitor" $root.Values.serviceMonitor "PodMonitor" $root.Values.podMonitor }}
-{{- if $m.enabled }}
+{{- if and $m.enabled (not $.shard) }}
 ---
 apiVersion: monitoring.coreos.com/v1
 kind: {{ $kind }}

@@ -19,6 +19,10 @@ pub struct Node {
     /// Topological level (0 = no dependencies); `None` inside or behind a cycle.
     pub level: Option<usize>,
     pub blocked_by: Vec<Blocker>,
+    /// The shard that reconciles the layer (its shard label, `default` without one); only
+    /// set when some layer of the graph carries the label.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<String>,
 }
 
 /// `from` depends on `to`.
@@ -31,6 +35,9 @@ pub struct Edge {
     pub requirement: String,
     /// The dependency does not exist.
     pub missing: bool,
+    /// The two layers are in different shards: the dependent is stalled until they share one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub cross_shard: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -41,8 +48,20 @@ pub struct Graph {
     pub cycles: Vec<Vec<String>>,
 }
 
-/// Builds the graph of a set of layers.
-pub fn build(layers: &[AddonsLayer]) -> Graph {
+/// Builds the graph of a set of layers; `shard_key` is the label naming a layer's shard
+/// (shards are shown once any layer carries it).
+pub fn build(layers: &[AddonsLayer], shard_key: &str) -> Graph {
+    let sharded = layers.iter().any(|l| l.is_sharded(shard_key));
+    let shard_of: BTreeMap<String, String> = layers
+        .iter()
+        .filter(|_| sharded)
+        .map(|l| {
+            (
+                l.metadata.name.clone().unwrap_or_default(),
+                l.shard(shard_key).to_string(),
+            )
+        })
+        .collect();
     let names: BTreeSet<String> = layers
         .iter()
         .filter_map(|l| l.metadata.name.clone())
@@ -98,6 +117,7 @@ pub fn build(layers: &[AddonsLayer]) -> Graph {
                 version: l.spec.version.clone(),
                 state: status.state.unwrap_or_default(),
                 blocked_by: status.blocked_by,
+                shard: shard_of.get(&name).cloned(),
                 name,
             }
         })
@@ -110,11 +130,16 @@ pub fn build(layers: &[AddonsLayer]) -> Graph {
         .flat_map(|l| {
             let from = l.metadata.name.clone().unwrap_or_default();
             let names = &names;
+            let shard_of = &shard_of;
             l.spec.prereqs.depends_on.iter().filter_map(move |entry| {
                 let dep = parse_dependency(entry).ok()?;
                 Some(Edge {
                     from: from.clone(),
                     missing: !names.contains(&dep.layer),
+                    cross_shard: matches!(
+                        (shard_of.get(&from), shard_of.get(&dep.layer)),
+                        (Some(a), Some(b)) if a != b
+                    ),
                     to: dep.layer,
                     requirement: entry.clone(),
                 })
@@ -127,6 +152,15 @@ pub fn build(layers: &[AddonsLayer]) -> Graph {
         edges,
         cycles,
     }
+}
+
+/// The nodes grouped by shard, in node order (`None`: the graph has no shards).
+fn by_shard(graph: &Graph) -> BTreeMap<Option<&str>, Vec<&Node>> {
+    let mut groups: BTreeMap<Option<&str>, Vec<&Node>> = BTreeMap::new();
+    for node in &graph.nodes {
+        groups.entry(node.shard.as_deref()).or_default().push(node);
+    }
+    groups
 }
 
 fn color(state: &str) -> &'static str {
@@ -151,13 +185,31 @@ fn label(node: &Node) -> String {
 /// Graphviz: `dot -Tsvg`. Edges point from a layer to what it depends on.
 pub fn to_dot(graph: &Graph) -> String {
     let mut out = String::from("digraph layers {\n  rankdir=LR;\n  node [shape=box];\n");
-    for node in &graph.nodes {
-        out.push_str(&format!(
-            "  \"{}\" [label=\"{}\", color={}];\n",
+    let node_line = |node: &Node, indent: &str| {
+        format!(
+            "{indent}\"{}\" [label=\"{}\", color={}];\n",
             node.name,
             label(node),
             color(&node.state)
-        ));
+        )
+    };
+    // Each shard is a box of its own: a dependency edge leaving a box is a chain that crosses
+    // shards (its dependent is stalled).
+    for (shard, nodes) in by_shard(graph) {
+        match shard {
+            Some(shard) => {
+                out.push_str(&format!(
+                    "  subgraph \"cluster_shard_{shard}\" {{\n    label=\"shard {shard}\";\n"
+                ));
+                for node in nodes {
+                    out.push_str(&node_line(node, "    "));
+                }
+                out.push_str("  }\n");
+            }
+            None => nodes
+                .into_iter()
+                .for_each(|node| out.push_str(&node_line(node, "  "))),
+        }
     }
     for edge in &graph.edges {
         if edge.missing {
@@ -171,8 +223,13 @@ pub fn to_dot(graph: &Graph) -> String {
             .split_once('@')
             .map(|(_, r)| r)
             .unwrap_or("");
+        let cross = if edge.cross_shard {
+            ", color=red, style=bold, xlabel=\"crosses shards\""
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "  \"{}\" -> \"{}\" [label=\"{requirement}\"];\n",
+            "  \"{}\" -> \"{}\" [label=\"{requirement}\"{cross}];\n",
             edge.from, edge.to
         ));
     }
@@ -189,23 +246,46 @@ fn mermaid_id(name: &str) -> String {
 /// Mermaid flowchart (renders in GitHub and GitLab Markdown).
 pub fn to_mermaid(graph: &Graph) -> String {
     let mut out = String::from("flowchart LR\n");
-    for node in &graph.nodes {
+    let node_line = |node: &Node, indent: &str| {
         let state = if node.state.is_empty() {
             "not reconciled"
         } else {
             &node.state
         };
-        out.push_str(&format!(
-            "  {}[\"{} {}<br/>{state}\"]\n",
+        format!(
+            "{indent}{}[\"{} {}<br/>{state}\"]\n",
             mermaid_id(&node.name),
             node.name,
             node.version
-        ));
+        )
+    };
+    for (shard, nodes) in by_shard(graph) {
+        match shard {
+            Some(shard) => {
+                out.push_str(&format!(
+                    "  subgraph shard_{}[\"shard {shard}\"]\n",
+                    mermaid_id(shard)
+                ));
+                for node in nodes {
+                    out.push_str(&node_line(node, "    "));
+                }
+                out.push_str("  end\n");
+            }
+            None => nodes
+                .into_iter()
+                .for_each(|node| out.push_str(&node_line(node, "  "))),
+        }
     }
     for edge in &graph.edges {
         let requirement = edge.requirement.split_once('@').map(|(_, r)| r);
-        let arrow = match requirement {
-            Some(r) => format!("-->|\"{}\"|", r.replace('"', "'")),
+        let text = match (requirement, edge.cross_shard) {
+            (Some(r), true) => Some(format!("{} (crosses shards)", r.replace('"', "'"))),
+            (Some(r), false) => Some(r.replace('"', "'")),
+            (None, true) => Some("crosses shards".to_string()),
+            (None, false) => None,
+        };
+        let arrow = match text {
+            Some(text) => format!("-->|\"{text}\"|"),
             None => "-->".into(),
         };
         let target = if edge.missing {
@@ -257,13 +337,16 @@ mod tests {
     }
 
     fn sample() -> Graph {
-        build(&[
-            layer("apps", &["base@>=1.0", "ghost"], "ApplyPending"),
-            layer("base", &["bootstrap"], "Deployed"),
-            layer("bootstrap", &[], "Deployed"),
-            layer("x", &["y"], "Failed"),
-            layer("y", &["x"], "Failed"),
-        ])
+        build(
+            &[
+                layer("apps", &["base@>=1.0", "ghost"], "ApplyPending"),
+                layer("base", &["bootstrap"], "Deployed"),
+                layer("bootstrap", &[], "Deployed"),
+                layer("x", &["y"], "Failed"),
+                layer("y", &["x"], "Failed"),
+            ],
+            crate::keys::SHARD_LABEL,
+        )
     }
 
     #[test]
@@ -317,5 +400,70 @@ mod tests {
         let json = serde_json::to_value(&graph).unwrap();
         assert_eq!(json["nodes"][0]["name"], "bootstrap");
         assert_eq!(json["edges"][0]["requirement"], "base@>=1.0");
+    }
+
+    #[test]
+    fn shards_are_grouped_and_crossing_edges_marked() {
+        let key = crate::keys::SHARD_LABEL;
+        let sharded = |mut l: AddonsLayer, shard: &str| {
+            l.metadata.labels = Some(BTreeMap::from([(key.to_string(), shard.to_string())]));
+            l
+        };
+        let graph = build(
+            &[
+                sharded(layer("base", &[], "Deployed"), "a"),
+                sharded(layer("app", &["base"], "Deployed"), "a"),
+                layer("other", &["base"], "Failed"),
+            ],
+            key,
+        );
+        let shards: Vec<(&str, Option<&str>)> = graph
+            .nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.shard.as_deref()))
+            .collect();
+        assert_eq!(
+            shards,
+            vec![
+                ("base", Some("a")),
+                ("app", Some("a")),
+                ("other", Some("default"))
+            ]
+        );
+        let crossing: Vec<(&str, bool)> = graph
+            .edges
+            .iter()
+            .map(|e| (e.from.as_str(), e.cross_shard))
+            .collect();
+        assert_eq!(crossing, vec![("app", false), ("other", true)]);
+        let dot = to_dot(&graph);
+        assert!(
+            dot.contains("subgraph \"cluster_shard_a\" {\n    label=\"shard a\";\n    \"base\""),
+            "{dot}"
+        );
+        assert!(dot.contains("subgraph \"cluster_shard_default\""), "{dot}");
+        assert!(dot.contains("\"other\" -> \"base\" [label=\"\", color=red, style=bold, xlabel=\"crosses shards\"];"), "{dot}");
+        let mermaid = to_mermaid(&graph);
+        assert!(
+            mermaid.contains("  subgraph shard_a[\"shard a\"]\n    base["),
+            "{mermaid}"
+        );
+        assert!(
+            mermaid.contains("  other -->|\"crosses shards\"| base\n"),
+            "{mermaid}"
+        );
+        let json = serde_json::to_value(&graph).unwrap();
+        assert_eq!(json["nodes"][2]["shard"], "default");
+        assert_eq!(json["edges"][1]["crossShard"], true);
+        assert!(json["edges"][0].get("crossShard").is_none());
+        // Without any shard label, nothing about shards is shown.
+        let plain = sample();
+        assert!(plain.nodes.iter().all(|n| n.shard.is_none()));
+        assert!(!to_dot(&plain).contains("subgraph"));
+        assert!(
+            serde_json::to_value(&plain).unwrap()["nodes"][0]
+                .get("shard")
+                .is_none()
+        );
     }
 }
