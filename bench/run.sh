@@ -565,15 +565,26 @@ fleet_bench() {
       done
     done
   done
-  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" <<'PY'
+  # Shards (#29 item 4): the largest size at the last client limit again, the layers spread
+  # over BENCH_FLEET_SHARD_COUNTS shards, one controller each (no drift-observer).
+  sizes=(${BENCH_FLEET_SIZES:-100 500 1000}); qpss=(${BENCH_FLEET_QPS:-20 200})
+  for shards in ${BENCH_FLEET_SHARD_COUNTS:-2}; do
+    for _ in $(seq 1 "$RUNS"); do
+      env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
+        BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="${qpss[-1]}" \
+        BENCH_FLEET_SHARDS="$shards" \
+        scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
+    done
+  done
+  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" <<'PY'
 import json, sys, datetime, collections
 sys.path.insert(0, "bench"); import docs_section
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = collections.defaultdict(list)
 for r in runs:
-    groups[(r["controller_manager_qps"], r["layers"])].append(r)
+    groups[(r["controller_manager_qps"], r["layers"], r.get("shards", 1))].append(r)
 rows, observed = [], []
-for (qps, n), rs in sorted(groups.items()):
+for (qps, n, shards), rs in sorted(groups.items()):
     rs.sort(key=lambda r: r["create_to_all_deployed_seconds"])
     for r in rs:
         c, cf = r["create_to_all_deployed_seconds"], r["create_floor_seconds"]
@@ -581,7 +592,7 @@ for (qps, n), rs in sorted(groups.items()):
         req = r["requests_per_layer_create"]
         growth = (r["controller_peak_rss_kib"] - r["controller_idle_rss_kib"]) / n
         rows.append(
-            f"| {qps} | {n} | {c:.1f} s | {cf:.1f} s ({c/cf:.2f}×) | {u:.1f} s | {uf:.1f} s ({u/uf:.2f}×) "
+            f"| {qps} | {n} | {shards} | {c:.1f} s | {cf:.1f} s ({c/cf:.2f}×) | {u:.1f} s | {uf:.1f} s ({u/uf:.2f}×) "
             f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {growth:.1f} KiB | {r['controller_peak_sockets']} "
             f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} |")
         o = r.get("observer")
@@ -595,7 +606,7 @@ docs_section.write("fleet", f"""
 Command: `make bench` (this part alone: `BENCH_ONLY=fleet bench/run.sh`; sizes and client
 limits from `BENCH_FLEET_SIZES="{sys.argv[4]}"` and `BENCH_FLEET_QPS="{sys.argv[3]}"`); {sys.argv[2]}
 run(s) per row, each on a fresh local control plane, {datetime.date.today().isoformat()}. Release
-controller, one replica, `--concurrent` 10, `--client-max-in-flight` 32. Per app: a namespace,
+controller, one replica per shard, `--concurrent` 10, `--client-max-in-flight` 32. Per app: a namespace,
 its own OCIRepository (Flux's CRD; the artifact served by a local HTTP server, its status
 written as source-controller writes it), a ServiceAccount the layer acts as (impersonation)
 with `admin` in the app's namespace, and one AddonsLayer applying a ServiceAccount, a Service,
@@ -608,9 +619,13 @@ its generation (ReplicaSet made, status written): no health-gated deployer can b
 the ratio is ours to it. *KCM QPS* is kube-controller-manager's `--kube-api-qps` (20 is its
 default, as in Flux's kind runs). *Growth per layer* is (peak − idle RSS) / N. Requests are the
 controller's own (its client metrics), per layer, for the create round: GET / PATCH / POST.
+*Shards*: the layers spread over that many shards by `sharding.fluxcd.io/key` (the first the
+unlabelled default shard), one controller each (`BENCH_FLEET_SHARD_COUNTS="{sys.argv[5]}"`, at the
+largest size and last client limit); RSS, sockets and requests are then the sums over the
+controllers (peak RSS: the sum of each one's peak).
 
-| KCM QPS | layers | create | floor (ratio) | upgrade | floor (ratio) | peak RSS | growth per layer | peak sockets | requests per layer |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| KCM QPS | layers | shards | create | floor (ratio) | upgrade | floor (ratio) | peak RSS | growth per layer | peak sockets | requests per layer |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
 The drift-observer on the same deployed fleet, started once both rounds are measured (dry runs

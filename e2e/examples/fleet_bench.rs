@@ -13,7 +13,10 @@
 //! The controller binary is `$LAYER_CONTROLLER_BIN`; the number of apps `$BENCH_FLEET_LAYERS`
 //! (default 100). With `$DRIFT_OBSERVER_BIN` set, the drift-observer is started once both
 //! rounds are measured, on the deployed fleet: its start-up sync (every layer reported
-//! clean), peak RSS and sockets. Prints one JSON line.
+//! clean), peak RSS and sockets. With `$BENCH_FLEET_SHARDS` = S > 1 the layers are spread
+//! over S shards (`sharding.fluxcd.io/key`, the first shard being the unlabelled default one)
+//! and S controllers run, one per shard, as the chart's `sharding.shards` deploys them.
+//! Prints one JSON line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
 
@@ -113,10 +116,25 @@ subjects: [{{kind: ServiceAccount, name: {app}, namespace: {ns}}}]
     )
 }
 
-fn layer(ns: &str, app: &str, namespace: &str, release: &str) -> serde_json::Value {
+/// The shard of app number `i` of `shards`: `None` for the default shard.
+fn shard_of(i: usize, shards: usize) -> Option<String> {
+    (!i.is_multiple_of(shards)).then(|| format!("s{}", i % shards))
+}
+
+fn layer(
+    ns: &str,
+    app: &str,
+    namespace: &str,
+    release: &str,
+    shard: Option<&str>,
+) -> serde_json::Value {
+    let mut labels = serde_json::json!({"strata-e2e/suite": ns});
+    if let Some(shard) = shard {
+        labels[layer_controller::keys::SHARD_LABEL] = shard.into();
+    }
     serde_json::json!({
         "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
-        "metadata": {"name": format!("{ns}-{app}"), "labels": {"strata-e2e/suite": ns}},
+        "metadata": {"name": format!("{ns}-{app}"), "labels": labels},
         "spec": {
             "version": "1.0.0", "interval": "1h", "timeout": "5m",
             "serviceAccountName": app,
@@ -167,17 +185,20 @@ fn sockets(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The controller's API requests so far, by HTTP method (from its own client metrics).
-async fn requests(controller: &strata_e2e::services::ServiceProcess) -> BTreeMap<String, f64> {
+/// The controllers' API requests so far, by HTTP method (from their own client metrics).
+async fn requests(controllers: &[strata_e2e::services::ServiceProcess]) -> BTreeMap<String, f64> {
     let mut by_verb = BTreeMap::new();
     for verb in ["GET", "POST", "PATCH", "PUT", "DELETE"] {
-        let n = controller
-            .metric(
-                "layer_controller_kubernetes_api_client_request_duration_seconds_count",
-                &[&format!("method=\"{verb}\"")],
-            )
-            .await
-            .unwrap_or(0.0);
+        let mut n = 0.0;
+        for controller in controllers {
+            n += controller
+                .metric(
+                    "layer_controller_kubernetes_api_client_request_duration_seconds_count",
+                    &[&format!("method=\"{verb}\"")],
+                )
+                .await
+                .unwrap_or(0.0);
+        }
         by_verb.insert(verb.to_string(), n);
     }
     by_verb
@@ -252,6 +273,12 @@ async fn main() -> Result<()> {
         .map(|n| n.parse())
         .transpose()?
         .unwrap_or(100);
+    let shards: usize = std::env::var("BENCH_FLEET_SHARDS")
+        .ok()
+        .map(|n| n.parse())
+        .transpose()?
+        .unwrap_or(1)
+        .max(1);
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "fleet").await?;
     let ns = ns.name.clone();
@@ -280,36 +307,46 @@ async fn main() -> Result<()> {
 
     let selector = format!("strata-e2e/suite={ns}");
     let extra = std::env::var("BENCH_LAYER_CONTROLLER_ARGS").unwrap_or_default();
-    let mut args = vec![
-        "--leader-elect=false",
-        "--layer-selector",
-        &selector,
-        "--default-source-namespace",
-        &ns,
-    ];
-    args.extend(extra.split_whitespace());
     let impersonation = format!("layerController.impersonation[0].namespace={ns}");
-    let controller = spawn_measured_with(
-        "LAYER_CONTROLLER_BIN",
-        "layer-controller",
-        &args,
-        &[&impersonation],
-    )?;
-    let pid = controller.pid();
-    // Sampled through both rounds: the most sockets the controller held at once.
+    let key = layer_controller::keys::SHARD_LABEL;
+    let mut controllers = Vec::new();
+    for shard in 0..shards {
+        let shard_selector = match (shards, shard_of(shard, shards)) {
+            (1, _) => selector.clone(),
+            (_, None) => format!("{selector},!{key}"),
+            (_, Some(name)) => format!("{selector},{key}={name}"),
+        };
+        let mut args = vec![
+            "--leader-elect=false",
+            "--layer-selector",
+            &shard_selector,
+            "--default-source-namespace",
+            &ns,
+        ];
+        args.extend(extra.split_whitespace());
+        controllers.push(spawn_measured_with(
+            "LAYER_CONTROLLER_BIN",
+            "layer-controller",
+            &args,
+            &[&impersonation],
+        )?);
+    }
+    let pids: Vec<u32> = controllers.iter().map(|c| c.pid()).collect();
+    let sum = |probe: &dyn Fn(u32) -> u64| pids.iter().map(|p| probe(*p)).sum::<u64>();
+    // Sampled through both rounds: the most sockets the controllers held at once.
     let peak_sockets = Arc::new(AtomicU64::new(0));
     let sampling = Arc::new(AtomicBool::new(true));
     let sampler = {
-        let (peak, on) = (peak_sockets.clone(), sampling.clone());
+        let (peak, on, pids) = (peak_sockets.clone(), sampling.clone(), pids.clone());
         tokio::spawn(async move {
             while on.load(Ordering::Relaxed) {
-                peak.fetch_max(sockets(pid), Ordering::Relaxed);
+                peak.fetch_max(pids.iter().map(|p| sockets(*p)).sum(), Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         })
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle_rss = rss_kib(pid, "VmRSS:");
+    let idle_rss = sum(&|p| rss_kib(p, "VmRSS:"));
     let api: Api<AddonsLayer> = Api::all(client.clone());
 
     // One round: every layer applied at `release` at once, timed until each is Deployed as
@@ -333,7 +370,10 @@ async fn main() -> Result<()> {
             &applier,
             names
                 .iter()
-                .map(|(app, namespace)| layer(&ns, app, namespace, release))
+                .enumerate()
+                .map(|(i, (app, namespace))| {
+                    layer(&ns, app, namespace, release, shard_of(i, shards).as_deref())
+                })
                 .collect(),
         )
         .await?;
@@ -345,9 +385,9 @@ async fn main() -> Result<()> {
 
     // Round 1: every layer created at once.
     let (first_total, first_floor, created) = round("1", |_| true).await?;
-    let requests_first = requests(&controller).await;
-    let rss_after_first = rss_kib(pid, "VmRSS:");
-    let sockets_after_first = sockets(pid);
+    let requests_first = requests(&controllers).await;
+    let rss_after_first = sum(&|p| rss_kib(p, "VmRSS:"));
+    let sockets_after_first = sum(&sockets);
     eprintln!(
         "fleet bench: {apps} layers Deployed in {first_total:?} (created in {created:?}, kube-controller-manager done at {first_floor:?}), RSS {} MiB, {sockets_after_first} sockets",
         rss_after_first / 1024
@@ -362,7 +402,7 @@ async fn main() -> Result<()> {
     .await?;
     sampling.store(false, Ordering::Relaxed);
     sampler.await?;
-    let requests_total = requests(&controller).await;
+    let requests_total = requests(&controllers).await;
     let observer = match std::env::var_os("DRIFT_OBSERVER_BIN") {
         Some(_) => Some(observe_fleet(&api, &selector, &ns, apps, &impersonation).await?),
         None => None,
@@ -380,6 +420,8 @@ async fn main() -> Result<()> {
         .unwrap_or(20);
     let result = serde_json::json!({
         "controller_manager_qps": controller_manager_qps,
+        "shards": shards,
+        "controller_peak_rss_kib_per_shard": pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect::<Vec<_>>(),
         "layers": apps,
         "objects_per_layer": 4,
         "create_to_all_deployed_seconds": first_total.as_secs_f64(),
@@ -388,14 +430,14 @@ async fn main() -> Result<()> {
         "upgrade_floor_seconds": second_floor.as_secs_f64(),
         "controller_idle_rss_kib": idle_rss,
         "controller_rss_after_create_kib": rss_after_first,
-        "controller_peak_rss_kib": rss_kib(pid, "VmHWM:"),
+        "controller_peak_rss_kib": sum(&|p| rss_kib(p, "VmHWM:")),
         "controller_peak_sockets": peak_sockets.load(Ordering::Relaxed),
-        "controller_sockets_at_end": sockets(pid),
+        "controller_sockets_at_end": sum(&sockets),
         "requests_per_layer_create": per_layer(&requests_first),
         "requests_per_layer_both_rounds": per_layer(&requests_total),
         "observer": observer,
     });
     println!("{result}");
-    drop(controller);
+    drop(controllers);
     Ok(())
 }
