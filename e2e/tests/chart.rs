@@ -1216,8 +1216,9 @@ fn shards_deploy_one_controller_and_observer_each_with_matching_selectors() {
                 args.contains(&format!("--lease-name={service}-{shard}-leader")),
                 "{service}/{shard}: {args:?}"
             );
-            assert!(
+            assert_eq!(
                 args.contains(&format!("--shard-key={key}")),
+                service == "layer-controller",
                 "{service}/{shard}: {args:?}"
             );
             // Its own selector (the main Deployment's selects its pods too, through the

@@ -946,20 +946,20 @@ async fn strict_layers_fail_fast_when_pods_cannot_start() -> Result<()> {
     Ok(())
 }
 
-/// One replica of the layer-controller as the chart deploys it with `sharding.shards={a}`:
-/// the default Deployment (`shard` None) or shard `a`'s, with the chart's own arguments (its
-/// `--layer-selector`, Lease and shard key), narrowed to this test's layers.
+/// One replica of `service` (layer-controller, drift-observer) as the chart deploys it with
+/// `sharding.shards={a}`: the default Deployment (`shard` None) or shard `a`'s, with the
+/// chart's own arguments (its `--layer-selector`, Lease and shard key), narrowed to this
+/// test's layers.
 fn start_shard(
+    service: &str,
     ns: &str,
     rendered: &strata_e2e::release::Rendered,
     shard: Option<&str>,
 ) -> Result<ServiceProcess> {
-    let pod = format!("layer-controller-{}-0", shard.unwrap_or("default"));
+    let pod = format!("{service}-{}-0", shard.unwrap_or("default"));
     let command = match shard {
-        Some(shard) => {
-            rendered.shard_container_command("layer-controller", shard, &pod, &bin_dir())?
-        }
-        None => rendered.container_command("layer-controller", &pod, &bin_dir())?,
+        Some(shard) => rendered.shard_container_command(service, shard, &pod, &bin_dir())?,
+        None => rendered.container_command(service, &pod, &bin_dir())?,
     };
     let mut args: Vec<String> = command
         .args
@@ -974,14 +974,12 @@ fn start_shard(
         args.iter().any(|a| a.starts_with("--layer-selector=")),
         "the chart gives {pod} no --layer-selector: {args:?}"
     );
-    args.extend([
-        "--lease-namespace".into(),
-        ns.into(),
-        "--health-poll".into(),
-        "500ms".into(),
-    ]);
+    args.extend(["--lease-namespace".into(), ns.into()]);
+    if service == "layer-controller" {
+        args.extend(["--health-poll".into(), "500ms".into()]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    strata_e2e::services::start_service("layer-controller", cluster().kubeconfig(), &args)
+    strata_e2e::services::start_service(service, cluster().kubeconfig(), &args)
 }
 
 /// #29 item 4: two shards from the chart's `sharding.shards`, each reconciling exactly its own
@@ -994,10 +992,12 @@ async fn shards_split_the_fleet_and_hand_layers_over_on_relabel() -> Result<()> 
     let ns = ns.name.clone();
     install_layer_crds(&client, &ns).await?;
     let key = layer_controller::keys::SHARD_LABEL;
-    let mut sets = strata_e2e::release::alone("layer-controller");
-    sets.push("sharding.shards={a}".into());
-    let rendered =
-        strata_e2e::release::Rendered::template(&strata_e2e::chart::helm(), &ns, &ns, &sets)?;
+    let render = |service: &str| {
+        let mut sets = strata_e2e::release::alone(service);
+        sets.push("sharding.shards={a}".into());
+        strata_e2e::release::Rendered::template(&strata_e2e::chart::helm(), &ns, &ns, &sets)
+    };
+    let (rendered, rendered_observer) = (render("layer-controller")?, render("drift-observer")?);
     // (layer, shard label, depends on)
     let layers: [(&str, Option<&str>, &[&str]); 4] = [
         ("base", Some("a"), &[]),
@@ -1036,14 +1036,36 @@ spec:
         )
         .await?;
     }
-    let default_shard = start_shard(&ns, &rendered, None)?;
-    let shard_a = start_shard(&ns, &rendered, Some("a"))?;
+    let default_shard = start_shard("layer-controller", &ns, &rendered, None)?;
+    let shard_a = start_shard("layer-controller", &ns, &rendered, Some("a"))?;
+    let default_observer = start_shard("drift-observer", &ns, &rendered_observer, None)?;
+    let observer_a = start_shard("drift-observer", &ns, &rendered_observer, Some("a"))?;
     let logs = || {
         format!(
-            "default shard:\n{}\nshard a:\n{}",
+            "default shard:\n{}\nshard a:\n{}\ndefault observer:\n{}\nobserver a:\n{}",
             default_shard.logs(),
-            shard_a.logs()
+            shard_a.logs(),
+            default_observer.logs(),
+            observer_a.logs()
         )
+    };
+    // The drift-observer of each shard watches exactly its shard's applied objects.
+    let observed = async |want_default: f64, want_a: f64| -> Result<()> {
+        eventually(
+            &format!("observers watching {want_default} and {want_a} objects"),
+            Duration::from_secs(30),
+            || async {
+                let d = default_observer
+                    .metric("drift_observer_objects_observed", &[])
+                    .await?;
+                let a = observer_a
+                    .metric("drift_observer_objects_observed", &[])
+                    .await?;
+                Ok((d == want_default && a == want_a).then_some(()))
+            },
+        )
+        .await
+        .map(drop)
     };
     for layer in ["base", "app", "mover"] {
         wait_state(
@@ -1055,6 +1077,9 @@ spec:
         .await
         .with_context(logs)?;
     }
+
+    // base and app in shard a; mover in the default shard; stray applied nothing.
+    observed(1.0, 2.0).await.with_context(logs)?;
 
     // A chain across shards stalls, naming both.
     let stray = wait_state(
@@ -1217,6 +1242,7 @@ spec:
         logs()
     );
     assert_eq!(state_of(&client, &mover).await, "Deployed");
+    observed(0.0, 3.0).await.with_context(logs)?;
 
     // `stray` relabelled into shard a: same shard as its dependency, it deploys.
     api.patch(
@@ -1233,6 +1259,7 @@ spec:
     )
     .await
     .with_context(logs)?;
+    observed(0.0, 4.0).await.with_context(logs)?;
 
     // Teardown while both shards run.
     for layer in ["stray", "app", "mover", "base"] {
@@ -1247,7 +1274,7 @@ spec:
         Ok(left.items.is_empty().then_some(()))
     })
     .await;
-    for mut p in [default_shard, shard_a] {
+    for mut p in [default_shard, shard_a, default_observer, observer_a] {
         let _ = p.terminate_blocking();
     }
     Ok(())

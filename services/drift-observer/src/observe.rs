@@ -252,10 +252,19 @@ pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
     // Nothing here reads a layer's managed fields: the cache of a thousand layers keeps
     // them out.
     let (reader, writer) = kube::runtime::reflector::store();
+    // A layer leaves the watch when it is deleted or relabelled into another shard; its view
+    // (and the watches of kinds only it used) go with it, so exactly one observer watches
+    // each layer's objects and writes its drift.
+    let (departed, mut departures) = mpsc::unbounded_channel::<String>();
     let layers = watcher(api, config)
         .default_backoff()
         .modify(|layer| layer.metadata.managed_fields = None)
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(layer)) = event {
+                let _ = departed.send(layer.name_any());
+            }
+        })
         .applied_objects();
     let controller = Controller::for_stream(layers, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrent));
@@ -295,6 +304,12 @@ pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
         tokio::spawn(observer.clone().work(rx.clone()));
     }
     tokio::spawn(observer.clone().write_loop());
+    let dropping = observer.clone();
+    tokio::spawn(async move {
+        while let Some(name) = departures.recv().await {
+            dropping.drop_layer(&name);
+        }
+    });
     let shared = observer.clone();
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, _ctx| {
         shared.clone().sync_layer(layer)
