@@ -38,8 +38,57 @@ pub struct Context {
     pub http_metrics: HttpMetrics,
     /// What [`Context::dedicated_client`] builds from.
     client_parts: ClientParts,
-    /// Impersonating clients by user, built once (see [`Context::impersonating_client`]).
-    impersonating: std::sync::Mutex<std::collections::HashMap<String, Client>>,
+    /// Impersonating clients of the users acted as most recently (see
+    /// [`Context::impersonating_client`]).
+    impersonating: std::sync::Mutex<Recent<Client>>,
+}
+
+/// How many impersonating clients are kept. Each holds a request queue of its own (about
+/// 10 KiB: kube's client buffers requests for its service), so a client per account of a
+/// thousand-layer fleet was 11 MiB of the drift-observer's heap and as much of the
+/// layer-controller's. Far more than the users in use at once (`--concurrent` reconciles,
+/// the observer's workers): a user acted as again soon finds its client.
+const IMPERSONATING_CLIENTS: usize = 64;
+
+/// The values of the `capacity` keys used most recently; the least recently used is dropped
+/// to make room.
+#[derive(Debug)]
+struct Recent<V> {
+    entries: std::collections::HashMap<String, (V, u64)>,
+    tick: u64,
+    capacity: usize,
+}
+
+impl<V: Clone> Recent<V> {
+    fn new(capacity: usize) -> Self {
+        Self {
+            entries: Default::default(),
+            tick: 0,
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The value of `key`, made by `make` when it is not kept.
+    fn get_or_make<E>(&mut self, key: &str, make: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
+        self.tick += 1;
+        if let Some((value, used)) = self.entries.get_mut(key) {
+            *used = self.tick;
+            return Ok(value.clone());
+        }
+        let value = make()?;
+        if self.entries.len() >= self.capacity
+            && let Some(oldest) = self
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| k.clone())
+        {
+            self.entries.remove(&oldest);
+        }
+        self.entries
+            .insert(key.to_string(), (value.clone(), self.tick));
+        Ok(value)
+    }
 }
 
 /// A client's configuration and the instrumentation of its requests.
@@ -176,7 +225,7 @@ impl Runtime {
             shutdown,
             http_metrics,
             client_parts,
-            impersonating: Default::default(),
+            impersonating: std::sync::Mutex::new(Recent::new(IMPERSONATING_CLIENTS)),
         };
         Ok(StartParts {
             ctx: Arc::new(ctx),
@@ -320,19 +369,14 @@ impl Context {
     /// `Impersonate-User`, so the API server authorizes it as that user. It sends through the
     /// process's own client — one connection pool, one set of rate-limit buckets and request
     /// metrics for every user — so a thousand layers acting as a thousand accounts hold the
-    /// connections of one client, not of a thousand. Built once per user and kept. The
-    /// process's own identity needs the `impersonate` verb on that user.
+    /// connections of one client, not of a thousand. The clients of the users acted as most
+    /// recently are kept ([`IMPERSONATING_CLIENTS`]). The process's own identity needs the
+    /// `impersonate` verb on that user.
     pub fn impersonating_client(&self, user: &str) -> Result<Client> {
-        let mut clients = self
-            .impersonating
+        self.impersonating
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(client) = clients.get(user) {
-            return Ok(client.clone());
-        }
-        let client = impersonating(&self.client, user)?;
-        clients.insert(user.to_string(), client.clone());
-        Ok(client)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get_or_make(user, || impersonating(&self.client, user))
     }
 
     /// The HTTP client for pod endpoints, timed in this process's metrics and carrying
@@ -421,6 +465,33 @@ mod tests {
             }
         });
         Client::new(service, "default")
+    }
+
+    #[test]
+    fn only_the_most_recently_used_clients_are_kept() {
+        let mut recent: Recent<u32> = Recent::new(2);
+        let mut made = 0;
+        let mut get = |recent: &mut Recent<u32>, key: &str| {
+            recent
+                .get_or_make(key, || {
+                    made += 1;
+                    Ok::<_, ()>(made)
+                })
+                .unwrap()
+        };
+        assert_eq!(get(&mut recent, "a"), 1);
+        assert_eq!(get(&mut recent, "b"), 2);
+        assert_eq!(get(&mut recent, "a"), 1, "kept: not made again");
+        assert_eq!(get(&mut recent, "c"), 3);
+        assert_eq!(recent.entries.len(), 2);
+        // b was the least recently used: dropped; a and c stay.
+        assert_eq!(get(&mut recent, "a"), 1);
+        assert_eq!(get(&mut recent, "c"), 3);
+        assert_eq!(get(&mut recent, "b"), 4, "made again");
+        assert!(!recent.entries.contains_key("a"), "a was then the oldest");
+        // A failure to make keeps nothing.
+        assert!(recent.get_or_make("d", || Err::<u32, _>("no")).is_err());
+        assert!(!recent.entries.contains_key("d"));
     }
 
     #[tokio::test]

@@ -7,6 +7,9 @@ pub enum DriftError {
     Layer(#[from] core_layers::LayerError),
     #[error(transparent)]
     Kube(#[from] core_k8s::Error),
+    /// A kept manifest could not be read back (never expected: we wrote it).
+    #[error("{0}")]
+    Manifest(String),
 }
 
 impl DriftError {
@@ -14,6 +17,7 @@ impl DriftError {
         match self {
             DriftError::Layer(e) => e.category(),
             DriftError::Kube(e) => e.category(),
+            DriftError::Manifest(_) => "manifest",
         }
     }
 }
