@@ -597,9 +597,12 @@ for (qps, n, shards), rs in sorted(groups.items()):
             f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} |")
         o = r.get("observer")
         if o:
+            lat = o.get("edit_to_drift") or {}
+            lat_text = (f"{lat['p50_seconds']*1000:.0f} / {lat['p99_seconds']*1000:.0f} ms "
+                        f"({lat['samples']}, {lat['background_edits_per_second']:.0f}/s)") if lat else "—"
             observed.append(
                 f"| {qps} | {n} | {4*n} | {o['sync_seconds']:.1f} s | {o['peak_rss_kib']/1024:.1f} MiB "
-                f"| {o['peak_sockets']} | {o['sockets_at_end']} |")
+                f"| {o['peak_sockets']} | {o['sockets_at_end']} | {lat_text} |")
 docs_section.write("fleet", f"""
 ## layer-controller: a fleet of independent apps (Flux's MTTP shape)
 
@@ -631,9 +634,14 @@ controllers (peak RSS: the sum of each one's peak).
 The drift-observer on the same deployed fleet, started once both rounds are measured (dry runs
 as each layer's account, as the chart wires it): *sync* is start → every layer reported clean
 (`Drifted=False`); goals from #29: peak RSS ≤ 64 MiB, connections bounded by a constant.
+*Edit → drift* (p50 / p99, samples, background rate): once synced, 50 unrelated edits a second
+run in the background (annotations of Services no layer applied); each sample changes a label
+of one app's Service as another field manager and times until a watch of its layer shows the
+drift in `status.drift` (the layer-controller then heals it). Peak RSS and sockets include
+this phase.
 
-| KCM QPS | layers | objects | sync | peak RSS | peak sockets | sockets after |
-|---:|---:|---:|---:|---:|---:|---:|
+| KCM QPS | layers | objects | sync | peak RSS | peak sockets | sockets after | edit → drift |
+|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(observed)}
 
 Published by Flux for v2.9.0 (flux-benchmark RESULTS.md; a 16-core runner, kind with 3 nodes,

@@ -210,9 +210,10 @@ async fn observe_fleet(
     api: &Api<AddonsLayer>,
     selector: &str,
     ns: &str,
-    apps: usize,
+    names: &[(String, String)],
     impersonation: &str,
 ) -> Result<serde_json::Value> {
+    let apps = names.len();
     let apply_as = format!("--apply-as=system:serviceaccount:{ns}:layer-controller");
     let args = [
         "--leader-elect=false",
@@ -248,12 +249,140 @@ async fn observe_fleet(
     tokio::time::sleep(Duration::from_secs(10)).await;
     peak_sockets = peak_sockets.max(sockets(pid));
     eprintln!("fleet bench: drift-observer synced {apps} layers in {sync:?}");
+    let synced_rss = rss_kib(pid, "VmRSS:");
+    let latency = drift_latency(&cluster().client().await?, ns, names).await?;
+    peak_sockets = peak_sockets.max(sockets(pid));
     Ok(serde_json::json!({
         "sync_seconds": sync.as_secs_f64(),
+        "rss_after_sync_kib": synced_rss,
+        "edit_to_drift": latency,
         "rss_kib": rss_kib(pid, "VmRSS:"),
         "peak_rss_kib": rss_kib(pid, "VmHWM:"),
         "peak_sockets": peak_sockets,
         "sockets_at_end": sockets(pid),
+    }))
+}
+
+/// Edit → drift in the layer's status, under a steady background of 50 unrelated edits a
+/// second (annotations of Services no layer applied, in a namespace of their own: events the
+/// observer's one Service watch receives and must pass over). Each sample changes the
+/// `release` label of one app's Service as another field manager and times until an event of
+/// its layer (a watch on that layer, opened before the edit) shows the drift in
+/// `status.drift`. The layer-controller then heals it, as in production.
+async fn drift_latency(
+    client: &kube::Client,
+    ns: &str,
+    names: &[(String, String)],
+) -> Result<serde_json::Value> {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::watcher;
+    const NOISE_SERVICES: usize = 10;
+    const SAMPLES: usize = 40;
+    let noise_ns = format!("{ns}-noise");
+    let applier = core_k8s::apply::Applier::new(client.clone(), "strata-bench");
+    let mut noise = parse_yaml(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {noise_ns}}}\n"
+    ))?;
+    for i in 0..NOISE_SERVICES {
+        noise.extend(parse_yaml(&format!(
+            "apiVersion: v1\nkind: Service\nmetadata: {{name: noise{i}, namespace: {noise_ns}}}\nspec: {{ports: [{{port: 80}}]}}\n"
+        ))?);
+    }
+    apply_all(&applier, noise).await?;
+    let on = Arc::new(AtomicBool::new(true));
+    let edits = Arc::new(AtomicU64::new(0));
+    let background = {
+        let (on, edits, api) = (
+            on.clone(),
+            edits.clone(),
+            Api::<Service>::namespaced(client.clone(), &noise_ns),
+        );
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            let mut n = 0u64;
+            while on.load(Ordering::Relaxed) {
+                tick.tick().await;
+                n += 1;
+                let patch =
+                    serde_json::json!({"metadata": {"annotations": {"noise": n.to_string()}}});
+                let name = format!("noise{}", n as usize % NOISE_SERVICES);
+                if api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .is_ok()
+                {
+                    edits.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    let mut latencies = Vec::new();
+    for k in 0..SAMPLES {
+        let (app, namespace) = &names[k * names.len() / SAMPLES];
+        let layer = format!("{ns}-{app}");
+        let tampered = format!("tampered-{k}");
+        let mut events = Box::pin(watcher(
+            layers.clone(),
+            watcher::Config::default().fields(&format!("metadata.name={layer}")),
+        ));
+        // The watch is open once its initial list is in.
+        while let Some(event) = events.try_next().await? {
+            if matches!(event, watcher::Event::InitDone) {
+                break;
+            }
+        }
+        let edited = Instant::now();
+        Api::<Service>::namespaced(client.clone(), namespace)
+            .patch(
+                app,
+                &PatchParams::apply("strata-bench-tamper").force(),
+                &Patch::Apply(serde_json::json!({
+                    "apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": app, "namespace": namespace, "labels": {"release": tampered}},
+                })),
+            )
+            .await?;
+        let reported = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(event) = events.try_next().await? {
+                if let watcher::Event::Apply(l) | watcher::Event::InitApply(l) = event
+                    && l.status
+                        .as_ref()
+                        .is_some_and(|s| s.drift.iter().any(|d| d.actual.contains(&tampered)))
+                {
+                    return Ok::<_, anyhow::Error>(edited.elapsed());
+                }
+            }
+            anyhow::bail!("the watch of {layer} ended")
+        })
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!("{layer}: the drift of its Service was not reported within 60 s")
+        })??;
+        latencies.push(reported.as_secs_f64());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    on.store(false, Ordering::Relaxed);
+    background.await?;
+    let rate = edits.load(Ordering::Relaxed) as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    let quantile = |q: f64| {
+        latencies[((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1]
+    };
+    eprintln!(
+        "fleet bench: edit -> drift p50 {:.3} s, p99 {:.3} s under {rate:.1} unrelated edits/s",
+        quantile(0.5),
+        quantile(0.99)
+    );
+    Ok(serde_json::json!({
+        "samples": latencies.len(),
+        "p50_seconds": quantile(0.5),
+        "p99_seconds": quantile(0.99),
+        "max_seconds": latencies.last().copied().unwrap_or_default(),
+        "background_edits_per_second": rate,
     }))
 }
 
@@ -404,7 +533,7 @@ async fn main() -> Result<()> {
     sampler.await?;
     let requests_total = requests(&controllers).await;
     let observer = match std::env::var_os("DRIFT_OBSERVER_BIN") {
-        Some(_) => Some(observe_fleet(&api, &selector, &ns, apps, &impersonation).await?),
+        Some(_) => Some(observe_fleet(&api, &selector, &ns, &names, &impersonation).await?),
         None => None,
     };
     let per_layer = |by_verb: &BTreeMap<String, f64>| -> serde_json::Value {
