@@ -171,6 +171,53 @@ async fn controller_manager_floor(
     }
 }
 
+/// CPU time of `pid` so far (user + system), in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) start after its closing parenthesis.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the command.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// CPU seconds used so far by each process of the local plane, by command name.
+fn plane_cpu() -> BTreeMap<String, f64> {
+    let mut by_name = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let comm = comm.trim();
+        if [
+            "kube-apiserver",
+            "etcd",
+            "kube-controller",
+            "kube-scheduler",
+            "kwok",
+        ]
+        .iter()
+        .any(|name| comm.starts_with(name))
+        {
+            *by_name.entry(comm.to_string()).or_insert(0.0) += cpu_seconds(pid);
+        }
+    }
+    by_name
+}
+
 /// Open sockets of `pid` (from its file descriptors).
 fn sockets(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -512,8 +559,19 @@ async fn main() -> Result<()> {
         Ok((total, floor.await??, applied))
     };
 
-    // Round 1: every layer created at once.
+    // Round 1: every layer created at once; where the CPU went meanwhile.
+    let plane_before = plane_cpu();
+    let ours_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
     let (first_total, first_floor, created) = round("1", |_| true).await?;
+    let ours_create = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - ours_before;
+    let mut cpu_create: BTreeMap<String, f64> = plane_cpu()
+        .into_iter()
+        .map(|(name, after)| {
+            let before = plane_before.get(&name).copied().unwrap_or(0.0);
+            (name, after - before)
+        })
+        .collect();
+    cpu_create.insert("layer-controller".into(), ours_create);
     let requests_first = requests(&controllers).await;
     let rss_after_first = sum(&|p| rss_kib(p, "VmRSS:"));
     let sockets_after_first = sum(&sockets);
@@ -555,6 +613,7 @@ async fn main() -> Result<()> {
         "objects_per_layer": 4,
         "create_to_all_deployed_seconds": first_total.as_secs_f64(),
         "create_floor_seconds": first_floor.as_secs_f64(),
+        "cpu_seconds_create": cpu_create,
         "upgrade_to_all_deployed_seconds": second_total.as_secs_f64(),
         "upgrade_floor_seconds": second_floor.as_secs_f64(),
         "controller_idle_rss_kib": idle_rss,
