@@ -5,17 +5,22 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("rules");
+    // The directory cargo runs this for, read when the script runs: a path compiled into the
+    // script (`env!`) is the checkout that first built it, and cargo reuses the compiled
+    // script for another checkout sharing the target directory — whose rules it then missed,
+    // shipping an empty pack.
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|| panic!("cargo sets CARGO_MANIFEST_DIR for build scripts"));
+    let dir = Path::new(&manifest_dir).join("rules");
     println!("cargo:rerun-if-changed={}", dir.display());
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-                .collect()
-        })
-        .unwrap_or_default();
+    let entries = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading the rule pack {}: {e}", dir.display()));
+    let mut files: Vec<_> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    assert!(!files.is_empty(), "no rule files in {}", dir.display());
     files.sort();
     let mut code = String::from("&[\n");
     for path in files {
