@@ -197,6 +197,14 @@ impl LabelSelector {
     }
 }
 
+/// The watch of the objects a selector flag picks: all of them when it is unset or empty.
+pub fn watcher_config(selector: Option<&LabelSelector>) -> kube::runtime::watcher::Config {
+    match selector.filter(|s| !s.is_empty()) {
+        Some(selector) => kube::runtime::watcher::Config::default().labels(selector.as_str()),
+        None => kube::runtime::watcher::Config::default(),
+    }
+}
+
 /// A clap value parser for selector flags.
 pub fn parse_flag(text: &str) -> Result<LabelSelector, String> {
     LabelSelector::parse(text).map_err(|why| format!("label selector {text:?}: {why}"))

@@ -108,6 +108,22 @@ The `--layer-selector` of one shard of a layer service (`shard` empty: the defau
 layers without the shard label, once `sharding.shards` is set), joined with the service's own
 `layerSelector`. Empty when the chart deploys no shards and sets no selector.
 */}}
+{{/*
+The Deployments of a layer service's shards (`sharding.shards`): the service's context `ctx`
+with its `args`, each shard's `--layer-selector` in place of the main one.
+*/}}
+{{- define "strata.shardWorkloads" -}}
+{{- $ctx := . -}}
+{{- $v := index $ctx.root.Values $ctx.key -}}
+{{- range $shard := $ctx.root.Values.sharding.shards }}
+{{- $args := list }}
+{{- range $ctx.args }}{{ if not (hasPrefix "--layer-selector=" .) }}{{ $args = append $args . }}{{ end }}{{ end }}
+{{- $args = append $args (printf "--layer-selector=%s" (include "strata.shardSelector" (dict "root" $ctx.root "shard" $shard "selector" $v.layerSelector))) }}
+---
+{{ include "strata.workload" (dict "root" $ctx.root "key" $ctx.key "name" $ctx.name "shard" $shard "args" $args "mounts" $ctx.mounts "volumes" $ctx.volumes) }}
+{{- end }}
+{{- end }}
+
 {{- define "strata.shardSelector" -}}
 {{- $parts := list -}}
 {{- if .shard -}}

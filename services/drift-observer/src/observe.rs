@@ -259,10 +259,7 @@ pub async fn drift_of(
 /// Runs the observer until shutdown.
 pub async fn run(ctx: Arc<Context>, args: DriftArgs, metrics: Metrics) {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let config = match args.layer_selector.as_ref().filter(|s| !s.is_empty()) {
-        Some(selector) => watcher::Config::default().labels(selector.as_str()),
-        None => watcher::Config::default(),
-    };
+    let config = core_k8s::labels::watcher_config(args.layer_selector.as_ref());
     // Nothing here reads a layer's managed fields: the cache of a thousand layers keeps
     // them out.
     let (reader, writer) = kube::runtime::reflector::store();

@@ -175,16 +175,16 @@ pub fn object_rules(spec: Option<&DriftSpec>, object: &ObjectRef, manifest: &Val
             );
         }
     }
+    let decides = |observed: &ObservedFields| {
+        observed.list_bounds.is_empty()
+            && observed
+                .leaves
+                .iter()
+                .all(|leaf| fields::resolve(manifest, leaf).is_some())
+    };
     let manifest_decides = match &chosen {
-        Some(observed) => {
-            observed.list_bounds.is_empty()
-                && observed
-                    .leaves
-                    .iter()
-                    .all(|leaf| fields::resolve(manifest, leaf).is_some())
-        }
-        // The manifest's own fields, which it declares by definition.
-        None => fields::default_fields(manifest).list_bounds.is_empty(),
+        Some(observed) => decides(observed),
+        None => decides(&fields::default_fields(manifest)),
     };
     ObjectRules {
         mode,

@@ -154,13 +154,34 @@ pub fn build(layers: &[AddonsLayer], shard_key: &str) -> Graph {
     }
 }
 
-/// The nodes grouped by shard, in node order (`None`: the graph has no shards).
-fn by_shard(graph: &Graph) -> BTreeMap<Option<&str>, Vec<&Node>> {
+/// Appends every node's line (`line(node, indent)`), each shard's nodes inside a group that
+/// `open(shard)` starts and `close` ends; without shards, the lines alone.
+fn push_nodes(
+    out: &mut String,
+    graph: &Graph,
+    open: impl Fn(&str) -> String,
+    close: &str,
+    line: impl Fn(&Node, &str) -> String,
+) {
     let mut groups: BTreeMap<Option<&str>, Vec<&Node>> = BTreeMap::new();
     for node in &graph.nodes {
         groups.entry(node.shard.as_deref()).or_default().push(node);
     }
-    groups
+    for (shard, nodes) in groups {
+        let indent = match shard {
+            Some(shard) => {
+                out.push_str(&open(shard));
+                "    "
+            }
+            None => "  ",
+        };
+        for node in nodes {
+            out.push_str(&line(node, indent));
+        }
+        if shard.is_some() {
+            out.push_str(close);
+        }
+    }
 }
 
 fn color(state: &str) -> &'static str {
@@ -195,22 +216,13 @@ pub fn to_dot(graph: &Graph) -> String {
     };
     // Each shard is a box of its own: a dependency edge leaving a box is a chain that crosses
     // shards (its dependent is stalled).
-    for (shard, nodes) in by_shard(graph) {
-        match shard {
-            Some(shard) => {
-                out.push_str(&format!(
-                    "  subgraph \"cluster_shard_{shard}\" {{\n    label=\"shard {shard}\";\n"
-                ));
-                for node in nodes {
-                    out.push_str(&node_line(node, "    "));
-                }
-                out.push_str("  }\n");
-            }
-            None => nodes
-                .into_iter()
-                .for_each(|node| out.push_str(&node_line(node, "  "))),
-        }
-    }
+    push_nodes(
+        &mut out,
+        graph,
+        |shard| format!("  subgraph \"cluster_shard_{shard}\" {{\n    label=\"shard {shard}\";\n"),
+        "  }\n",
+        node_line,
+    );
     for edge in &graph.edges {
         if edge.missing {
             out.push_str(&format!(
@@ -259,23 +271,18 @@ pub fn to_mermaid(graph: &Graph) -> String {
             node.version
         )
     };
-    for (shard, nodes) in by_shard(graph) {
-        match shard {
-            Some(shard) => {
-                out.push_str(&format!(
-                    "  subgraph shard_{}[\"shard {shard}\"]\n",
-                    mermaid_id(shard)
-                ));
-                for node in nodes {
-                    out.push_str(&node_line(node, "    "));
-                }
-                out.push_str("  end\n");
-            }
-            None => nodes
-                .into_iter()
-                .for_each(|node| out.push_str(&node_line(node, "  "))),
-        }
-    }
+    push_nodes(
+        &mut out,
+        graph,
+        |shard| {
+            format!(
+                "  subgraph shard_{}[\"shard {shard}\"]\n",
+                mermaid_id(shard)
+            )
+        },
+        "  end\n",
+        node_line,
+    );
     for edge in &graph.edges {
         let requirement = edge.requirement.split_once('@').map(|(_, r)| r);
         let text = match (requirement, edge.cross_shard) {

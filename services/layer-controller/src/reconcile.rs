@@ -158,10 +158,7 @@ impl std::fmt::Debug for Shared {
 /// Runs the controller until shutdown.
 pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let layer_config = match args.layer_selector.as_ref().filter(|s| !s.is_empty()) {
-        Some(selector) => watcher::Config::default().labels(selector.as_str()),
-        None => watcher::Config::default(),
-    };
+    let layer_config = core_k8s::labels::watcher_config(args.layer_selector.as_ref());
     // A layer is reconciled when what its owner controls changes: spec (generation), labels,
     // annotations (a reconcile request), finalizers or deletion, as Flux's controllers filter
     // theirs; never for a change of its status alone, which is this controller's own write.
