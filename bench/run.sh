@@ -555,19 +555,31 @@ fleet_bench() {
   cargo build --release -p layer-controller -p drift-observer >&2
   cargo build -p strata-e2e --bins --example fleet_bench >&2
   : > "$work/fleet.jsonl"
-  for qps in ${BENCH_FLEET_QPS:-20 200}; do
-    for n in ${BENCH_FLEET_SIZES:-100 500 1000}; do
-      for _ in $(seq 1 "$RUNS"); do
+  sizes=(${BENCH_FLEET_SIZES:-100 500 1000}); qpss=(${BENCH_FLEET_QPS:-20 200})
+  # With BENCH_FLEET_PROFILE=1, the first run at the largest size and last client limit also
+  # takes a CPU profile of kube-apiserver over the create round (its /debug/pprof, off
+  # otherwise) and says where that CPU went (bench/pprof_breakdown.py).
+  profile="$work/apiserver-create.pprof"; rm -f "$profile" "$work/apiserver-breakdown.md"
+  for qps in "${qpss[@]}"; do
+    for n in "${sizes[@]}"; do
+      for run in $(seq 1 "$RUNS"); do
+        profiling=()
+        if [[ "${BENCH_FLEET_PROFILE:-}" == 1 && "$run" == 1 && "$n" == "${sizes[-1]}" && "$qps" == "${qpss[-1]}" ]]; then
+          profiling=(STRATA_PLANE_APISERVER_PROFILING=1 BENCH_FLEET_APISERVER_PROFILE="$profile"
+            BENCH_FLEET_APISERVER_PROFILE_SECONDS="${BENCH_FLEET_PROFILE_SECONDS:-30}")
+        fi
         env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
           DRIFT_OBSERVER_BIN="$target/release/drift-observer" \
-          BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+          BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" "${profiling[@]}" \
           scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
       done
     done
   done
+  if [[ -f "$profile" ]]; then
+    go tool pprof -traces "$profile" 2>/dev/null | python3 bench/pprof_breakdown.py > "$work/apiserver-breakdown.md"
+  fi
   # Shards (#29 item 4): the largest size at the last client limit again, the layers spread
   # over BENCH_FLEET_SHARD_COUNTS shards, one controller each (no drift-observer).
-  sizes=(${BENCH_FLEET_SIZES:-100 500 1000}); qpss=(${BENCH_FLEET_QPS:-20 200})
   for shards in ${BENCH_FLEET_SHARD_COUNTS:-2}; do
     for _ in $(seq 1 "$RUNS"); do
       env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
@@ -576,16 +588,38 @@ fleet_bench() {
         scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
     done
   done
-  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" <<'PY'
-import json, sys, datetime, collections
+  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" <<'PY'
+import json, os, sys, datetime, collections
 sys.path.insert(0, "bench"); import docs_section
+breakdown = ""
+if os.path.exists(sys.argv[6]):
+    breakdown = (f"""
+Where kube-apiserver's CPU went in the create round of the first run at {sys.argv[4].split()[-1]} layers and
+client limit {sys.argv[3].split()[-1]} (`BENCH_FLEET_PROFILE=1`: a {os.environ.get("BENCH_FLEET_PROFILE_SECONDS", "30")} s CPU profile from its
+`/debug/pprof`, each sampled stack counted once, in the first matching row; `bench/pprof_breakdown.py`):
+
+""" + open(sys.argv[6]).read())
 runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 groups = collections.defaultdict(list)
 for r in runs:
     groups[(r["controller_manager_qps"], r["layers"], r.get("shards", 1))].append(r)
-rows, observed = [], []
+rows, observed, served, cpu = [], [], [], []
 for (qps, n, shards), rs in sorted(groups.items()):
     rs.sort(key=lambda r: r["create_to_all_deployed_seconds"])
+    median = rs[len(rs) // 2]
+    calls = median.get("apiserver_requests_per_layer_create") or {}
+    if calls:
+        total = sum(calls.values())
+        listed = ", ".join(f"{k} {v:.2f}" for k, v in sorted(calls.items()))
+        served.append(f"| {qps} | {n} | {shards} | {total:.1f} | {listed} |")
+    c = median.get("cpu_seconds_create") or {}
+    if c:
+        ms = lambda name: 1000 * sum(v for k, v in c.items() if k.startswith(name)) / n
+        busy = sum(c.values())
+        cpu.append(
+            f"| {qps} | {n} | {shards} | {median['create_to_all_deployed_seconds']:.1f} s | {busy:.1f} s "
+            f"({busy / median['create_to_all_deployed_seconds']:.2f} cores) | {ms('kube-apiserver'):.1f} | {ms('etcd'):.1f} "
+            f"| {ms('kube-controller'):.1f} | {ms('layer-controller'):.1f} | {ms('bench driver'):.1f} |")
     for r in rs:
         c, cf = r["create_to_all_deployed_seconds"], r["create_floor_seconds"]
         u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
@@ -643,6 +677,25 @@ this phase.
 | KCM QPS | layers | objects | sync | peak RSS | peak sockets | sockets after | edit → drift |
 |---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(observed)}
+
+What kube-apiserver served during the create round, per layer, by verb and resource
+(`apiserver_request_total` before and after, every client together: the layer-controller, the
+driver creating the layers, kube-controller-manager; watches not counted; calls under 0.01 per
+layer left out), from the median run of each row:
+
+| KCM QPS | layers | shards | requests per layer | by verb and resource |
+|---:|---:|---:|---:|---|
+{chr(10).join(served)}
+
+CPU during the create round (the median run), from each process's `/proc` counters: the
+machine has two cores, so *busy* near 2 cores means the round was CPU-bound; then per layer, in
+milliseconds, by process (*driver*: this benchmark's own process, which creates the layers and
+watches them and the Deployments).
+
+| KCM QPS | layers | shards | create | CPU busy | kube-apiserver | etcd | kube-controller-manager | layer-controller | driver |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+{chr(10).join(cpu)}
+{breakdown}
 
 Published by Flux for v2.9.0 (flux-benchmark RESULTS.md; a 16-core runner, kind with 3 nodes,
 kustomize-controller with 2 CPUs and `--concurrent` 20; **not run here**): 100 apps 26 s /

@@ -29,7 +29,6 @@ use anyhow::Result;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
-use kube::api::ListParams;
 use layer_controller::crd::AddonsLayer;
 use strata_e2e::bench::{layers_deployed, layers_reported_clean, rss_kib, spawn_measured_with};
 use strata_e2e::flux::{ArtifactServer, install_layer_crds, set_source_artifact};
@@ -146,29 +145,96 @@ fn layer(
 
 /// When kube-controller-manager has observed every bench Deployment at its generation with
 /// the label `release=<release>` (its ReplicaSet made, its status written): the floor no
-/// health-gated deployer can beat.
+/// health-gated deployer can beat. Watched, not polled: a LIST of every Deployment four times
+/// a second cost the API server (and this driver, on the same two cores) CPU the system under
+/// test then lacked.
 async fn controller_manager_floor(
     client: kube::Client,
     apps: usize,
     release: String,
     started: Instant,
 ) -> Result<Duration> {
+    use kube::runtime::{WatchStreamExt, watcher};
     let api: Api<Deployment> = Api::all(client);
     let selector = format!("strata-bench/fleet=true,release={release}");
-    loop {
-        let list = api.list(&ListParams::default().labels(&selector)).await?;
-        let observed = list
-            .items
-            .iter()
-            .filter(|d| {
-                d.status.as_ref().and_then(|s| s.observed_generation) == d.metadata.generation
-            })
-            .count();
-        if observed == apps {
-            return Ok(started.elapsed());
+    let mut observed = std::collections::BTreeSet::new();
+    let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    while observed.len() < apps {
+        let deployment = stream
+            .try_next()
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the Deployment watch ended"))?;
+        if deployment
+            .status
+            .as_ref()
+            .and_then(|s| s.observed_generation)
+            == deployment.metadata.generation
+        {
+            observed.insert((
+                deployment.metadata.namespace.clone().unwrap_or_default(),
+                deployment.metadata.name.clone().unwrap_or_default(),
+            ));
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    Ok(started.elapsed())
+}
+
+/// What kube-apiserver has served so far, by verb and resource (`apiserver_request_total`,
+/// every client together: the counter does not say who asked).
+async fn apiserver_requests(client: &kube::Client) -> Result<BTreeMap<String, f64>> {
+    let request = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(request).await?;
+    let mut by_call = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |name: &str| {
+            labels
+                .split(',')
+                .find_map(|l| l.strip_prefix(&format!("{name}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let resource = match (label("resource"), label("subresource")) {
+            (r, s) if r.is_empty() => "(non-resource)".to_string() + &s,
+            (r, s) if s.is_empty() => r,
+            (r, s) => format!("{r}/{s}"),
+        };
+        *by_call
+            .entry(format!("{} {resource}", label("verb")))
+            .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+    }
+    Ok(by_call)
+}
+
+/// A CPU profile of kube-apiserver over `seconds` (pprof's format), when the plane serves
+/// /debug/pprof (`STRATA_PLANE_APISERVER_PROFILING`).
+async fn apiserver_profile(
+    client: kube::Client,
+    seconds: u64,
+    to: std::path::PathBuf,
+) -> Result<()> {
+    use http_body_util::BodyExt;
+    let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+        .body(kube::client::Body::empty())?;
+    let response = client.send(request).await?;
+    anyhow::ensure!(
+        response.status().is_success(),
+        "kube-apiserver's profile: {}",
+        response.status()
+    );
+    let bytes = response.into_body().collect().await?.to_bytes();
+    std::fs::write(&to, &bytes)?;
+    eprintln!(
+        "fleet bench: kube-apiserver CPU profile in {}",
+        to.display()
+    );
+    Ok(())
 }
 
 /// CPU time of `pid` so far (user + system), in seconds.
@@ -559,11 +625,36 @@ async fn main() -> Result<()> {
         Ok((total, floor.await??, applied))
     };
 
-    // Round 1: every layer created at once; where the CPU went meanwhile.
+    // Round 1: every layer created at once; where the CPU went meanwhile, and what the API
+    // server served.
     let plane_before = plane_cpu();
     let ours_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
+    let driver_before = cpu_seconds(std::process::id());
+    let served_before = apiserver_requests(&client).await?;
+    let profile = std::env::var_os("BENCH_FLEET_APISERVER_PROFILE").map(|to| {
+        let seconds = std::env::var("BENCH_FLEET_APISERVER_PROFILE_SECONDS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(30);
+        tokio::spawn(apiserver_profile(client.clone(), seconds, to.into()))
+    });
     let (first_total, first_floor, created) = round("1", |_| true).await?;
     let ours_create = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - ours_before;
+    let driver_create = cpu_seconds(std::process::id()) - driver_before;
+    let served_after = apiserver_requests(&client).await?;
+    let served_create: BTreeMap<String, f64> = served_after
+        .iter()
+        .map(|(call, n)| {
+            (
+                call.clone(),
+                n - served_before.get(call).copied().unwrap_or(0.0),
+            )
+        })
+        .filter(|(_, n)| *n >= apps as f64 / 100.0)
+        .collect();
+    if let Some(profile) = profile {
+        profile.await??;
+    }
     let mut cpu_create: BTreeMap<String, f64> = plane_cpu()
         .into_iter()
         .map(|(name, after)| {
@@ -572,6 +663,7 @@ async fn main() -> Result<()> {
         })
         .collect();
     cpu_create.insert("layer-controller".into(), ours_create);
+    cpu_create.insert("bench driver".into(), driver_create);
     let requests_first = requests(&controllers).await;
     let rss_after_first = sum(&|p| rss_kib(p, "VmRSS:"));
     let sockets_after_first = sum(&sockets);
@@ -622,6 +714,7 @@ async fn main() -> Result<()> {
         "controller_peak_sockets": peak_sockets.load(Ordering::Relaxed),
         "controller_sockets_at_end": sum(&sockets),
         "requests_per_layer_create": per_layer(&requests_first),
+        "apiserver_requests_per_layer_create": per_layer(&served_create),
         "requests_per_layer_both_rounds": per_layer(&requests_total),
         "observer": observer,
     });

@@ -466,7 +466,11 @@ impl Plane {
                     dir.join("logs").join("audit.log").display()
                 ),
                 "--audit-log-format=json".into(),
-                "--profiling=false".into(),
+                // A benchmark may ask for /debug/pprof, to say where the API server's CPU goes.
+                format!(
+                    "--profiling={}",
+                    std::env::var_os("STRATA_PLANE_APISERVER_PROFILING").is_some()
+                ),
                 "--v=1".into(),
             ],
         )?;
