@@ -1279,3 +1279,54 @@ spec:
     }
     Ok(())
 }
+
+/// A layer waiting for an object is woken by the object's change, not by a poll: with
+/// `--health-poll 1h`, an applied GitRepository (InProgress until its controller writes
+/// status) that the test marks Ready moves the layer to Deployed within seconds. Nothing else
+/// wakes it: the layer re-applies hourly, and the GitRepository is no layer's source.
+#[tokio::test]
+async fn a_layer_waiting_on_an_object_wakes_when_it_changes() -> Result<()> {
+    use strata_e2e::flux::{configmap_layer, set_source_artifact, source_yaml};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "healthwake").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "1h"])?;
+    let inner = source_yaml("GitRepository", "inner").replacen(
+        "metadata: {name: inner}",
+        &format!("metadata: {{name: inner, namespace: {ns}}}"),
+        1,
+    );
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "waits", "10m", &[("inner.yaml", inner)]),
+    )
+    .await?;
+    let layer = format!("{ns}-waits");
+    let status = wait_state(&client, &layer, "Applying", Duration::from_secs(30)).await?;
+    assert_eq!(inventory_names(&status), ["inner"], "{status}");
+    assert_eq!(status["inventory"][0]["status"], "InProgress", "{status}");
+    // Registered and idle: still Applying a little later (no poll, no re-apply).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(state_of(&client, &layer).await, "Applying");
+    let marked = std::time::Instant::now();
+    set_source_artifact(
+        &client,
+        &ns,
+        "GitRepository",
+        "inner",
+        "main@sha1:1",
+        "http://127.0.0.1:1/a.tar.gz",
+        "sha256:0",
+    )
+    .await?;
+    let status = wait_state(&client, &layer, "Deployed", Duration::from_secs(15)).await?;
+    assert_eq!(status["inventory"][0]["status"], "Current", "{status}");
+    eprintln!(
+        "deployed {:?} after the object became Ready",
+        marked.elapsed()
+    );
+    cleanup(&client, &ns, &["waits"], controller).await;
+    Ok(())
+}

@@ -4,7 +4,8 @@
 //! Triggers (no polling per hop): the layer itself; any change of a layer wakes the layers
 //! that depend on it (and, while it is being deleted, the layers it depends on); a change of a
 //! Flux source or a labelled ConfigMap wakes the layers reading it. A layer that is applying
-//! re-checks its objects every `--health-poll`; every layer is re-applied every `interval`.
+//! re-checks its objects when one of them changes (`health_watch`), or every `--health-poll`
+//! where a kind cannot be watched; every layer is re-applied every `interval`.
 //!
 //! Split by concern: `triggers` (what wakes a layer), `pass` (one reconcile: read, gate,
 //! dispatch), `apply` (apply in stages and judge the result), `prune` (objects that left a
@@ -12,6 +13,7 @@
 //! This file holds the flags, the state shared by reconciles, whom a layer acts as, and [`run`].
 
 mod apply;
+mod health_watch;
 mod pass;
 mod prune;
 mod status;
@@ -40,6 +42,7 @@ use crate::source::Limits;
 use core_k8s::labels::LabelSelector;
 use core_layers::objects::ActingAccount;
 
+use self::health_watch::HealthWakeups;
 use self::pass::reconcile;
 use self::triggers::{
     gate_relevant_change, layer_intent, spawn_source_watchers, wake_on_layer_change,
@@ -81,7 +84,8 @@ pub struct LayerArgs {
     /// The label that names a layer's shard in messages and graphs.
     #[arg(long, default_value = SHARD_LABEL)]
     pub shard_key: String,
-    /// How often a layer that is applying re-checks its objects' status.
+    /// How often a layer that is applying re-checks its objects' status when it cannot learn
+    /// of their changes from a watch (a kind it may not list, a strict layer judging pods).
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub health_poll: Duration,
     /// ServiceAccount (in the namespace of each layer's source) that layers without
@@ -147,6 +151,7 @@ pub struct Shared {
     reader: Reader,
     memory: Mutex<HashMap<String, Memory>>,
     cluster_version: Mutex<Option<(String, Instant)>>,
+    health: Arc<HealthWakeups>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -166,7 +171,13 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     // the wake-up from its dependency turning Deployed waited behind it: right after a new
     // revision, while all layers re-check at once, the first hops of a chain took 0.3–0.9 s.
     let (reader, writer) = kube::runtime::reflector::store();
-    let departed = metrics.clone();
+    let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
+    let health = Arc::new(HealthWakeups::new(
+        ctx.client.clone(),
+        tx.clone(),
+        ctx.shutdown.clone(),
+    ));
+    let (departed, gone) = (metrics.clone(), health.clone());
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
         // Nothing here reads a layer's managed fields, often its largest part: the cache of
@@ -178,6 +189,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(layer)) = event {
                 departed.forget(&layer.name_any());
+                gone.forget(&layer.name_any());
             }
         })
         .applied_objects()
@@ -185,7 +197,6 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let controller = Controller::for_stream(intents, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrent));
     let store = controller.store();
-    let (tx, rx) = mpsc::channel::<LayerKey<AddonsLayer>>(1024);
     let index = store.clone();
     let controller = controller
         .watches(api, layer_config, {
@@ -218,6 +229,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         reader,
         memory: Mutex::default(),
         cluster_version: Mutex::default(),
+        health,
     });
     spawn_source_watchers(&ctx, shared.clone(), tx);
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {

@@ -21,6 +21,7 @@ use crate::read::Reader;
 use crate::source::{self, Files, Manifest};
 use core_status::policy::Rules;
 
+use super::health_watch::{Awaited, JudgedVersions, Wakeup, judged_key};
 use super::prune::prune;
 use super::status::{Report, reconcile_request_pending, write_status};
 use super::{Access, Shared, access};
@@ -37,6 +38,8 @@ pub(super) async fn apply_layer(
     timeout: Duration,
 ) -> Result<Action> {
     let name = layer.name_any();
+    // Changes of the objects seen after this are not missed by the health wake-ups.
+    let checked_at = Instant::now();
     let access = access(ctx, shared, layer)?;
     // spec.health was validated by the gate (a bad one stalls the layer before it gets here).
     let rules = plan::layer_rules(layer).unwrap_or_default();
@@ -65,7 +68,8 @@ pub(super) async fn apply_layer(
             ));
         }
         if (previous_state == state::APPLYING || previous_state == state::FAILED)
-            && let Some(inventory) = recheck(&shared.reader, &previous.inventory, &rules).await?
+            && let Some((inventory, versions)) =
+                recheck(&shared.reader, &previous.inventory, &rules).await?
         {
             let attempt = Attempt {
                 revision,
@@ -73,6 +77,9 @@ pub(super) async fn apply_layer(
                 interval,
                 timeout,
                 prune_wait: None,
+                checked_at,
+                judges_pods: rules.needs_pods(),
+                versions,
             };
             return judge(layer, ctx, shared, attempt, inventory).await;
         }
@@ -173,6 +180,7 @@ pub(super) async fn apply_layer(
         plan::is_definition(&manifests[*i].api_version, &manifests[*i].object.kind)
     });
     let mut inventory = Vec::new();
+    let mut versions = JudgedVersions::new();
     let mut failures = Vec::new();
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     // CRDs first, when the layer has any (no empty apply span otherwise).
@@ -185,6 +193,7 @@ pub(super) async fn apply_layer(
             &definitions,
             &rules,
             &mut inventory,
+            &mut versions,
             &mut failures,
         )
         .await;
@@ -224,6 +233,7 @@ pub(super) async fn apply_layer(
                 &ordered,
                 &rules,
                 &mut inventory,
+                &mut versions,
                 &mut failures,
             )
             .await;
@@ -283,6 +293,9 @@ pub(super) async fn apply_layer(
         interval,
         timeout,
         prune_wait,
+        checked_at,
+        judges_pods: rules.needs_pods(),
+        versions,
     };
     judge(layer, ctx, shared, attempt, inventory).await
 }
@@ -303,6 +316,7 @@ async fn apply_all(
     ordered: &[(usize, Value)],
     rules: &Rules,
     inventory: &mut Vec<InventoryEntry>,
+    versions: &mut JudgedVersions,
     failures: &mut Vec<String>,
 ) {
     let now = Timestamp::now();
@@ -337,7 +351,7 @@ async fn apply_all(
                 );
                 // Just applied: its pods (if any) are judged on the next re-check.
                 let (status, reason, message) = plan::inventory_health(&value, &[], now, rules);
-                inventory.push(InventoryEntry {
+                let entry = InventoryEntry {
                     api_version: m.api_version.clone(),
                     kind: m.object.kind.clone(),
                     namespace: object.namespace(),
@@ -345,7 +359,11 @@ async fn apply_all(
                     status: status.to_string(),
                     reason,
                     message,
-                });
+                };
+                if let Some(version) = object.resource_version() {
+                    versions.insert(judged_key(&entry), version);
+                }
+                inventory.push(entry);
             }
             Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
         }
@@ -394,7 +412,7 @@ async fn wait_established(
 ) -> Result<()> {
     let started = Instant::now();
     loop {
-        if let Some(fresh) = recheck(reader, inventory, rules).await? {
+        if let Some((fresh, _)) = recheck(reader, inventory, rules).await? {
             inventory.clone_from_slice(&fresh);
         }
         if inventory
@@ -408,16 +426,18 @@ async fn wait_established(
     }
 }
 
-/// Re-reads the inventory's objects. `None` when one is missing (it must be re-applied).
+/// Re-reads the inventory's objects, with the versions read. `None` when one is missing (it
+/// must be re-applied).
 /// Under rules that judge pods, a workload that is not ready yet also has its pods listed
 /// (one LIST by its selector).
 async fn recheck(
     reader: &Reader,
     inventory: &[InventoryEntry],
     rules: &Rules,
-) -> Result<Option<Vec<InventoryEntry>>> {
+) -> Result<Option<(Vec<InventoryEntry>, JudgedVersions)>> {
     let now = Timestamp::now();
     let mut out = Vec::with_capacity(inventory.len());
+    let mut versions = JudgedVersions::new();
     for entry in inventory {
         if entry.status == ORPHANED_STATUS {
             out.push(entry.clone());
@@ -439,6 +459,12 @@ async fn recheck(
             Vec::new()
         };
         let (status, reason, message) = plan::inventory_health(&value, &pods, now, rules);
+        if let Some(version) = value
+            .pointer("/metadata/resourceVersion")
+            .and_then(Value::as_str)
+        {
+            versions.insert(judged_key(entry), version.to_string());
+        }
         out.push(InventoryEntry {
             status: status.to_string(),
             reason,
@@ -446,7 +472,7 @@ async fn recheck(
             ..entry.clone()
         });
     }
-    Ok(Some(out))
+    Ok(Some((out, versions)))
 }
 
 /// The pods a workload's selector matches, in its namespace.
@@ -471,6 +497,12 @@ struct Attempt {
     timeout: Duration,
     /// When the next orphaned object's grace window ends.
     prune_wait: Option<Duration>,
+    /// When this pass began reading or applying the objects.
+    checked_at: Instant,
+    /// The rules judge pods, whose changes no object watch of the layer sees: poll.
+    judges_pods: bool,
+    /// The objects' versions as judged.
+    versions: JudgedVersions,
 }
 
 /// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
@@ -502,6 +534,9 @@ async fn judge(
         interval,
         timeout,
         prune_wait,
+        checked_at,
+        judges_pods,
+        versions,
     } = attempt;
     let name = layer.name_any();
     let previous = layer.status.clone().unwrap_or_default();
@@ -519,7 +554,22 @@ async fn judge(
     } else {
         Duration::ZERO
     };
-    let (report, action) = match plan::outcome(&desired, elapsed, timeout) {
+    let outcome = plan::outcome(&desired, elapsed, timeout);
+    let waiting = matches!(outcome, Outcome::Waiting(_))
+        && !(same_attempt && previous_state == state::FAILED);
+    let next_check = if waiting {
+        let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
+        let judged = Judged {
+            at: checked_at,
+            versions: &versions,
+            pods: judges_pods,
+        };
+        next_health_check(shared, &name, &desired, judged, remaining).await
+    } else {
+        shared.health.forget(&name);
+        shared.args.health_poll
+    };
+    let (report, action) = match outcome {
         Outcome::Deployed => {
             let started = lock(&shared.memory)
                 .get_mut(&name)
@@ -565,7 +615,7 @@ async fn judge(
                 reason::PROGRESSING,
                 format!("waiting for {message}"),
             ),
-            Action::requeue(shared.args.health_poll),
+            Action::requeue(next_check),
         ),
         Outcome::Failed(message) => (
             Report::new(state::FAILED, reason::HEALTH_CHECK_FAILED, message),
@@ -579,4 +629,59 @@ async fn judge(
     };
     write_status(ctx, shared, layer, report).await?;
     Ok(action)
+}
+
+/// How the waiting layer's objects were judged.
+struct Judged<'a> {
+    /// When the pass began reading or applying them.
+    at: Instant,
+    versions: &'a JudgedVersions,
+    /// Under rules that judge pods.
+    pods: bool,
+}
+
+/// A layer still waiting checks again when one of its objects changes, with a long poll as the
+/// safety net (no later than its timeout); every `--health-poll` where a change could go
+/// unseen: a kind not watched (yet), or rules that judge pods.
+async fn next_health_check(
+    shared: &Shared,
+    name: &str,
+    desired: &[InventoryEntry],
+    judged: Judged<'_>,
+    remaining: Duration,
+) -> Duration {
+    /// The poll of a layer whose objects are all watched: lost events, a watch restarted.
+    const SAFETY_NET: Duration = Duration::from_secs(30);
+    let poll = shared.args.health_poll;
+    if judged.pods {
+        shared.health.forget(name);
+        return poll;
+    }
+    let mut awaited = Vec::new();
+    for entry in desired
+        .iter()
+        .filter(|e| e.status != core_status::Status::Current.to_string())
+    {
+        match shared.reader.resolve(&entry.api_version, &entry.kind).await {
+            Ok(resolved) => awaited.push(Awaited {
+                resource: resolved.resource,
+                namespace: entry.namespace.clone(),
+                name: entry.name.clone(),
+                version: judged.versions.get(&judged_key(entry)).cloned(),
+            }),
+            Err(_) => {
+                shared.health.forget(name);
+                return poll;
+            }
+        }
+    }
+    if awaited.is_empty() {
+        shared.health.forget(name);
+        return poll;
+    }
+    match shared.health.wait_for(name, &awaited, judged.at) {
+        Wakeup::Watched => SAFETY_NET.min(remaining).max(poll),
+        Wakeup::Changed => Duration::from_millis(100),
+        Wakeup::Polled => poll,
+    }
 }

@@ -96,9 +96,11 @@ async fn reconcile_layer(
         // Relabelled into another shard since this reconcile was queued: hands off.
         tracing::info!(layer = %name, "the layer left this shard; another shard reconciles it");
         shared.metrics.forget(&name);
+        shared.health.forget(&name);
         return Ok(Action::await_change());
     }
     if layer.metadata.deletion_timestamp.is_some() {
+        shared.health.forget(&name);
         return teardown(&layer, &ctx, &shared).await;
     }
     if !layer.finalizers().iter().any(|f| f == FINALIZER) {

@@ -1,0 +1,357 @@
+//! Health wake-ups: a layer waiting for its objects to become Current is re-checked when one
+//! of them changes, not only at the next `--health-poll`. One metadata-only watch per kind
+//! that some layer waits on, shared by every layer and started on first use, carries the
+//! changes; the layers keep only a long safety-net poll while it is live.
+//!
+//! Why: polling every 2 s costs each applying layer a GET per object per poll whether
+//! anything changed or not (at 1,000 layers waiting for a slow kube-controller-manager,
+//! ~116 GETs per layer), and it adds up to a poll interval to every deploy (a 100-layer fleet
+//! whose floor is 4.5 s finished in 6–7 s). A kind this replica cannot watch (no list/watch
+//! right) or whose watch is not listed yet leaves its layers polling as before.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::ObjectRef as LayerKey;
+use kube::runtime::watcher;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::crd::{AddonsLayer, InventoryEntry};
+use crate::lock;
+
+/// How long a change is remembered: one that arrived between a layer's re-check and its
+/// registration still wakes it (see [`HealthWakeups::wait_for`]).
+const RECENT: Duration = Duration::from_secs(10);
+
+/// An object of one kind: namespace (empty when cluster-scoped) and name.
+type ObjectKey = (String, String);
+
+/// The resource version each object had when a layer judged it, by apiVersion, kind,
+/// namespace and name, as in its inventory: a change the layer has already seen (its own
+/// apply, say) wakes nobody.
+pub(super) type JudgedVersions = HashMap<(String, String, Option<String>, String), String>;
+
+/// The key of `entry` in [`JudgedVersions`].
+pub(super) fn judged_key(entry: &InventoryEntry) -> (String, String, Option<String>, String) {
+    (
+        entry.api_version.clone(),
+        entry.kind.clone(),
+        entry.namespace.clone(),
+        entry.name.clone(),
+    )
+}
+
+/// What one kind's watch knows: which layers wait on which objects, and which objects changed
+/// lately. Pure bookkeeping, so it is tested without a cluster.
+#[derive(Debug, Default)]
+struct KindState {
+    /// Object → the layers waiting on it, each with the version it judged.
+    waiting: HashMap<ObjectKey, BTreeMap<String, Option<String>>>,
+    /// Object → when its last change was seen, and its version then.
+    recent: HashMap<ObjectKey, (Instant, String)>,
+    pruned: Option<Instant>,
+}
+
+impl KindState {
+    /// Records a change of `object` to `version`, seen `at`; returns the layers waiting on it
+    /// that judged another version.
+    fn changed(&mut self, object: ObjectKey, version: String, at: Instant) -> Vec<String> {
+        if self
+            .pruned
+            .is_none_or(|p| at.saturating_duration_since(p) >= RECENT)
+        {
+            self.recent
+                .retain(|_, (seen, _)| at.saturating_duration_since(*seen) < RECENT);
+            self.pruned = Some(at);
+        }
+        let layers = self
+            .waiting
+            .get(&object)
+            .map(|layers| {
+                layers
+                    .iter()
+                    .filter(|(_, judged)| judged.as_deref() != Some(version.as_str()))
+                    .map(|(layer, _)| layer.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        self.recent.insert(object, (at, version));
+        layers
+    }
+
+    /// `layer` waits on `object`, which it judged at `version`; true when the object changed
+    /// to another version at or after `since` (a change the layer's re-check may have missed).
+    fn wait(
+        &mut self,
+        layer: &str,
+        object: ObjectKey,
+        version: Option<String>,
+        since: Instant,
+    ) -> bool {
+        let changed = self
+            .recent
+            .get(&object)
+            .is_some_and(|(at, seen)| *at >= since && version.as_deref() != Some(seen.as_str()));
+        self.waiting
+            .entry(object)
+            .or_default()
+            .insert(layer.to_string(), version);
+        changed
+    }
+
+    fn stop_waiting(&mut self, layer: &str, object: &ObjectKey) {
+        if let Some(layers) = self.waiting.get_mut(object) {
+            layers.remove(layer);
+            if layers.is_empty() {
+                self.waiting.remove(object);
+            }
+        }
+    }
+}
+
+/// One kind's watch.
+#[derive(Debug, Default)]
+struct KindWatch {
+    /// Listed and watching: a change of its objects will be seen.
+    live: AtomicBool,
+    state: Mutex<KindState>,
+}
+
+/// The objects a layer waits on, with their kinds' watches.
+type Registered = Vec<(Arc<KindWatch>, ObjectKey)>;
+
+/// How a layer waiting on its objects will hear of their changes.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Wakeup {
+    /// Every kind is watched: the layer is woken by a change (the poll is a safety net).
+    Watched,
+    /// An object changed since the layer's re-check began: look again now.
+    Changed,
+    /// Some kind is not watched (yet): poll.
+    Polled,
+}
+
+/// An object a layer waits on.
+pub(super) struct Awaited {
+    pub resource: ApiResource,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// Its resource version when the layer judged it.
+    pub version: Option<String>,
+}
+
+/// The kind watches and who waits on what (see the module's documentation).
+pub(super) struct HealthWakeups {
+    client: kube::Client,
+    wake: mpsc::Sender<LayerKey<AddonsLayer>>,
+    shutdown: CancellationToken,
+    /// By `group/version/plural`.
+    kinds: Mutex<HashMap<String, Arc<KindWatch>>>,
+    /// What each waiting layer registered, to undo it.
+    layers: Mutex<HashMap<String, Registered>>,
+}
+
+impl HealthWakeups {
+    pub(super) fn new(
+        client: kube::Client,
+        wake: mpsc::Sender<LayerKey<AddonsLayer>>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        Self {
+            client,
+            wake,
+            shutdown,
+            kinds: Mutex::default(),
+            layers: Mutex::default(),
+        }
+    }
+
+    /// `layer` waits on `objects` (replacing what it waited on before); `since` is when its
+    /// re-check began, so a change that arrived before this call but after that is not lost.
+    pub(super) fn wait_for(&self, layer: &str, objects: &[Awaited], since: Instant) -> Wakeup {
+        self.forget(layer);
+        let mut registered = Vec::with_capacity(objects.len());
+        let (mut changed, mut live) = (false, true);
+        for object in objects {
+            let kind = self.kind(&object.resource);
+            let key = (
+                object.namespace.clone().unwrap_or_default(),
+                object.name.clone(),
+            );
+            changed |= lock(&kind.state).wait(layer, key.clone(), object.version.clone(), since);
+            live &= kind.live.load(Ordering::Acquire);
+            registered.push((kind, key));
+        }
+        if !registered.is_empty() {
+            lock(&self.layers).insert(layer.to_string(), registered);
+        }
+        match (changed, live) {
+            (true, _) => Wakeup::Changed,
+            (false, true) => Wakeup::Watched,
+            (false, false) => Wakeup::Polled,
+        }
+    }
+
+    /// `layer` waits on nothing (it is Deployed, Failed, deleted or gone to another shard).
+    pub(super) fn forget(&self, layer: &str) {
+        let Some(registered) = lock(&self.layers).remove(layer) else {
+            return;
+        };
+        for (kind, key) in registered {
+            lock(&kind.state).stop_waiting(layer, &key);
+        }
+    }
+
+    /// The watch of `resource`'s kind, started on first use.
+    fn kind(&self, resource: &ApiResource) -> Arc<KindWatch> {
+        let id = format!("{}/{}", resource.api_version, resource.plural);
+        let mut kinds = lock(&self.kinds);
+        if let Some(kind) = kinds.get(&id) {
+            return kind.clone();
+        }
+        let kind = Arc::new(KindWatch::default());
+        kinds.insert(id, kind.clone());
+        tokio::spawn(watch_kind(
+            Api::all_with(self.client.clone(), resource),
+            kind.clone(),
+            self.wake.clone(),
+            self.shutdown.clone(),
+        ));
+        kind
+    }
+}
+
+/// Forwards the changes of one kind's objects to the layers waiting on them until shutdown.
+/// Metadata only: a change of status moves the resource version, which is all a wake-up
+/// needs; the layer's re-check reads the object itself.
+async fn watch_kind(
+    api: Api<PartialObjectMeta<DynamicObject>>,
+    kind: Arc<KindWatch>,
+    wake: mpsc::Sender<LayerKey<AddonsLayer>>,
+    shutdown: CancellationToken,
+) {
+    let events = core_k8s::controller::watch_backoff(watcher(api, watcher::Config::default()));
+    let forward = events.for_each(|event| {
+        let (kind, wake) = (kind.clone(), wake.clone());
+        async move {
+            let object = match event {
+                // A (re)list: objects changed while the watch was down are in it.
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
+                Ok(watcher::Event::Delete(o)) => o,
+                Ok(watcher::Event::InitDone) => {
+                    kind.live.store(true, Ordering::Release);
+                    return;
+                }
+                Ok(watcher::Event::Init) => return,
+                Err(e) => {
+                    // Until it is listed again its layers poll (no list/watch right, say).
+                    kind.live.store(false, Ordering::Release);
+                    tracing::debug!(error = %e, "health watch failed; layers waiting on this kind poll");
+                    return;
+                }
+            };
+            let key = (
+                object.metadata.namespace.unwrap_or_default(),
+                object.metadata.name.unwrap_or_default(),
+            );
+            let version = object.metadata.resource_version.unwrap_or_default();
+            let layers = lock(&kind.state).changed(key, version, Instant::now());
+            for layer in layers {
+                let _ = wake.send(LayerKey::new(&layer)).await;
+            }
+        }
+    });
+    tokio::select! {
+        () = forward => {}
+        () = shutdown.cancelled() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str) -> ObjectKey {
+        ("apps".to_string(), name.to_string())
+    }
+
+    fn v(version: &str) -> Option<String> {
+        Some(version.to_string())
+    }
+
+    #[test]
+    fn a_change_wakes_exactly_the_layers_waiting_on_that_object() {
+        let mut state = KindState::default();
+        let start = Instant::now();
+        assert!(!state.wait("a", object("web"), v("1"), start));
+        assert!(!state.wait("b", object("web"), v("1"), start));
+        assert!(!state.wait("c", object("db"), None, start));
+        let at = start + Duration::from_millis(10);
+        assert_eq!(state.changed(object("web"), "2".into(), at), ["a", "b"]);
+        assert_eq!(state.changed(object("db"), "7".into(), at), ["c"]);
+        assert!(state.changed(object("other"), "3".into(), at).is_empty());
+        // In another namespace it is another object.
+        let prod = ("prod".to_string(), "web".to_string());
+        assert!(state.changed(prod, "4".into(), at).is_empty());
+        state.stop_waiting("a", &object("web"));
+        assert_eq!(state.changed(object("web"), "5".into(), at), ["b"]);
+        state.stop_waiting("b", &object("web"));
+        assert!(state.changed(object("web"), "6".into(), at).is_empty());
+        assert!(!state.waiting.contains_key(&object("web")));
+    }
+
+    #[test]
+    fn a_version_the_layer_already_judged_wakes_nobody() {
+        let mut state = KindState::default();
+        let start = Instant::now();
+        // The event of the layer's own apply, arriving after it registered.
+        assert!(!state.wait("a", object("web"), v("10"), start));
+        assert!(
+            state
+                .changed(object("web"), "10".into(), start + Duration::from_millis(1))
+                .is_empty()
+        );
+        assert_eq!(
+            state.changed(object("web"), "11".into(), start + Duration::from_millis(2)),
+            ["a"]
+        );
+    }
+
+    #[test]
+    fn a_change_between_the_recheck_and_the_registration_is_not_lost() {
+        let mut state = KindState::default();
+        let recheck = Instant::now();
+        // Seen before the re-check began: the re-check read it.
+        state.changed(
+            object("old"),
+            "1".into(),
+            recheck - Duration::from_millis(1),
+        );
+        assert!(!state.wait("a", object("old"), v("1"), recheck));
+        // Seen after the re-check began, at the version the re-check read: nothing new.
+        state.changed(
+            object("same"),
+            "4".into(),
+            recheck + Duration::from_millis(2),
+        );
+        assert!(!state.wait("a", object("same"), v("4"), recheck));
+        // Seen after the re-check began, at another version, before the layer registered:
+        // it must look again.
+        state.changed(
+            object("web"),
+            "9".into(),
+            recheck + Duration::from_millis(5),
+        );
+        assert!(state.wait("a", object("web"), v("8"), recheck));
+        // Forgotten once older than RECENT (pruned on the next change).
+        let later = recheck + RECENT + Duration::from_secs(1);
+        state.changed(object("x"), "2".into(), later);
+        assert!(!state.recent.contains_key(&object("web")));
+    }
+}
