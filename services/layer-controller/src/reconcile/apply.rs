@@ -77,9 +77,11 @@ pub(super) async fn apply_layer(
                 interval,
                 timeout,
                 prune_wait: None,
-                checked_at,
-                judges_pods: rules.needs_pods(),
-                versions,
+                observed: Observed {
+                    at: checked_at,
+                    versions,
+                    judges_pods: rules.needs_pods(),
+                },
             };
             return judge(layer, ctx, shared, attempt, inventory).await;
         }
@@ -293,9 +295,11 @@ pub(super) async fn apply_layer(
         interval,
         timeout,
         prune_wait,
-        checked_at,
-        judges_pods: rules.needs_pods(),
-        versions,
+        observed: Observed {
+            at: checked_at,
+            versions,
+            judges_pods: rules.needs_pods(),
+        },
     };
     judge(layer, ctx, shared, attempt, inventory).await
 }
@@ -497,12 +501,19 @@ struct Attempt {
     timeout: Duration,
     /// When the next orphaned object's grace window ends.
     prune_wait: Option<Duration>,
-    /// When this pass began reading or applying the objects.
-    checked_at: Instant,
-    /// The rules judge pods, whose changes no object watch of the layer sees: poll.
-    judges_pods: bool,
-    /// The objects' versions as judged.
+    /// How this pass saw the objects, for the health wake-ups.
+    observed: Observed,
+}
+
+/// How a pass saw a layer's objects.
+#[derive(Debug)]
+struct Observed {
+    /// When the pass began reading or applying them.
+    at: Instant,
+    /// Their versions as judged.
     versions: JudgedVersions,
+    /// The rules judge pods, whose changes no object watch sees: poll.
+    judges_pods: bool,
 }
 
 /// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
@@ -534,9 +545,7 @@ async fn judge(
         interval,
         timeout,
         prune_wait,
-        checked_at,
-        judges_pods,
-        versions,
+        observed,
     } = attempt;
     let name = layer.name_any();
     let previous = layer.status.clone().unwrap_or_default();
@@ -554,22 +563,10 @@ async fn judge(
     } else {
         Duration::ZERO
     };
-    let outcome = plan::outcome(&desired, elapsed, timeout);
-    let waiting = matches!(outcome, Outcome::Waiting(_))
-        && !(same_attempt && previous_state == state::FAILED);
-    let next_check = if waiting {
-        let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
-        let judged = Judged {
-            at: checked_at,
-            versions: &versions,
-            pods: judges_pods,
-        };
-        next_health_check(shared, &name, &desired, judged, remaining).await
-    } else {
-        shared.health.forget(&name);
-        shared.args.health_poll
-    };
-    let (report, action) = match outcome {
+    // Whatever the outcome, what the layer waited on is replaced: a layer still applying
+    // registers afresh below.
+    shared.health.forget(&name);
+    let (report, action) = match plan::outcome(&desired, elapsed, timeout) {
         Outcome::Deployed => {
             let started = lock(&shared.memory)
                 .get_mut(&name)
@@ -609,14 +606,18 @@ async fn judge(
             ),
             Action::requeue(interval.min(Duration::from_secs(30))),
         ),
-        Outcome::Waiting(message) => (
-            Report::new(
-                state::APPLYING,
-                reason::PROGRESSING,
-                format!("waiting for {message}"),
-            ),
-            Action::requeue(next_check),
-        ),
+        Outcome::Waiting(message) => {
+            let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
+            let next = next_health_check(shared, &name, &desired, &observed, remaining).await;
+            (
+                Report::new(
+                    state::APPLYING,
+                    reason::PROGRESSING,
+                    format!("waiting for {message}"),
+                ),
+                Action::requeue(next),
+            )
+        }
         Outcome::Failed(message) => (
             Report::new(state::FAILED, reason::HEALTH_CHECK_FAILED, message),
             Action::requeue(interval.min(Duration::from_secs(30))),
@@ -631,15 +632,6 @@ async fn judge(
     Ok(action)
 }
 
-/// How the waiting layer's objects were judged.
-struct Judged<'a> {
-    /// When the pass began reading or applying them.
-    at: Instant,
-    versions: &'a JudgedVersions,
-    /// Under rules that judge pods.
-    pods: bool,
-}
-
 /// A layer still waiting checks again when one of its objects changes, with a long poll as the
 /// safety net (no later than its timeout); every `--health-poll` where a change could go
 /// unseen: a kind not watched (yet), or rules that judge pods.
@@ -647,14 +639,13 @@ async fn next_health_check(
     shared: &Shared,
     name: &str,
     desired: &[InventoryEntry],
-    judged: Judged<'_>,
+    observed: &Observed,
     remaining: Duration,
 ) -> Duration {
     /// The poll of a layer whose objects are all watched: lost events, a watch restarted.
     const SAFETY_NET: Duration = Duration::from_secs(30);
     let poll = shared.args.health_poll;
-    if judged.pods {
-        shared.health.forget(name);
+    if observed.judges_pods {
         return poll;
     }
     let mut awaited = Vec::new();
@@ -662,24 +653,20 @@ async fn next_health_check(
         .iter()
         .filter(|e| e.status != core_status::Status::Current.to_string())
     {
-        match shared.reader.resolve(&entry.api_version, &entry.kind).await {
-            Ok(resolved) => awaited.push(Awaited {
-                resource: resolved.resource,
-                namespace: entry.namespace.clone(),
-                name: entry.name.clone(),
-                version: judged.versions.get(&judged_key(entry)).cloned(),
-            }),
-            Err(_) => {
-                shared.health.forget(name);
-                return poll;
-            }
-        }
+        let Ok(resolved) = shared.reader.resolve(&entry.api_version, &entry.kind).await else {
+            return poll;
+        };
+        awaited.push(Awaited {
+            resource: resolved.resource,
+            namespace: entry.namespace.clone(),
+            name: entry.name.clone(),
+            version: observed.versions.get(&judged_key(entry)).cloned(),
+        });
     }
     if awaited.is_empty() {
-        shared.health.forget(name);
         return poll;
     }
-    match shared.health.wait_for(name, &awaited, judged.at) {
+    match shared.health.wait_for(name, &awaited, observed.at) {
         Wakeup::Watched => SAFETY_NET.min(remaining).max(poll),
         Wakeup::Changed => Duration::from_millis(100),
         Wakeup::Polled => poll,
