@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use core_k8s::apply::ResolvedKind;
 use core_status::input::{
-    Document, looks_like_json, parse, parse_compact, parse_general, parse_json_documents,
-    read_texts,
+    Document, Judged, looks_like_json, parse, parse_compact, parse_general, parse_json_documents,
+    parse_spanned_into, read_texts,
 };
 use core_status::policy::Rules;
 use core_status::{Evaluation, Observed};
@@ -115,8 +115,8 @@ pub fn run(args: &StatusArgs) -> anyhow::Result<ExitCode> {
         Ok(texts) => texts,
         Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
     };
-    if rules.needs_pods() {
-        return match workload_lines(texts, &rules, now) {
+    if !rules.is_kstatus() {
+        return match judged_lines(texts, &rules, now) {
             Ok(lines) => print_lines(args.output, &lines),
             Err(e) => Ok(crate::cli::input_error(&e)),
         };
@@ -149,9 +149,7 @@ fn text_lines(
                 .collect::<Vec<_>>()
         })
     };
-    let documents = if !rules.is_kstatus() {
-        parse(source, &text)
-    } else if looks_like_json(&text) {
+    let documents = if looks_like_json(&text) {
         if let Some(lines) = compact(&text) {
             return Ok(lines);
         }
@@ -182,31 +180,66 @@ fn text_lines(
         .map_err(|e| e.to_string())
 }
 
-/// Status lines judged with the pods of the whole input: a workload whose pods (in any of the
-/// files) cannot start is Failed under `workload_failures`.
-fn workload_lines(
+/// Status lines under rules beyond kstatus' own (`--strict`, `--health-exprs`), judged with
+/// the pods of the whole input: a workload whose pods (in any of the files) cannot start is
+/// Failed under `workload_failures`. JSON, and block-style YAML once turned into JSON, are
+/// decoded compactly with each object's text kept, so only the objects the rules must read in
+/// full (see [`Rules::evaluate_all`]) are decoded twice.
+fn judged_lines(
     texts: Vec<(String, String)>,
     rules: &Rules,
     now: Timestamp,
 ) -> Result<Vec<StatusLine>, String> {
-    let mut documents = Vec::new();
-    for (source, text) in texts {
-        documents.extend(parse(&source, &text).map_err(|e| e.to_string())?);
-    }
-    let pods = core_status::workload::PodIndex::new(
-        documents
-            .iter()
-            .filter(|d| d.api_version() == "v1" && d.kind() == "Pod")
-            .map(|d| &d.object),
-    );
-    let lines = documents
-        .iter()
-        .map(|d| StatusLine::with_pods(d, &pods, rules, now))
+    // YAML is turned into JSON first: the objects below borrow from these texts.
+    let texts: Vec<(String, String, Option<Vec<usize>>)> = texts
+        .into_iter()
+        .map(|(source, text)| {
+            if looks_like_json(&text) {
+                return (source, text, None);
+            }
+            match core_status::block_yaml::to_json_documents(&text) {
+                Some((json, indices)) => (source, json, Some(indices)),
+                None => (source, text, None),
+            }
+        })
         .collect();
-    // The command prints these lines and exits: freeing every object tree one node at a time
-    // took a quarter of a 13,000-object run. The OS takes the memory back at exit.
-    std::mem::forget(documents);
-    std::mem::forget(pods);
+    let mut objects = Vec::new();
+    for (source, text, indices) in &texts {
+        // One YAML document is decoded as itself (a `List` is flattened on the way).
+        let one = match indices {
+            Some(indices) if indices.len() == 1 => &text[1..text.len() - 1],
+            _ => &text[..],
+        };
+        let json = indices.is_some() || looks_like_json(text);
+        if json && parse_spanned_into(one, &mut objects) {
+            continue;
+        }
+        let documents = match indices {
+            Some(indices) => parse_json_documents(source, text, indices)
+                .ok_or_else(|| format!("{source}: unreadable"))?,
+            None if json => parse(source, text),
+            None => parse_general(source, text),
+        }
+        .map_err(|e| e.to_string())?;
+        objects.extend(documents.into_iter().map(|d| Judged::Full(d.object)));
+    }
+    let evaluations = rules.evaluate_all(&objects, now);
+    let lines = objects
+        .iter()
+        .zip(evaluations)
+        .map(|(o, evaluation)| {
+            StatusLine::new(
+                o.api_version(),
+                o.kind(),
+                o.namespace(),
+                o.name(),
+                evaluation,
+            )
+        })
+        .collect();
+    // The command prints these lines and exits: freeing every object one node at a time
+    // took a quarter of a large run. The OS takes the memory back at exit.
+    std::mem::forget(objects);
     Ok(lines)
 }
 

@@ -517,6 +517,40 @@ fn a_cluster_dump_reads_the_same_as_json_list_yaml_list_documents_and_array() {
     let both: Vec<serde_json::Value> = serde_json::from_str(&stdout_of(&both)).unwrap();
     assert_eq!(both.len(), 24_000);
     assert_eq!(both[..12_000], both[12_000..]);
+
+    // `--strict` judges from the compact form what it can, with each object's text kept for
+    // the rest: the same verdicts from every format, and the same as decoding every object in
+    // full, which one irregular object (a string generation) forces on a whole input.
+    let strict = |path: &std::path::Path| {
+        let out = strata(
+            &[
+                "status",
+                "-f",
+                path.to_str().unwrap(),
+                "-o",
+                "json",
+                "--now",
+                "2026-01-01T00:00:05Z",
+                "--strict",
+            ],
+            "",
+        );
+        serde_json::from_str::<Vec<serde_json::Value>>(&stdout_of(&out)).unwrap()
+    };
+    let strict_want = strict(&json_list);
+    assert_ne!(strict_want, statuses, "the strict policy changes some verdicts");
+    for path in [&yaml_list, &yaml_documents, &array] {
+        assert_eq!(strict(path), strict_want, "{}", path.display());
+    }
+    let mut irregular = objects.clone();
+    irregular.push(serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "odd", "generation": "x"}}));
+    let full = strict(&write(
+        "irregular.json",
+        serde_json::to_string(&irregular).unwrap(),
+    ));
+    assert_eq!(full.len(), 12_001);
+    assert_eq!(full[..12_000], strict_want[..]);
     let _ = std::fs::remove_dir_all(&dir);
 }
 

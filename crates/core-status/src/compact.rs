@@ -23,6 +23,7 @@ use serde_json::Value;
 use crate::compute::{Evaluation, evaluate, evaluate_fields};
 use crate::error::StatusError;
 use crate::object::{Counter, Fields, ObservedCondition, Text};
+use crate::policy::{PolicyCondition, PolicyFields};
 
 /// The status-relevant fields of one object (see the module docs).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -39,9 +40,18 @@ pub struct Compact<'a> {
     present: u32,
     texts: [Option<Cow<'a, str>>; Text::COUNT],
     suspend: Option<bool>,
-    /// type, status, reason, message of each `status.conditions` entry.
-    conditions: Vec<[Cow<'a, str>; 4]>,
+    conditions: Vec<ConditionFields<'a>>,
     crash_looping: Vec<Cow<'a, str>>,
+    /// Containers with a `state.waiting.reason`: whether an init container, name, reason.
+    waiting: Vec<(bool, Cow<'a, str>, Cow<'a, str>)>,
+    /// `status.loadBalancer.ingress` is a non-empty list.
+    load_balancer_ingress: bool,
+    /// `status` is a map with at least one entry.
+    status_nonempty: bool,
+    /// `metadata.managedFields`: whether the entry is a status-subresource write, its time.
+    writes: Vec<(bool, Cow<'a, str>)>,
+    /// `metadata.ownerReferences` has an entry with `controller: true`.
+    controlled: bool,
     /// A strictly read field had a shape the rules would report as an error.
     irregular: bool,
 }
@@ -125,6 +135,15 @@ impl<'a> Observed<'a> {
 }
 
 impl Compact<'_> {
+    /// Whether `metadata.ownerReferences` names a controller (a pod some workload may own).
+    pub fn is_controlled(&self) -> bool {
+        self.controlled
+    }
+
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
     /// Whether a strictly read field had a shape only the full decoder reports exactly.
     pub fn is_irregular(&self) -> bool {
         self.irregular
@@ -166,11 +185,14 @@ impl Fields for Compact<'_> {
         Ok(self
             .conditions
             .iter()
-            .map(|[type_, status, reason, message]| ObservedCondition {
-                type_,
-                status,
-                reason,
-                message,
+            .map(|c| {
+                let [type_, status, reason, message] = &c.text;
+                ObservedCondition {
+                    type_,
+                    status,
+                    reason,
+                    message,
+                }
             })
             .collect())
     }
@@ -189,6 +211,58 @@ impl Fields for Compact<'_> {
 
     fn crash_looping(&self) -> Vec<&str> {
         self.crash_looping.iter().map(|n| n.as_ref()).collect()
+    }
+}
+
+impl PolicyFields for Compact<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn generation_value(&self) -> Option<i64> {
+        self.generation
+    }
+
+    fn observed_generation_value(&self) -> Option<i64> {
+        self.observed_generation
+    }
+
+    fn policy_conditions(&self) -> Vec<PolicyCondition<'_>> {
+        self.conditions
+            .iter()
+            .map(|c| PolicyCondition {
+                type_: &c.text[0],
+                status: &c.text[1],
+                reason: &c.text[2],
+                message: c.message_is_text.then_some(&*c.text[3]),
+                observed_generation: c.observed_generation,
+                last_transition_time: &c.last_transition_time,
+            })
+            .collect()
+    }
+
+    fn waiting_containers(&self, init: bool, reasons: &[&str]) -> Vec<(&str, &str)> {
+        self.waiting
+            .iter()
+            .filter(|(i, _, reason)| *i == init && reasons.contains(&reason.as_ref()))
+            .map(|(_, name, reason)| (name.as_ref(), reason.as_ref()))
+            .collect()
+    }
+
+    fn has_load_balancer_ingress(&self) -> bool {
+        self.load_balancer_ingress
+    }
+
+    fn status_is_empty(&self) -> bool {
+        !self.status_nonempty
+    }
+
+    fn last_write(&self, spec: bool) -> Option<Timestamp> {
+        self.writes
+            .iter()
+            .filter(|(status, _)| *status != spec)
+            .filter_map(|(_, time)| time.parse().ok())
+            .max()
     }
 }
 
@@ -530,6 +604,8 @@ impl<'de> Section<'de> for Compact<'de> {
                 self.generation = None;
                 self.deletion_timestamp = None;
                 self.texts[Text::CreationTimestamp as usize] = None;
+                self.writes.clear();
+                self.controlled = false;
                 map.next_value_seed(Part(&mut Metadata(self)))?;
             }
             "spec" => {
@@ -552,6 +628,9 @@ impl<'de> Section<'de> for Compact<'de> {
                 }
                 self.conditions.clear();
                 self.crash_looping.clear();
+                self.waiting.clear();
+                self.load_balancer_ingress = false;
+                self.status_nonempty = false;
                 map.next_value_seed(Part(&mut Status(self)))?;
             }
             _ => skip(map)?,
@@ -589,7 +668,7 @@ const SPEC_COUNTERS: [Counter; 5] = [
     Counter::Partition,
 ];
 
-const STATUS_COUNTERS: [Counter; 14] = [
+const STATUS_COUNTERS: [Counter; 15] = [
     Counter::Replicas,
     Counter::UpdatedReplicas,
     Counter::ReadyReplicas,
@@ -604,6 +683,7 @@ const STATUS_COUNTERS: [Counter; 14] = [
     Counter::Succeeded,
     Counter::Active,
     Counter::Failed,
+    Counter::Ready,
 ];
 
 struct Metadata<'c, 'a>(&'c mut Compact<'a>);
@@ -625,6 +705,15 @@ impl<'de> Section<'de> for Metadata<'_, 'de> {
             "creationTimestamp" => {
                 let value = map.next_value()?;
                 c.set(Lenient::Text(Text::CreationTimestamp), value);
+            }
+            "managedFields" => {
+                c.writes.clear();
+                map.next_value_seed(List(&mut ManagedFields(c)))?;
+            }
+            "ownerReferences" => {
+                let mut owners = Owners(false);
+                map.next_value_seed(List(&mut owners))?;
+                c.controlled = owners.0;
             }
             _ => skip(map)?,
         }
@@ -716,6 +805,7 @@ struct Status<'c, 'a>(&'c mut Compact<'a>);
 impl<'de> Section<'de> for Status<'_, 'de> {
     fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
         let c = &mut *self.0;
+        c.status_nonempty = true;
         let field = match key {
             "observedGeneration" => {
                 let value = map.next_value::<Scalar>()?;
@@ -728,7 +818,16 @@ impl<'de> Section<'de> for Status<'_, 'de> {
             }
             "containerStatuses" => {
                 c.crash_looping.clear();
-                return map.next_value_seed(List(&mut ContainerStatuses(c)));
+                c.waiting.retain(|(init, _, _)| *init);
+                return map.next_value_seed(List(&mut ContainerStatuses { c, init: false }));
+            }
+            "initContainerStatuses" => {
+                c.waiting.retain(|(init, _, _)| !*init);
+                return map.next_value_seed(List(&mut ContainerStatuses { c, init: true }));
+            }
+            "loadBalancer" => {
+                c.load_balancer_ingress = false;
+                return map.next_value_seed(Part(&mut LoadBalancer(c)));
             }
             "phase" => Lenient::Text(Text::Phase),
             "currentRevision" => Lenient::Text(Text::CurrentRevision),
@@ -748,6 +847,7 @@ impl<'de> Section<'de> for Status<'_, 'de> {
             "succeeded" => Lenient::Count(Counter::Succeeded),
             "active" => Lenient::Count(Counter::Active),
             "failed" => Lenient::Count(Counter::Failed),
+            "ready" => Lenient::Count(Counter::Ready),
             _ => return skip(map),
         };
         let value = map.next_value()?;
@@ -844,7 +944,7 @@ struct ConditionList<'c, 'a>(&'c mut Compact<'a>);
 impl<'de> Elements<'de> for ConditionList<'_, 'de> {
     fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
         let mut condition = ConditionEntry {
-            fields: Default::default(),
+            fields: ConditionFields::default(),
             irregular: false,
         };
         if seq.next_element_seed(Part(&mut condition))?.is_none() {
@@ -860,8 +960,20 @@ impl<'de> Elements<'de> for ConditionList<'_, 'de> {
     }
 }
 
+/// One `status.conditions` entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ConditionFields<'a> {
+    /// type, status, reason, message (strictly read: kstatus' rules).
+    text: [Cow<'a, str>; 4],
+    /// `message` was a string (the stricter rules tell it from a missing one).
+    message_is_text: bool,
+    /// Read leniently, for the stricter rules.
+    observed_generation: Option<i64>,
+    last_transition_time: Cow<'a, str>,
+}
+
 struct ConditionEntry<'a> {
-    fields: [Cow<'a, str>; 4],
+    fields: ConditionFields<'a>,
     irregular: bool,
 }
 
@@ -872,9 +984,22 @@ impl<'de> Section<'de> for ConditionEntry<'de> {
             "status" => 1,
             "reason" => 2,
             "message" => 3,
+            "observedGeneration" => {
+                self.fields.observed_generation = map.next_value::<Scalar>()?.int();
+                return Ok(());
+            }
+            "lastTransitionTime" => {
+                self.fields.last_transition_time =
+                    map.next_value::<Scalar>()?.text().unwrap_or_default();
+                return Ok(());
+            }
             _ => return skip(map),
         };
-        self.fields[slot] = match map.next_value::<Scalar>()? {
+        let value = map.next_value::<Scalar>()?;
+        if slot == 3 {
+            self.fields.message_is_text = matches!(value, Scalar::Str(_));
+        }
+        self.fields.text[slot] = match value {
             Scalar::Str(s) => s,
             Scalar::Null => Cow::Borrowed(""),
             _ => {
@@ -892,7 +1017,11 @@ impl<'de> Section<'de> for ConditionEntry<'de> {
 }
 
 /// `status.containerStatuses`: read leniently, keeping the names of crash-looping containers.
-struct ContainerStatuses<'c, 'a>(&'c mut Compact<'a>);
+struct ContainerStatuses<'c, 'a> {
+    c: &'c mut Compact<'a>,
+    /// `status.initContainerStatuses` (only the stricter rules read them).
+    init: bool,
+}
 
 impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
     fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
@@ -900,10 +1029,15 @@ impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
         if seq.next_element_seed(Part(&mut container))?.is_none() {
             return Ok(false);
         }
+        if let Some(reason) = container.reason {
+            let name = container.name.clone().unwrap_or_default();
+            self.c.waiting.push((self.init, name, reason));
+        }
         if container.crash_looping
+            && !self.init
             && let Some(name) = container.name
         {
-            self.0.crash_looping.push(name);
+            self.c.crash_looping.push(name);
         }
         Ok(true)
     }
@@ -916,6 +1050,8 @@ impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
 struct Container<'a> {
     name: Option<Cow<'a, str>>,
     crash_looping: bool,
+    /// `state.waiting.reason`, when a string.
+    reason: Option<Cow<'a, str>>,
 }
 
 impl<'de> Section<'de> for Container<'de> {
@@ -926,6 +1062,7 @@ impl<'de> Section<'de> for Container<'de> {
                 let mut state = Waiting::default();
                 map.next_value_seed(Part(&mut state))?;
                 self.crash_looping = state.reason.as_deref() == Some("CrashLoopBackOff");
+                self.reason = state.reason;
             }
             _ => skip(map)?,
         }
@@ -962,6 +1099,106 @@ impl<'de> Section<'de> for Waiting<'de> {
     fn not_a_map(&mut self, _: bool) {}
 }
 
+/// `metadata.managedFields`: the time of each write, and whether it went to the status
+/// subresource (read leniently: the stricter rules skip what they cannot read).
+struct ManagedFields<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Elements<'de> for ManagedFields<'_, 'de> {
+    fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
+        let mut entry = ManagedEntry::default();
+        if seq.next_element_seed(Part(&mut entry))?.is_none() {
+            return Ok(false);
+        }
+        if let Some(time) = entry.time {
+            self.0.writes.push((entry.status, time));
+        }
+        Ok(true)
+    }
+
+    fn not_a_list(&mut self, _: bool) {}
+}
+
+#[derive(Default)]
+struct ManagedEntry<'a> {
+    status: bool,
+    time: Option<Cow<'a, str>>,
+}
+
+impl<'de> Section<'de> for ManagedEntry<'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        match key {
+            "subresource" => {
+                self.status = map.next_value::<Scalar>()?.text().as_deref() == Some("status")
+            }
+            "time" => self.time = map.next_value::<Scalar>()?.text(),
+            _ => skip(map)?,
+        }
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+/// `metadata.ownerReferences`: whether one of them is the controller.
+struct Owners(bool);
+
+impl<'de> Elements<'de> for Owners {
+    fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
+        let mut owner = Owner(false);
+        let more = seq.next_element_seed(Part(&mut owner))?.is_some();
+        self.0 |= owner.0;
+        Ok(more)
+    }
+
+    fn not_a_list(&mut self, _: bool) {}
+}
+
+struct Owner(bool);
+
+impl<'de> Section<'de> for Owner {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        if key != "controller" {
+            return skip(map);
+        }
+        self.0 = matches!(map.next_value::<Scalar>()?, Scalar::Bool(true));
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+/// `status.loadBalancer`: whether `ingress` is a non-empty list.
+struct LoadBalancer<'c, 'a>(&'c mut Compact<'a>);
+
+impl<'de> Section<'de> for LoadBalancer<'_, 'de> {
+    fn entry<A: MapAccess<'de>>(&mut self, key: &str, map: &mut A) -> Result<(), A::Error> {
+        if key != "ingress" {
+            return skip(map);
+        }
+        let mut ingress = Count(0);
+        map.next_value_seed(List(&mut ingress))?;
+        self.0.load_balancer_ingress = ingress.0 > 0;
+        Ok(())
+    }
+
+    fn not_a_map(&mut self, _: bool) {}
+}
+
+/// Counts a list's elements (`0` for anything but a list).
+struct Count(usize);
+
+impl<'de> Elements<'de> for Count {
+    fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
+        let more = seq.next_element_seed(Checked)?.is_some();
+        self.0 += usize::from(more);
+        Ok(more)
+    }
+
+    fn not_a_list(&mut self, _: bool) {
+        self.0 = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -985,6 +1222,23 @@ mod tests {
 
     #[test]
     fn regular_objects_stay_compact_and_agree() {
+        let objects = regular_objects();
+        for object in &objects {
+            assert!(matches!(same(object), Observed::Compact(_)), "{object}");
+        }
+        let observed = same(&objects[0]);
+        assert_eq!(
+            (
+                observed.api_version(),
+                observed.kind(),
+                observed.namespace(),
+                observed.name()
+            ),
+            ("apps/v1", "Deployment", "n", "d")
+        );
+    }
+
+    fn regular_objects() -> Vec<Value> {
         let template = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
         let objects = [
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n", "generation": 2, "managedFields": [{"m": 1}]},
@@ -1027,19 +1281,161 @@ mod tests {
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": null, "message": "wait \"quoted\""}]}}),
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": 3, "status": null}),
         ];
-        for object in &objects {
-            assert!(matches!(same(object), Observed::Compact(_)), "{object}");
-        }
-        let observed = same(&objects[0]);
-        assert_eq!(
-            (
-                observed.api_version(),
-                observed.kind(),
-                observed.namespace(),
-                observed.name()
+        objects.to_vec()
+    }
+
+    /// Objects exercising every switch of the stricter policy.
+    fn strict_cases() -> Vec<Value> {
+        let cond = |t: &str, s: &str, extra: Value| {
+            let mut c = json!({"type": t, "status": s});
+            if let (Value::Object(c), Value::Object(extra)) = (&mut c, extra) {
+                c.extend(extra);
+            }
+            c
+        };
+        let widget = |status: Value| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "generation": 2}, "status": status});
+        let applied = |status_write: Option<&str>, status: Value| {
+            let mut writes = vec![
+                json!({"manager": "strata", "operation": "Apply", "time": "2026-01-01T00:00:05Z"}),
+                json!({"manager": "old", "operation": "Update", "time": "2025-12-01T00:00:00Z"}),
+                json!("junk"),
+                json!({"time": 7}),
+            ];
+            if let Some(time) = status_write {
+                writes.push(json!({"manager": "c", "operation": "Update", "subresource": "status", "time": time}));
+            }
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "generation": 3, "managedFields": writes}, "status": status})
+        };
+        let pod = |status: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": status});
+        let waiting = |name: &str, reason: &str| json!({"name": name, "state": {"waiting": {"reason": reason, "message": "m"}}});
+        let mut cases = vec![
+            pod(json!({"phase": "Failed"})),
+            pod(
+                json!({"phase": "Pending", "containerStatuses": [waiting("app", "ImagePullBackOff"), waiting("side", "ContainerCreating")]}),
             ),
-            ("apps/v1", "Deployment", "n", "d")
-        );
+            pod(
+                json!({"phase": "Pending", "initContainerStatuses": [waiting("init", "CreateContainerConfigError")], "containerStatuses": [waiting("app", "ErrImagePull")]}),
+            ),
+            pod(
+                json!({"phase": "Pending", "initContainerStatuses": [waiting("init", "CrashLoopBackOff"), "junk", {"state": {"waiting": {"reason": "CrashLoopBackOff"}}}]}),
+            ),
+            pod(
+                json!({"phase": "Running", "containerStatuses": [waiting("app", "CrashLoopBackOff")], "initContainerStatuses": {"a": 1}}),
+            ),
+            widget(
+                json!({"conditions": [cond("Ready", "False", json!({"reason": "InstallFailed", "message": "no"}))]}),
+            ),
+            widget(json!({"conditions": [cond("Ready", "False", json!({"reason": "Error"}))]})),
+            widget(json!({"conditions": [cond("Ready", "False", json!({"reason": "Waiting"}))]})),
+            widget(json!({"conditions": [cond("Degraded", "True", json!({}))]})),
+            widget(json!({"conditions": [cond("Degraded", "True", json!({"message": null}))]})),
+            widget(json!({"conditions": [cond("Degraded", "True", json!({"message": ""}))]})),
+            widget(json!({"conditions": [cond("Degraded", "True", json!({"message": "disk"}))]})),
+            widget(
+                json!({"observedGeneration": 2, "conditions": [cond("Ready", "True", json!({})), cond("Synced", "False", json!({"message": "later"}))]}),
+            ),
+            widget(
+                json!({"observedGeneration": 2, "conditions": [cond("Ready", "True", json!({})), cond("Programmed", "False", json!({}))]}),
+            ),
+            widget(
+                json!({"observedGeneration": 2, "conditions": [cond("Ready", "True", json!({"observedGeneration": 1}))]}),
+            ),
+            widget(
+                json!({"observedGeneration": 2, "conditions": [cond("Ready", "True", json!({"observedGeneration": "1"}))]}),
+            ),
+            widget(
+                json!({"observedGeneration": 2, "conditions": [cond("Ready", "True", json!({"observedGeneration": 2.0}))]}),
+            ),
+            widget(json!({})),
+            widget(json!(null)),
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}),
+            widget(json!({"phase": "Ready"})),
+            applied(None, json!({})),
+            applied(None, json!({"phase": "Ready"})),
+            applied(Some("2026-01-01T00:00:04Z"), json!({"phase": "Ready"})),
+            applied(Some("2026-01-01T00:00:05Z"), json!({"phase": "Ready"})),
+            applied(
+                Some("2026-01-01T00:00:04Z"),
+                json!({"conditions": [cond("Ready", "True", json!({"lastTransitionTime": "2026-01-01T00:00:06Z"}))]}),
+            ),
+            applied(
+                Some("2026-01-01T00:00:04Z"),
+                json!({"conditions": [cond("Ready", "True", json!({"lastTransitionTime": 5}))]}),
+            ),
+            applied(
+                Some("2026-01-01T00:00:04Z"),
+                json!({"observedGeneration": 3, "conditions": [cond("Ready", "True", json!({}))]}),
+            ),
+            applied(
+                Some("2025-01-01T00:00:00Z"),
+                json!({"observedGeneration": 2, "conditions": [cond("Ready", "True", json!({}))]}),
+            ),
+            json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.1"}}),
+            json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.1"}, "status": {"loadBalancer": {"ingress": []}}}),
+            json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.1"}, "status": {"loadBalancer": {"ingress": {"ip": "x"}}}}),
+            json!({"apiVersion": "v1", "kind": "Service", "spec": {"type": "LoadBalancer", "clusterIP": "10.0.0.1"}, "status": {"loadBalancer": {"ingress": [{"ip": "1.2.3.4"}]}}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"generation": 1}, "spec": {"replicas": 3, "updateStrategy": {"type": "OnDelete"}},
+                "status": {"observedGeneration": 1, "replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "updatedReplicas": 1}}),
+            json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"generation": 1}, "spec": {"updateStrategy": {"type": "OnDelete"}},
+                "status": {"observedGeneration": 1, "replicas": 1, "readyReplicas": 0, "currentReplicas": 1, "updatedReplicas": 1}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": 1}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": "1"}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "succeeded": 1, "conditions": [cond("Complete", "True", json!({}))]}}),
+            json!({"apiVersion": "batch/v1", "kind": "Job", "status": {"startTime": "2026-01-01T00:00:00Z", "active": 1, "conditions": [cond("SuccessCriteriaMet", "True", json!({}))]}}),
+        ];
+        cases.extend(regular_objects());
+        cases
+    }
+
+    /// The stricter rules read the compact form exactly as the full object, switch by switch
+    /// and all together.
+    #[test]
+    fn the_stricter_rules_judge_the_compact_form_as_the_full_one() {
+        use crate::policy::{Policy, compute_compact, compute_with_pods};
+        let strict = Policy::strict();
+        let mut policies = vec![Policy::kstatus(), strict.clone()];
+        for switch in 0..9 {
+            let mut one = Policy::kstatus();
+            match switch {
+                0 => one.pod_failures = true,
+                1 => one.condition_generations = true,
+                2 => one.extra_conditions = true,
+                3 => one.load_balancer_ingress = true,
+                4 => one.on_delete_rollouts = true,
+                5 => one.require_observed = true,
+                6 => one.workload_failures = true,
+                7 => one.fresh_status = true,
+                _ => one.observed_bound = std::time::Duration::from_secs(2),
+            }
+            one.failure_grace = strict.failure_grace;
+            if switch == 8 {
+                one.fresh_status = true;
+            }
+            policies.push(one);
+        }
+        let health = crate::health::HealthRules::default();
+        let mut strict_differs = 0;
+        for object in strict_cases() {
+            let text = serde_json::to_string(&object).unwrap();
+            let Observed::Compact(compact) = Observed::from_json(&text).unwrap() else {
+                panic!("decoded in full: {object}");
+            };
+            for policy in &policies {
+                let full = compute_with_pods(&object, &[], now(), policy, &health)
+                    .unwrap_or_else(|e| Evaluation::unknown(&e));
+                assert_eq!(
+                    compute_compact(&compact, now(), policy),
+                    full,
+                    "{object} under {policy:?}"
+                );
+            }
+            strict_differs += usize::from(
+                compute_compact(&compact, now(), &strict) != evaluate_fields(&compact, now()),
+            );
+        }
+        // The table reaches the rules: most cases change under the strict policy.
+        assert!(strict_differs >= 25, "{strict_differs}");
     }
 
     #[test]

@@ -49,6 +49,47 @@ struct Compiled {
     failed: Option<(String, Arc<cel::Program>)>,
 }
 
+/// One entry's expressions, compiled when first needed: compiling every expression of the
+/// built-in pack took longer than judging a 13,000-object dump, and most runs meet none of
+/// its kinds. A user's entries are compiled as they are loaded, so a bad one is refused then.
+#[derive(Clone, Debug)]
+struct Rule {
+    entry: Arc<(String, HealthCheckExpr)>,
+    compiled: Arc<std::sync::OnceLock<Result<Compiled, StatusError>>>,
+}
+
+impl Rule {
+    fn lazy(group_kind: String, entry: &HealthCheckExpr) -> Self {
+        Rule {
+            entry: Arc::new((group_kind, entry.clone())),
+            compiled: Arc::default(),
+        }
+    }
+
+    fn compiled(&self) -> Result<&Compiled, StatusError> {
+        self.compiled
+            .get_or_init(|| {
+                let (group_kind, entry) = &*self.entry;
+                Ok(Compiled {
+                    current: compile(group_kind, &entry.current)?,
+                    in_progress: entry
+                        .in_progress
+                        .as_deref()
+                        .map(|e| compile(group_kind, e))
+                        .transpose()?,
+                    failed: entry
+                        .failed
+                        .as_deref()
+                        .map(|e| compile(group_kind, e))
+                        .transpose()?,
+                    group_kind: group_kind.clone(),
+                })
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+}
+
 impl std::fmt::Debug for Compiled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Compiled")
@@ -60,8 +101,8 @@ impl std::fmt::Debug for Compiled {
 /// A validated set of health expressions.
 #[derive(Clone, Debug, Default)]
 pub struct HealthRules {
-    by_kind: HashMap<(String, String), Compiled>,
-    by_group: HashMap<String, Compiled>,
+    by_kind: HashMap<(String, String), Rule>,
+    by_group: HashMap<String, Rule>,
 }
 
 fn compile(group_kind: &str, source: &str) -> Result<(String, Arc<cel::Program>), StatusError> {
@@ -83,6 +124,12 @@ impl HealthRules {
     /// Compiles the entries; an unparsable expression or two entries for the same GroupKind
     /// (or group) is an error naming it.
     pub fn new(entries: &[HealthCheckExpr]) -> Result<Self, StatusError> {
+        Self::load(entries, true)
+    }
+
+    /// [`HealthRules::new`]; with `eager` false each entry is compiled only when first used
+    /// (the built-in pack, whose every expression its tests compile).
+    fn load(entries: &[HealthCheckExpr], eager: bool) -> Result<Self, StatusError> {
         let mut rules = HealthRules::default();
         for entry in entries {
             let group = api_group(&entry.api_version).to_string();
@@ -90,26 +137,13 @@ impl HealthRules {
                 Some(kind) => format!("{group}/{kind}"),
                 None => format!("{group}/*"),
             };
-            let compiled = Compiled {
-                current: compile(&group_kind, &entry.current)?,
-                in_progress: entry
-                    .in_progress
-                    .as_deref()
-                    .map(|e| compile(&group_kind, e))
-                    .transpose()?,
-                failed: entry
-                    .failed
-                    .as_deref()
-                    .map(|e| compile(&group_kind, e))
-                    .transpose()?,
-                group_kind: group_kind.clone(),
-            };
+            let rule = Rule::lazy(group_kind.clone(), entry);
+            if eager {
+                rule.compiled()?;
+            }
             let duplicate = match &entry.kind {
-                Some(kind) => rules
-                    .by_kind
-                    .insert((group, kind.clone()), compiled)
-                    .is_some(),
-                None => rules.by_group.insert(group, compiled).is_some(),
+                Some(kind) => rules.by_kind.insert((group, kind.clone()), rule).is_some(),
+                None => rules.by_group.insert(group, rule).is_some(),
             };
             if duplicate {
                 return Err(StatusError::Expression {
@@ -124,6 +158,10 @@ impl HealthRules {
 
     /// Parses a YAML/JSON list of entries (the Flux format).
     pub fn from_yaml(source: &str, text: &str) -> Result<Self, StatusError> {
+        Self::from_yaml_with(source, text, true)
+    }
+
+    fn from_yaml_with(source: &str, text: &str, eager: bool) -> Result<Self, StatusError> {
         let entries: Vec<HealthCheckExpr> =
             serde_saphyr::from_str(text).map_err(|e| StatusError::Input {
                 source_name: source.to_string(),
@@ -133,7 +171,7 @@ impl HealthRules {
                     e.to_string().lines().next().unwrap_or("invalid")
                 ),
             })?;
-        Self::new(&entries)
+        Self::load(&entries, eager)
     }
 
     /// The built-in rule pack (`crates/core-status/rules/`, one file per API group, embedded
@@ -144,8 +182,9 @@ impl HealthRules {
         PACK.get_or_init(|| {
             let mut all = HealthRules::default();
             for (file, text) in PACK_FILES {
-                // Every file is loaded by the pack's own tests; a broken one cannot ship.
-                if let Ok(rules) = HealthRules::from_yaml(file, text) {
+                // Every file is loaded and compiled by the pack's own tests; a broken one
+                // cannot ship.
+                if let Ok(rules) = HealthRules::from_yaml_with(file, text, false) {
                     all = all.overridden_by(rules);
                 }
             }
@@ -185,6 +224,21 @@ impl HealthRules {
         self.by_kind.is_empty() && self.by_group.is_empty()
     }
 
+    /// Whether an entry covers this type (its expressions then judge it, reading any field).
+    pub fn covers(&self, api_version: &str, kind: &str) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let group = api_group(api_version);
+        // Checked on every object of large inputs: the owned lookup key only for a group
+        // that has entries.
+        self.by_group.contains_key(group)
+            || (self.by_kind.keys().any(|(g, _)| g == group)
+                && self
+                    .by_kind
+                    .contains_key(&(group.to_string(), kind.to_string())))
+    }
+
     /// The status by expression, or `None` when no entry covers the object's GroupKind.
     pub fn evaluate(&self, object: &Value) -> Option<Result<Evaluation, StatusError>> {
         // Most runs load no expressions: skip splitting the object and the lookup keys.
@@ -197,7 +251,7 @@ impl HealthRules {
             .by_kind
             .get(&(group.to_string(), parts.kind.to_string()))
             .or_else(|| self.by_group.get(group))?;
-        Some(run(rule, &parts))
+        Some(rule.compiled().and_then(|rule| run(rule, &parts)))
     }
 }
 

@@ -3,11 +3,14 @@
 //! directories read recursively in name order. Errors name the source and document index.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::compact::{Many, Observed};
+use crate::compact::{Compact, Many, Observed};
 use crate::error::StatusError;
+use crate::object::{Fields, str_or};
+use crate::policy::PolicyFields;
 
 /// One object read from input, with where it came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -325,6 +328,248 @@ pub fn parse_compact(text: &str) -> Option<Vec<Observed<'_>>> {
     all_regular(&objects).then_some(objects)
 }
 
+/// One object of a JSON text, decoded compactly, with its own text so that rules needing more
+/// than the compact form holds (pods for a workload, health expressions) decode it in full.
+#[derive(Debug)]
+pub struct Spanned<'a> {
+    pub compact: Compact<'a>,
+    /// The object's JSON text.
+    pub text: &'a str,
+    /// The object is an item of a typed list (`PodList`): the list's apiVersion and item kind,
+    /// which its items may leave off.
+    pub list_type: Option<Arc<(String, String)>>,
+}
+
+impl Spanned<'_> {
+    /// The object in full, decoded from its text, typed as [`parse`] types it.
+    pub fn full(&self) -> Result<Value, serde_json::Error> {
+        let mut object: Value = serde_json::from_str(self.text)?;
+        if let (Some(list_type), Some(map)) = (&self.list_type, object.as_object_mut()) {
+            map.entry("apiVersion")
+                .or_insert_with(|| Value::String(list_type.0.clone()));
+            map.entry("kind")
+                .or_insert_with(|| Value::String(list_type.1.clone()));
+        }
+        Ok(object)
+    }
+}
+
+/// An object to judge with [`crate::policy::Rules::evaluate_all`].
+// Almost every object is spanned and lives inline in a Vec; boxing it would cost an allocation
+// per object for the sake of the rare full one.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Judged<'a> {
+    /// Decoded compactly, with its text.
+    Spanned(Spanned<'a>),
+    /// Decoded in full (input the compact reader does not take).
+    Full(Value),
+}
+
+impl Judged<'_> {
+    pub fn api_version(&self) -> &str {
+        match self {
+            Judged::Spanned(s) => s.compact.api_version(),
+            Judged::Full(o) => str_or(o, &["apiVersion"], ""),
+        }
+    }
+
+    pub fn kind(&self) -> &str {
+        match self {
+            Judged::Spanned(s) => s.compact.kind(),
+            Judged::Full(o) => str_or(o, &["kind"], ""),
+        }
+    }
+
+    pub fn namespace(&self) -> &str {
+        match self {
+            Judged::Spanned(s) => s.compact.namespace(),
+            Judged::Full(o) => str_or(o, &["metadata", "namespace"], ""),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            Judged::Spanned(s) => s.compact.name(),
+            Judged::Full(o) => str_or(o, &["metadata", "name"], ""),
+        }
+    }
+}
+
+/// [`parse_compact`] keeping each object's text (see [`Spanned`]), appended to `out`: one pass
+/// over the text, whose items are found by decoding them in place, so no object is read twice
+/// unless a rule asks for it in full. `false`, with `out` as it was, in the cases where
+/// [`parse_compact`] gives `None`.
+pub fn parse_spanned_into<'a>(text: &'a str, out: &mut Vec<Judged<'a>>) -> bool {
+    let before = out.len();
+    let bytes = text.as_bytes();
+    let start = skip_whitespace(bytes, 0);
+    let read = match bytes.get(start) {
+        // A bare array of objects (or the documents of a YAML stream, see block_yaml).
+        Some(b'[') => spanned_items(text, start, out),
+        Some(b'{') => spanned_envelope(text, start, out),
+        _ => None,
+    };
+    let regular = |o: &Judged| match o {
+        Judged::Spanned(s) => {
+            let c = &s.compact;
+            !c.is_irregular()
+                && !c.api_version().is_empty()
+                && !c.kind().is_empty()
+                && !c.kind().ends_with("List")
+        }
+        Judged::Full(_) => false,
+    };
+    match read {
+        Some(end)
+            if skip_whitespace(bytes, end) == bytes.len() && out[before..].iter().all(regular) =>
+        {
+            true
+        }
+        _ => {
+            out.truncate(before);
+            false
+        }
+    }
+}
+
+fn skip_whitespace(bytes: &[u8], mut at: usize) -> usize {
+    while bytes
+        .get(at)
+        .is_some_and(|b| matches!(b, b' ' | b'\n' | b'\r' | b'\t'))
+    {
+        at += 1;
+    }
+    at
+}
+
+/// Decodes one value of type `T` at `text[at..]`: the value and where it ends.
+fn value_at<'a, T: serde::Deserialize<'a>>(text: &'a str, at: usize) -> Option<(T, usize)> {
+    let mut stream = serde_json::Deserializer::from_str(&text[at..]).into_iter::<T>();
+    let value = stream.next()?.ok()?;
+    Some((value, at + stream.byte_offset()))
+}
+
+/// Appends the items of the array opening at `text[open]`; the position after it.
+fn spanned_items<'a>(text: &'a str, open: usize, out: &mut Vec<Judged<'a>>) -> Option<usize> {
+    let bytes = text.as_bytes();
+    // Objects are rarely under 512 bytes of JSON: reserving for that many saves the growth
+    // copies of a large list (untouched capacity costs no memory).
+    out.reserve(text.len().saturating_sub(open) / 512);
+    let mut at = skip_whitespace(bytes, open + 1);
+    if bytes.get(at) == Some(&b']') {
+        return Some(at + 1);
+    }
+    loop {
+        let begin = skip_whitespace(bytes, at);
+        let (compact, end): (Compact, usize) = value_at(text, begin)?;
+        out.push(Judged::Spanned(Spanned {
+            compact,
+            text: &text[begin..end],
+            list_type: None,
+        }));
+        at = skip_whitespace(bytes, end);
+        match bytes.get(at)? {
+            b',' => at += 1,
+            b']' => return Some(at + 1),
+            _ => return None,
+        }
+    }
+}
+
+/// A JSON object at `text[open]`: appends a list object's items, or the object itself; the
+/// position after it.
+fn spanned_envelope<'a>(text: &'a str, open: usize, out: &mut Vec<Judged<'a>>) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let before = out.len();
+    let mut api_version = None;
+    let mut kind = None;
+    let mut items = false;
+    let mut at = skip_whitespace(bytes, open + 1);
+    let end = if bytes.get(at) == Some(&b'}') {
+        at + 1
+    } else {
+        loop {
+            let (key, after): (std::borrow::Cow<str>, usize) =
+                value_at(text, skip_whitespace(bytes, at))?;
+            at = skip_whitespace(bytes, after);
+            if bytes.get(at) != Some(&b':') {
+                return None;
+            }
+            at = skip_whitespace(bytes, at + 1);
+            at = match key.as_ref() {
+                "apiVersion" | "kind" => {
+                    let (value, after): (String, usize) = value_at(text, at)?;
+                    // A repeated key: leave the exact reading to the full decoder.
+                    let slot = if key == "kind" {
+                        &mut kind
+                    } else {
+                        &mut api_version
+                    };
+                    if slot.replace(value).is_some() {
+                        return None;
+                    }
+                    after
+                }
+                "items" if bytes.get(at) == Some(&b'[') && !items => {
+                    items = true;
+                    spanned_items(text, at, out)?
+                }
+                _ => value_at::<Skipped>(text, at)?.1,
+            };
+            at = skip_whitespace(bytes, at);
+            match bytes.get(at)? {
+                b',' => at += 1,
+                b'}' => break at + 1,
+                _ => return None,
+            }
+        }
+    };
+    let kind = kind.unwrap_or_default();
+    let is_list = kind == "List" || (kind.ends_with("List") && items);
+    if !is_list {
+        out.truncate(before);
+        let (compact, object_end): (Compact, usize) = value_at(text, open)?;
+        if object_end != end {
+            return None;
+        }
+        out.push(Judged::Spanned(Spanned {
+            compact,
+            text: &text[open..end],
+            list_type: None,
+        }));
+        return Some(end);
+    }
+    if !items {
+        return None;
+    }
+    if kind != "List" {
+        // Typed lists (PodList from the raw API) leave apiVersion/kind off their items.
+        let list_type = Arc::new((
+            api_version.unwrap_or_default(),
+            kind.strip_suffix("List").unwrap_or_default().to_string(),
+        ));
+        for item in &mut out[before..] {
+            if let Judged::Spanned(item) = item {
+                item.compact.fill_type(&list_type.0, &list_type.1);
+                item.list_type = Some(list_type.clone());
+            }
+        }
+    }
+    Some(end)
+}
+
+/// A value read to its end and dropped, as strictly as [`crate::compact::Checked`] reads it.
+struct Skipped;
+
+impl<'de> serde::Deserialize<'de> for Skipped {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::DeserializeSeed;
+        crate::compact::Checked.deserialize(deserializer)?;
+        Ok(Skipped)
+    }
+}
+
 /// Whether every object decoded compactly with nothing `parse` must report or treat specially;
 /// otherwise the whole text goes the full way.
 fn all_regular(objects: &[Observed<'_>]) -> bool {
@@ -401,6 +646,80 @@ fn collect_manifests(dir: &Path, files: &mut Vec<PathBuf>) -> Result<(), StatusE
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spanned(text: &str) -> Option<Vec<Judged<'_>>> {
+        let mut out = vec![Judged::Full(serde_json::json!({"kind": "Earlier"}))];
+        if !parse_spanned_into(text, &mut out) {
+            assert_eq!(out.len(), 1, "a refused text leaves the output as it was");
+            return None;
+        }
+        Some(out.split_off(1))
+    }
+
+    /// Each object keeps exactly its own text, decodes in full to what [`parse`] gives, and
+    /// its compact form is the one [`parse_compact`] gives.
+    #[test]
+    fn spanned_objects_keep_their_text() {
+        let texts = [
+            r#" [ {"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","x":[1,{"}":"]"}]}} ,
+                 {"kind":"Pod","apiVersion":"v1","metadata":{"name":"b\"q"},"status":{"phase":"Running"}}] "#,
+            r#"{"kind":"List","metadata":{"resourceVersion":""},"items":[{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"c"}}],"apiVersion":"v1"}"#,
+            // A typed list whose kind comes after its items; the items have no type of their own.
+            r#"{"items":[{"metadata":{"name":"p1","namespace":"n"}},{"metadata":{"name":"p2"},"status":{"phase":"Pending"}}],"apiVersion":"v1","kind":"PodList","metadata":{}}"#,
+            r#"{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"items":[1,2],"spec":{"n":1.5}}"#,
+            "[]",
+            r#"{"apiVersion":"v1","kind":"List","items":[]}"#,
+        ];
+        for text in texts {
+            let objects = spanned(text).unwrap_or_else(|| panic!("refused: {text}"));
+            let documents = parse("f", text).unwrap();
+            let compact = parse_compact(text).unwrap();
+            assert_eq!(objects.len(), documents.len(), "{text}");
+            for ((object, document), observed) in objects.iter().zip(&documents).zip(&compact) {
+                let Judged::Spanned(s) = object else {
+                    panic!("decoded in full: {text}")
+                };
+                assert_eq!(s.full().unwrap(), document.object, "{text}");
+                assert!(
+                    matches!(observed, Observed::Compact(c) if *c == s.compact),
+                    "{text}"
+                );
+                assert_eq!(
+                    (
+                        object.api_version(),
+                        object.kind(),
+                        object.namespace(),
+                        object.name()
+                    ),
+                    (
+                        document.api_version(),
+                        document.kind(),
+                        document.namespace(),
+                        document.name()
+                    )
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn spanned_reading_refuses_what_parse_must_word() {
+        for text in [
+            r#"[{"apiVersion":"v1","kind":"ConfigMap"},]"#,
+            r#"[{"apiVersion":"v1","kind":"ConfigMap"}] x"#,
+            r#"[{"apiVersion":"v1","kind":"ConfigMap"}"#,
+            r#"[{"kind":"ConfigMap"}]"#,
+            r#"[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"generation":"1"}}]"#,
+            r#"[{"apiVersion":"v1","kind":"List","items":[]}]"#,
+            r#"[3]"#,
+            r#"{"apiVersion":"v1","kind":"List"}"#,
+            r#"{"apiVersion":"v1","kind":"List","kind":"List","items":[]}"#,
+            r#"{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"ConfigMap"}] "x":1}"#,
+            "apiVersion: v1\nkind: ConfigMap\n",
+        ] {
+            assert!(spanned(text).is_none(), "{text}");
+        }
+    }
 
     #[test]
     fn multi_document_and_lists() {

@@ -339,10 +339,12 @@ pub enum Counter {
     Succeeded,
     Active,
     Failed,
+    /// A Job's `status.ready` (pods ready).
+    Ready,
 }
 
 impl Counter {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 20;
 
     /// Whether the counter lives under `spec` (else under `status`), and its path there.
     pub fn path(self) -> (bool, &'static [&'static str]) {
@@ -367,6 +369,7 @@ impl Counter {
             Succeeded => (false, &["succeeded"]),
             Active => (false, &["active"]),
             Failed => (false, &["failed"]),
+            Ready => (false, &["ready"]),
         }
     }
 }

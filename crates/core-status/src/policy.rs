@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use crate::compute::{Evaluation, compute};
 use crate::error::StatusError;
-use crate::object::{Parts, api_group, int_or, lookup, str_or};
+use crate::object::{Counter, Fields, Parts, Text, api_group, lookup, str_or};
 use crate::workload::CANNOT_START;
 use crate::{Status, health::HealthRules};
 
@@ -72,12 +72,111 @@ impl Policy {
     }
 }
 
-/// A status that says nothing: absent, null or `{}`.
-fn is_empty_status(status: &Value) -> bool {
-    match status {
-        Value::Null => true,
-        Value::Object(map) => map.is_empty(),
-        _ => false,
+/// One `status.conditions` entry as the stricter rules read it (leniently: a missing or
+/// non-string field is empty).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PolicyCondition<'a> {
+    pub type_: &'a str,
+    pub status: &'a str,
+    pub reason: &'a str,
+    /// `None` when missing or not a string (the Degraded rule then has its own wording).
+    pub message: Option<&'a str>,
+    /// The condition's own `observedGeneration`, when an integer.
+    pub observed_generation: Option<i64>,
+    pub last_transition_time: &'a str,
+}
+
+/// What the stricter rules read beyond kstatus' [`Fields`]. Both representations implement
+/// it — a full object ([`Parts`]) and the compact decoding ([`crate::compact::Compact`]) — so
+/// the rules below are written once and the compact form judges exactly as the full one.
+pub trait PolicyFields: Fields {
+    fn name(&self) -> &str;
+    /// `metadata.generation` when it is an integer.
+    fn generation_value(&self) -> Option<i64>;
+    /// `status.observedGeneration` when it is an integer.
+    fn observed_generation_value(&self) -> Option<i64>;
+    fn policy_conditions(&self) -> Vec<PolicyCondition<'_>>;
+    /// `(name, reason)` of each container in `status.initContainerStatuses` (`init`) or
+    /// `status.containerStatuses` whose `state.waiting.reason` is one of `reasons`.
+    fn waiting_containers(&self, init: bool, reasons: &[&str]) -> Vec<(&str, &str)>;
+    /// `status.loadBalancer.ingress` is a non-empty list.
+    fn has_load_balancer_ingress(&self) -> bool;
+    /// The status says nothing: absent, null or `{}`.
+    fn status_is_empty(&self) -> bool;
+    /// The latest `metadata.managedFields[].time` of writes to the object itself (`spec`)
+    /// or to its status subresource (`!spec`).
+    fn last_write(&self, spec: bool) -> Option<jiff::Timestamp>;
+}
+
+impl PolicyFields for Parts<'_> {
+    fn name(&self) -> &str {
+        str_or(self.metadata, &["name"], "")
+    }
+
+    fn generation_value(&self) -> Option<i64> {
+        lookup(self.metadata, &["generation"]).and_then(Value::as_i64)
+    }
+
+    fn observed_generation_value(&self) -> Option<i64> {
+        lookup(self.status, &["observedGeneration"]).and_then(Value::as_i64)
+    }
+
+    fn policy_conditions(&self) -> Vec<PolicyCondition<'_>> {
+        lookup(self.status, &["conditions"])
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| PolicyCondition {
+                type_: str_or(c, &["type"], ""),
+                status: str_or(c, &["status"], ""),
+                reason: str_or(c, &["reason"], ""),
+                message: lookup(c, &["message"]).and_then(Value::as_str),
+                observed_generation: lookup(c, &["observedGeneration"]).and_then(Value::as_i64),
+                last_transition_time: str_or(c, &["lastTransitionTime"], ""),
+            })
+            .collect()
+    }
+
+    fn waiting_containers(&self, init: bool, reasons: &[&str]) -> Vec<(&str, &str)> {
+        let field = if init {
+            "initContainerStatuses"
+        } else {
+            "containerStatuses"
+        };
+        lookup(self.status, &[field])
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|cs| {
+                let reason = str_or(cs, &["state", "waiting", "reason"], "");
+                reasons
+                    .contains(&reason)
+                    .then(|| (str_or(cs, &["name"], ""), reason))
+            })
+            .collect()
+    }
+
+    fn has_load_balancer_ingress(&self) -> bool {
+        lookup(self.status, &["loadBalancer", "ingress"])
+            .and_then(Value::as_array)
+            .is_some_and(|list| !list.is_empty())
+    }
+
+    fn status_is_empty(&self) -> bool {
+        match self.status {
+            Value::Null => true,
+            Value::Object(map) => map.is_empty(),
+            _ => false,
+        }
+    }
+
+    fn last_write(&self, spec: bool) -> Option<jiff::Timestamp> {
+        lookup(self.metadata, &["managedFields"])?
+            .as_array()?
+            .iter()
+            .filter(|m| (str_or(m, &["subresource"], "") == "status") != spec)
+            .filter_map(|m| str_or(m, &["time"], "").parse().ok())
+            .max()
     }
 }
 
@@ -86,54 +185,36 @@ fn is_custom_resource(group: &str) -> bool {
     group.contains('.') && !group.ends_with(".k8s.io")
 }
 
-fn waiting_containers(status: &Value, field: &str, reasons: &[&str]) -> Vec<String> {
-    lookup(status, &[field])
-        .and_then(Value::as_array)
-        .map(|list| {
-            list.iter()
-                .filter_map(|cs| {
-                    let reason = str_or(cs, &["state", "waiting", "reason"], "");
-                    reasons
-                        .contains(&reason)
-                        .then(|| format!("{} ({reason})", str_or(cs, &["name"], "")))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The latest `managedFields[].time` of writes to the object itself (`spec: true`) or to its
-/// status subresource (`spec: false`).
-fn last_write(metadata: &Value, spec: bool) -> Option<jiff::Timestamp> {
-    lookup(metadata, &["managedFields"])?
-        .as_array()?
+fn describe_waiting(containers: &[(&str, &str)]) -> Vec<String> {
+    containers
         .iter()
-        .filter(|m| (str_or(m, &["subresource"], "") == "status") != spec)
-        .filter_map(|m| str_or(m, &["time"], "").parse().ok())
-        .max()
+        .map(|(name, reason)| format!("{name} ({reason})"))
+        .collect()
 }
 
 /// Whether a custom resource's status may predate its last apply: `Some(apply time)` when
 /// the controller has not written status (nor moved a condition) since.
-fn status_predates_apply(parts: &Parts) -> Option<jiff::Timestamp> {
-    let generation = lookup(parts.metadata, &["generation"]).and_then(Value::as_i64);
-    let observed = lookup(parts.status, &["observedGeneration"]).and_then(Value::as_i64);
-    if observed.is_some() && observed == generation {
+fn status_predates_apply<F: PolicyFields>(object: &F) -> Option<jiff::Timestamp> {
+    let observed = object.observed_generation_value();
+    if observed.is_some() && observed == object.generation_value() {
         return None;
     }
-    let applied = last_write(parts.metadata, true)?;
-    let status_subresource_written = last_write(parts.metadata, false);
+    let applied = object.last_write(true)?;
+    let status_subresource_written = object.last_write(false);
     // Status written through the object itself (a CRD without the status subresource): its
     // writes look like applies, nothing tells them apart.
-    if status_subresource_written.is_none() && !is_empty_status(parts.status) {
+    if status_subresource_written.is_none() && !object.status_is_empty() {
         return None;
     }
-    let transitions = lookup(parts.status, &["conditions"])
-        .and_then(Value::as_array)
+    let transitions = object
+        .policy_conditions()
         .into_iter()
-        .flatten()
-        .filter_map(|c| str_or(c, &["lastTransitionTime"], "").parse().ok());
-    let status_written = transitions.chain(status_subresource_written).max();
+        .filter_map(|c| c.last_transition_time.parse().ok())
+        .collect::<Vec<jiff::Timestamp>>();
+    let status_written = transitions
+        .into_iter()
+        .chain(status_subresource_written)
+        .max();
     // Second resolution: a status written in the apply's second counts as after it.
     match status_written {
         Some(written) if written >= applied => None,
@@ -143,13 +224,13 @@ fn status_predates_apply(parts: &Parts) -> Option<jiff::Timestamp> {
 
 /// `fresh_status` on a result that would be Current: `None` when the status is not older
 /// than the last apply; else InProgress within the bound, past it the result with a warning.
-fn fresh_status(
-    parts: &Parts,
+fn fresh_status<F: PolicyFields>(
+    object: &F,
     base: &Evaluation,
     policy: &Policy,
     now: jiff::Timestamp,
 ) -> Option<Evaluation> {
-    let applied = status_predates_apply(parts)?;
+    let applied = status_predates_apply(object)?;
     let waited = now.duration_since(applied);
     let bound =
         jiff::SignedDuration::try_from(policy.observed_bound).unwrap_or(jiff::SignedDuration::MAX);
@@ -158,42 +239,44 @@ fn fresh_status(
             "StatusNotObserved",
             format!(
                 "{} was applied at {applied}; its controller has not written status since",
-                parts.kind
+                object.kind()
             ),
         ));
     }
     let warning = format!(
         "{} {}: its controller wrote no status within {}s of the apply at {applied}; judged by kstatus' rules",
-        parts.kind,
-        str_or(parts.metadata, &["name"], ""),
+        object.kind(),
+        object.name(),
         policy.observed_bound.as_secs()
     );
     Some(base.clone().with_warning(warning))
 }
 
-fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timestamp) -> Evaluation {
+fn stricter<F: PolicyFields>(
+    object: &F,
+    base: Evaluation,
+    policy: &Policy,
+    now: jiff::Timestamp,
+) -> Evaluation {
     if matches!(
         base.status,
         Status::Terminating | Status::Failed | Status::Unknown
     ) {
         return base;
     }
-    let group = api_group(parts.api_version);
-    let builtin = crate::compute::builtin_rule(group, parts.kind).is_some();
-    let conditions = lookup(parts.status, &["conditions"]).and_then(Value::as_array);
-    let condition = |type_: &str| {
-        conditions.and_then(|list| list.iter().find(|c| str_or(c, &["type"], "") == type_))
-    };
+    let group = api_group(object.api_version());
+    let kind = object.kind();
+    let builtin = crate::compute::builtin_rule(group, kind).is_some();
+    let conditions = object.policy_conditions();
+    let condition = |type_: &str| conditions.iter().find(|c| c.type_ == type_);
 
-    if policy.pod_failures && group.is_empty() && parts.kind == "Pod" {
-        if str_or(parts.status, &["phase"], "") == "Failed" {
+    if policy.pod_failures && group.is_empty() && kind == "Pod" {
+        if object.text(Text::Phase) == Some("Failed") {
             return Evaluation::failed("PodFailed", "Pod has failed");
         }
-        let mut stuck = waiting_containers(parts.status, "containerStatuses", CANNOT_START);
-        stuck.extend(waiting_containers(
-            parts.status,
-            "initContainerStatuses",
-            CANNOT_START,
+        let mut stuck = describe_waiting(&object.waiting_containers(false, CANNOT_START));
+        stuck.extend(describe_waiting(
+            &object.waiting_containers(true, CANNOT_START),
         ));
         if !stuck.is_empty() {
             return Evaluation::failed(
@@ -201,8 +284,7 @@ fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timesta
                 format!("Containers cannot start: {}", stuck.join(", ")),
             );
         }
-        let looping =
-            waiting_containers(parts.status, "initContainerStatuses", &["CrashLoopBackOff"]);
+        let looping = describe_waiting(&object.waiting_containers(true, &["CrashLoopBackOff"]));
         if !looping.is_empty() {
             return Evaluation::failed(
                 "InitContainerCrashLooping",
@@ -212,22 +294,20 @@ fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timesta
     }
     if policy.extra_conditions && !builtin {
         if let Some(ready) = condition("Ready")
-            && str_or(ready, &["status"], "") == "False"
+            && ready.status == "False"
+            && (ready.reason.ends_with("Failed") || ready.reason == "Error")
         {
-            let reason = str_or(ready, &["reason"], "");
-            if reason.ends_with("Failed") || reason == "Error" {
-                return Evaluation::failed(
-                    reason.to_string(),
-                    str_or(ready, &["message"], "").to_string(),
-                );
-            }
+            return Evaluation::failed(
+                ready.reason.to_string(),
+                ready.message.unwrap_or_default().to_string(),
+            );
         }
         if let Some(degraded) = condition("Degraded")
-            && str_or(degraded, &["status"], "") == "True"
+            && degraded.status == "True"
         {
             return Evaluation::failed(
                 "Degraded",
-                str_or(degraded, &["message"], "Degraded").to_string(),
+                degraded.message.unwrap_or("Degraded").to_string(),
             );
         }
     }
@@ -237,51 +317,47 @@ fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timesta
     if policy.extra_conditions && !builtin {
         for type_ in ["Available", "Programmed", "Accepted", "Synced"] {
             if let Some(c) = condition(type_)
-                && str_or(c, &["status"], "") == "False"
+                && c.status == "False"
             {
                 return Evaluation::in_progress(
                     format!("Not{type_}"),
-                    format!("{type_} is False: {}", str_or(c, &["message"], "")),
+                    format!("{type_} is False: {}", c.message.unwrap_or_default()),
                 );
             }
         }
     }
     if policy.condition_generations {
-        let generation = int_or(parts.metadata, &["generation"], 0);
-        let stale = conditions.into_iter().flatten().find(|c| {
-            lookup(c, &["observedGeneration"])
-                .and_then(Value::as_i64)
-                .is_some_and(|g| g < generation)
-        });
+        let generation = object.generation_value().unwrap_or(0);
+        let stale = conditions
+            .iter()
+            .find(|c| c.observed_generation.is_some_and(|g| g < generation));
         if let Some(c) = stale {
-            let observed = int_or(c, &["observedGeneration"], 0);
+            let observed = c.observed_generation.unwrap_or(0);
             return Evaluation::in_progress(
                 "ConditionNotObserved",
                 format!(
                     "condition {} is from generation {observed}, the object is at generation {generation}",
-                    str_or(c, &["type"], "")
+                    c.type_
                 ),
             );
         }
     }
     if policy.load_balancer_ingress
         && group.is_empty()
-        && parts.kind == "Service"
-        && str_or(parts.spec, &["type"], "") == "LoadBalancer"
-        && lookup(parts.status, &["loadBalancer", "ingress"])
-            .and_then(Value::as_array)
-            .is_none_or(Vec::is_empty)
+        && kind == "Service"
+        && object.text(Text::ServiceType) == Some("LoadBalancer")
+        && !object.has_load_balancer_ingress()
     {
         return Evaluation::in_progress("NoIngress", "LoadBalancer has no ingress yet");
     }
     if policy.on_delete_rollouts
         && group == "apps"
-        && parts.kind == "StatefulSet"
-        && str_or(parts.spec, &["updateStrategy", "type"], "") == "OnDelete"
+        && kind == "StatefulSet"
+        && object.text(Text::UpdateStrategyType) == Some("OnDelete")
     {
-        let spec = int_or(parts.spec, &["replicas"], 1);
-        let updated = int_or(parts.status, &["updatedReplicas"], 0);
-        let ready = int_or(parts.status, &["readyReplicas"], 0);
+        let spec = object.counter(Counter::SpecReplicas).unwrap_or(1);
+        let updated = object.counter(Counter::UpdatedReplicas).unwrap_or(0);
+        let ready = object.counter(Counter::ReadyReplicas).unwrap_or(0);
         if updated < spec {
             return Evaluation::in_progress("LessUpdated", format!("updated: {updated}/{spec}"));
         }
@@ -291,17 +367,14 @@ fn stricter(parts: &Parts, base: Evaluation, policy: &Policy, now: jiff::Timesta
     }
     if policy.fresh_status
         && is_custom_resource(group)
-        && let Some(verdict) = fresh_status(parts, &base, policy, now)
+        && let Some(verdict) = fresh_status(object, &base, policy, now)
     {
         return verdict;
     }
-    if policy.require_observed && is_custom_resource(group) && is_empty_status(parts.status) {
+    if policy.require_observed && is_custom_resource(group) && object.status_is_empty() {
         return Evaluation::in_progress(
             "NotObserved",
-            format!(
-                "{} has no status yet: its controller has not observed it",
-                parts.kind
-            ),
+            format!("{kind} has no status yet: its controller has not observed it"),
         );
     }
     base
@@ -343,45 +416,69 @@ pub fn compute_with_pods(
         return Ok(base);
     }
     let parts = Parts::new(object);
-    let judged = stricter(&parts, base, policy, now);
+    Ok(judge(&parts, base, policy, now, || {
+        crate::workload::judge_pods(object, pods, now, policy.failure_grace)
+    }))
+}
+
+/// The stricter rules on kstatus' verdict `base` for an object no health expression covers;
+/// `pods_verdict` judges the workload's pods (see [`crate::workload::judge_pods`]), asked only
+/// for a workload that may still be waiting for them.
+fn judge<F: PolicyFields>(
+    object: &F,
+    base: Evaluation,
+    policy: &Policy,
+    now: jiff::Timestamp,
+    pods_verdict: impl FnOnce() -> Option<Evaluation>,
+) -> Evaluation {
+    let judged = stricter(object, base, policy, now);
     if !policy.workload_failures
-        || !crate::workload::is_workload(parts.api_version, parts.kind)
-        || !still_starting(&parts, &judged)
+        || !crate::workload::is_workload(object.api_version(), object.kind())
+        || !still_starting(object, &judged)
     {
-        return Ok(judged);
+        return judged;
     }
-    if let Some(failed) = crate::workload::judge_pods(object, pods, now, policy.failure_grace) {
-        return Ok(failed);
+    if let Some(failed) = pods_verdict() {
+        return failed;
     }
     // kstatus calls a Job Current as soon as it runs, which would end a wait before its pods
     // had a chance to fail: under this switch a running Job needs a ready or finished pod.
     if judged.status == Status::Current
-        && int_or(parts.status, &["ready"], 0) == 0
-        && int_or(parts.status, &["succeeded"], 0) == 0
+        && object.counter(Counter::Ready).unwrap_or(0) == 0
+        && object.counter(Counter::Succeeded).unwrap_or(0) == 0
     {
-        return Ok(Evaluation::in_progress(
+        return Evaluation::in_progress(
             "JobPodsNotStarted",
             "no pod of the Job is ready or has succeeded yet",
-        ));
+        );
     }
-    Ok(judged)
+    judged
+}
+
+/// [`compute_with_pods`] for a compactly decoded object that no health expression covers and
+/// whose pods, if it is a workload, are none: the same verdict as for the full object.
+pub fn compute_compact(
+    object: &crate::compact::Compact<'_>,
+    now: jiff::Timestamp,
+    policy: &Policy,
+) -> Evaluation {
+    let base = crate::compute::evaluate_fields(object, now);
+    if *policy == Policy::default() || base.status == Status::Unknown {
+        return base;
+    }
+    judge(object, base, policy, now, || None)
 }
 
 /// Whether a workload may still be waiting for its pods: InProgress, or a Job kstatus calls
 /// Current while it runs (only completion ends a Job).
-fn still_starting(parts: &Parts, judged: &Evaluation) -> bool {
+fn still_starting<F: PolicyFields>(object: &F, judged: &Evaluation) -> bool {
     match judged.status {
         Status::InProgress => true,
         Status::Current => {
-            parts.kind == "Job"
-                && !lookup(parts.status, &["conditions"])
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .any(|c| {
-                        matches!(str_or(c, &["type"], ""), "Complete" | "SuccessCriteriaMet")
-                            && str_or(c, &["status"], "") == "True"
-                    })
+            object.kind() == "Job"
+                && !object.policy_conditions().iter().any(|c| {
+                    matches!(c.type_, "Complete" | "SuccessCriteriaMet") && c.status == "True"
+                })
         }
         _ => false,
     }
@@ -420,6 +517,66 @@ impl Rules {
     /// Whether judging a workload needs its pods.
     pub fn needs_pods(&self) -> bool {
         self.policy.workload_failures
+    }
+    /// Every object's status, in order: those whose rules read only what the compact form
+    /// holds are judged from it, the rest (types a health expression covers, workloads with
+    /// pods in the input, and the pods some workload may own) are decoded in full from their
+    /// text first. The verdicts are exactly those of [`Rules::evaluate_with_pods`] on full
+    /// objects, with the pods of the whole input.
+    pub fn evaluate_all(
+        &self,
+        objects: &[crate::input::Judged<'_>],
+        now: jiff::Timestamp,
+    ) -> Vec<Evaluation> {
+        let full = |object: &crate::input::Spanned<'_>| {
+            object.full().map_err(|e| StatusError::Input {
+                source_name: object.compact.kind().to_string(),
+                index: 0,
+                reason: e.to_string(),
+            })
+        };
+        let pods: Vec<Value> = if self.needs_pods() {
+            objects
+                .iter()
+                .filter_map(|o| match o {
+                    crate::input::Judged::Full(object) => (str_or(object, &["apiVersion"], "")
+                        == "v1"
+                        && str_or(object, &["kind"], "") == "Pod")
+                        .then(|| object.clone()),
+                    crate::input::Judged::Spanned(s) => (s.compact.api_version() == "v1"
+                        && s.compact.kind() == "Pod"
+                        && s.compact.is_controlled())
+                    .then(|| full(s).ok())
+                    .flatten(),
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let index = crate::workload::PodIndex::new(&pods);
+        objects
+            .iter()
+            .map(|o| match o {
+                crate::input::Judged::Full(object) => {
+                    self.evaluate_with_pods(object, index.for_workload(object), now)
+                }
+                crate::input::Judged::Spanned(s) => {
+                    let c = &s.compact;
+                    let with_pods = !index
+                        .for_owner(c.namespace(), c.kind(), c.name())
+                        .is_empty();
+                    if !with_pods && !self.health.covers(c.api_version(), c.kind()) {
+                        return compute_compact(c, now, &self.policy);
+                    }
+                    match full(s) {
+                        Ok(object) => {
+                            self.evaluate_with_pods(&object, index.for_workload(&object), now)
+                        }
+                        Err(e) => Evaluation::unknown(&e),
+                    }
+                }
+            })
+            .collect()
     }
 }
 
@@ -464,6 +621,62 @@ mod tests {
                 &rules,
             )),
         )
+    }
+
+    /// Judging a whole input from its compact form (with only the objects the rules must read
+    /// in full decoded again) gives each object the verdict the full path gives it with the
+    /// pods of the whole input.
+    #[test]
+    fn evaluate_all_agrees_with_full_objects() {
+        let now: jiff::Timestamp = "2026-01-01T00:10:00Z".parse().unwrap();
+        let text = serde_json::to_string(&json!([
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "n", "generation": 1},
+             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}}},
+             "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated", "message": "ReplicaSet \"web-abc\" is progressing."}]}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web-abc-1", "namespace": "n", "creationTimestamp": "2026-01-01T00:00:00Z",
+                "labels": {"app": "web", "pod-template-hash": "abc"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "controller": true}]},
+             "status": {"phase": "Pending", "containerStatuses": [{"name": "app", "restartCount": 0,
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "image \"x\" not found"}}}]}},
+            {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "api", "namespace": "n", "generation": 1},
+             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "api"}}},
+             "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1}},
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "loose", "namespace": "n"},
+             "status": {"phase": "Pending", "containerStatuses": [{"name": "app", "state": {"waiting": {"reason": "ErrImagePull"}}}]}},
+            {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "metadata": {"name": "r", "namespace": "n", "generation": 2},
+             "status": {"phase": "Degraded", "message": "ProgressDeadlineExceeded"}},
+            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "n"}},
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}}
+        ]))
+        .unwrap();
+        let rules = Rules {
+            policy: Policy::strict(),
+            health: HealthRules::pack(),
+        };
+        let mut objects = Vec::new();
+        assert!(crate::input::parse_spanned_into(&text, &mut objects));
+        let got = rules.evaluate_all(&objects, now);
+
+        let documents = crate::input::parse("f", &text).unwrap();
+        let pods = crate::workload::PodIndex::new(
+            documents
+                .iter()
+                .filter(|d| d.kind() == "Pod")
+                .map(|d| &d.object),
+        );
+        let want: Vec<Evaluation> = documents
+            .iter()
+            .map(|d| rules.evaluate_with_pods(&d.object, pods.for_workload(&d.object), now))
+            .collect();
+        assert_eq!(got, want);
+        // The cases reach the rules that need full objects: the Deployment fails by its pod,
+        // the Rollout by the pack.
+        assert_eq!(got[0].status, Status::Failed, "{:?}", got[0]);
+        assert!(got[0].message.contains("web-abc-1/app: ImagePullBackOff"));
+        assert_eq!(got[2].status, Status::InProgress);
+        assert_eq!(got[4].status, Status::Failed, "{:?}", got[4]);
+        assert_eq!(got[5].status, Status::InProgress);
     }
 
     #[test]

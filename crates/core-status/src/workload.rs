@@ -232,11 +232,19 @@ impl PodIndex {
 
     /// The pods the workload may own (by controller reference; [`judge_pods`] narrows them).
     pub fn for_workload(&self, workload: &Value) -> &[Value] {
-        let key = (
-            str_or(workload, &["metadata", "namespace"], "").to_string(),
-            str_or(workload, &["kind"], "").to_string(),
-            str_or(workload, &["metadata", "name"], "").to_string(),
-        );
+        self.for_owner(
+            str_or(workload, &["metadata", "namespace"], ""),
+            str_or(workload, &["kind"], ""),
+            str_or(workload, &["metadata", "name"], ""),
+        )
+    }
+
+    /// [`PodIndex::for_workload`] by the workload's namespace, kind and name.
+    pub fn for_owner(&self, namespace: &str, kind: &str, name: &str) -> &[Value] {
+        if self.by_owner.is_empty() {
+            return &[];
+        }
+        let key = (namespace.to_string(), kind.to_string(), name.to_string());
         self.by_owner.get(&key).map_or(&[], Vec::as_slice)
     }
 }

@@ -170,3 +170,14 @@ fn the_docs_list_every_kind() {
         assert!(row, "docs/core-status.md has no row for {group} {kind}");
     }
 }
+
+/// The pack is compiled lazily at run time (a kind's expressions when first met), so a
+/// broken expression would only show as Unknown on that kind: every file must compile here.
+#[test]
+fn every_pack_file_compiles() {
+    for (file, text) in HealthRules::pack_files() {
+        if let Err(e) = HealthRules::from_yaml(file, text) {
+            panic!("{file}: {e}");
+        }
+    }
+}
