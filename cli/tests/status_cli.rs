@@ -538,7 +538,10 @@ fn a_cluster_dump_reads_the_same_as_json_list_yaml_list_documents_and_array() {
         serde_json::from_str::<Vec<serde_json::Value>>(&stdout_of(&out)).unwrap()
     };
     let strict_want = strict(&json_list);
-    assert_ne!(strict_want, statuses, "the strict policy changes some verdicts");
+    assert_ne!(
+        strict_want, statuses,
+        "the strict policy changes some verdicts"
+    );
     for path in [&yaml_list, &yaml_documents, &array] {
         assert_eq!(strict(path), strict_want, "{}", path.display());
     }

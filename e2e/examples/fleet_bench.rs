@@ -16,6 +16,9 @@
 //! clean), peak RSS and sockets. With `$BENCH_FLEET_SHARDS` = S > 1 the layers are spread
 //! over S shards (`sharding.fluxcd.io/key`, the first shard being the unlabelled default one)
 //! and S controllers run, one per shard, as the chart's `sharding.shards` deploys them.
+//! With `$BENCH_FLEET_DIRECT` set no controller runs: the driver applies every app's four
+//! objects itself (server-side apply, 16 at a time, as itself) and times kube-controller-manager
+//! observing every Deployment: what the plane alone needs on this machine, the floor of floors.
 //! Prints one JSON line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
@@ -508,6 +511,77 @@ async fn apply_all(applier: &core_k8s::apply::Applier, docs: Vec<serde_json::Val
     Ok(())
 }
 
+/// Every app's objects applied by the driver itself, no deployer in between: when
+/// kube-controller-manager has observed every Deployment, and the CPU each process used.
+async fn direct_round(
+    client: &kube::Client,
+    applier: &core_k8s::apply::Applier,
+    names: &[(String, String)],
+) -> Result<()> {
+    let release = "1";
+    let mut docs = Vec::new();
+    for (app, namespace) in names {
+        let manifests = app_manifests()
+            .replace("${APP}", app)
+            .replace("${NAMESPACE}", namespace)
+            .replace("${RELEASE}", release);
+        docs.extend(parse_yaml(&manifests)?);
+    }
+    let plane_before = plane_cpu();
+    let driver_before = cpu_seconds(std::process::id());
+    let served_before = apiserver_requests(client).await?;
+    let started = Instant::now();
+    let floor = tokio::spawn(controller_manager_floor(
+        client.clone(),
+        names.len(),
+        release.to_string(),
+        started,
+    ));
+    apply_all(applier, docs).await?;
+    let applied = started.elapsed();
+    let floor = floor.await??;
+    let mut cpu: BTreeMap<String, f64> = plane_cpu()
+        .into_iter()
+        .map(|(name, after)| {
+            let before = plane_before.get(&name).copied().unwrap_or(0.0);
+            (name, after - before)
+        })
+        .collect();
+    cpu.insert(
+        "bench driver".into(),
+        cpu_seconds(std::process::id()) - driver_before,
+    );
+    let served: BTreeMap<String, f64> = apiserver_requests(client)
+        .await?
+        .into_iter()
+        .map(|(call, n)| {
+            let per_app =
+                (n - served_before.get(&call).copied().unwrap_or(0.0)) / names.len() as f64;
+            (call, per_app)
+        })
+        .filter(|(_, n)| *n >= 0.01)
+        .collect();
+    eprintln!(
+        "fleet bench (direct): {} apps applied in {applied:?}, kube-controller-manager done at {floor:?}",
+        names.len()
+    );
+    let controller_manager_qps: u32 = std::env::var("STRATA_PLANE_CONTROLLER_MANAGER_QPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let result = serde_json::json!({
+        "direct": true,
+        "controller_manager_qps": controller_manager_qps,
+        "layers": names.len(),
+        "applied_seconds": applied.as_secs_f64(),
+        "create_floor_seconds": floor.as_secs_f64(),
+        "cpu_seconds_create": cpu,
+        "apiserver_requests_per_app_create": served,
+    });
+    println!("{result}");
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let apps: usize = std::env::var("BENCH_FLEET_LAYERS")
@@ -546,6 +620,9 @@ async fn main() -> Result<()> {
         .try_collect::<Vec<_>>()
         .await?;
     eprintln!("fleet bench: {apps} apps set up");
+    if std::env::var_os("BENCH_FLEET_DIRECT").is_some() {
+        return direct_round(&client, &applier, &names).await;
+    }
 
     let selector = format!("strata-e2e/suite={ns}");
     let extra = std::env::var("BENCH_LAYER_CONTROLLER_ARGS").unwrap_or_default();

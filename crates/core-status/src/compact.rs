@@ -41,19 +41,30 @@ pub struct Compact<'a> {
     texts: [Option<Cow<'a, str>>; Text::COUNT],
     suspend: Option<bool>,
     conditions: Vec<ConditionFields<'a>>,
-    crash_looping: Vec<Cow<'a, str>>,
-    /// Containers with a `state.waiting.reason`: whether an init container, name, reason.
-    waiting: Vec<(bool, Cow<'a, str>, Cow<'a, str>)>,
+    /// What few objects have, out of line.
+    rare: Option<Box<Rare<'a>>>,
     /// `status.loadBalancer.ingress` is a non-empty list.
     load_balancer_ingress: bool,
     /// `status` is a map with at least one entry.
     status_nonempty: bool,
-    /// `metadata.managedFields`: whether the entry is a status-subresource write, its time.
-    writes: Vec<(bool, Cow<'a, str>)>,
     /// `metadata.ownerReferences` has an entry with `controller: true`.
     controlled: bool,
     /// A strictly read field had a shape the rules would report as an error.
     irregular: bool,
+}
+
+/// Fields few objects have, kept behind one pointer: large inputs hold many objects at once,
+/// and every inline byte of [`Compact`] is paid by each of them.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Rare<'a> {
+    /// Containers waiting in CrashLoopBackOff (only `status.containerStatuses`).
+    crash_looping: Vec<Cow<'a, str>>,
+    /// Containers with a `state.waiting.reason`: whether an init container, name, reason.
+    waiting: Vec<(bool, Cow<'a, str>, Cow<'a, str>)>,
+    /// `metadata.managedFields`: whether the entry is a status-subresource write, its time.
+    writes: Vec<(bool, Cow<'a, str>)>,
+    /// `(index in conditions, its own observedGeneration)` for conditions that have one.
+    condition_generations: Vec<(usize, i64)>,
 }
 
 /// An object ready for status computation: compact when its shape is regular, else in full.
@@ -210,7 +221,11 @@ impl Fields for Compact<'_> {
     }
 
     fn crash_looping(&self) -> Vec<&str> {
-        self.crash_looping.iter().map(|n| n.as_ref()).collect()
+        self.rare
+            .iter()
+            .flat_map(|r| &r.crash_looping)
+            .map(|n| n.as_ref())
+            .collect()
     }
 }
 
@@ -228,22 +243,28 @@ impl PolicyFields for Compact<'_> {
     }
 
     fn policy_conditions(&self) -> Vec<PolicyCondition<'_>> {
+        let generations = self.rare.iter().flat_map(|r| &r.condition_generations);
         self.conditions
             .iter()
-            .map(|c| PolicyCondition {
+            .enumerate()
+            .map(|(i, c)| PolicyCondition {
                 type_: &c.text[0],
                 status: &c.text[1],
                 reason: &c.text[2],
-                message: c.message_is_text.then_some(&*c.text[3]),
-                observed_generation: c.observed_generation,
-                last_transition_time: &c.last_transition_time,
+                message: c.message_is_text().then_some(&*c.text[3]),
+                observed_generation: generations
+                    .clone()
+                    .find(|(at, _)| *at == i)
+                    .map(|(_, g)| *g),
+                last_transition_time: c.last_transition_time,
             })
             .collect()
     }
 
     fn waiting_containers(&self, init: bool, reasons: &[&str]) -> Vec<(&str, &str)> {
-        self.waiting
+        self.rare
             .iter()
+            .flat_map(|r| &r.waiting)
             .filter(|(i, _, reason)| *i == init && reasons.contains(&reason.as_ref()))
             .map(|(_, name, reason)| (name.as_ref(), reason.as_ref()))
             .collect()
@@ -258,8 +279,9 @@ impl PolicyFields for Compact<'_> {
     }
 
     fn last_write(&self, spec: bool) -> Option<Timestamp> {
-        self.writes
+        self.rare
             .iter()
+            .flat_map(|r| &r.writes)
             .filter(|(status, _)| *status != spec)
             .filter_map(|(_, time)| time.parse().ok())
             .max()
@@ -561,6 +583,10 @@ fn skip<'de, A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
 }
 
 impl<'de> Compact<'de> {
+    fn rare(&mut self) -> &mut Rare<'de> {
+        self.rare.get_or_insert_with(Box::default)
+    }
+
     fn set(&mut self, field: Lenient, value: Scalar<'de>) {
         match field {
             Lenient::Text(text) => self.texts[text as usize] = value.text(),
@@ -604,7 +630,9 @@ impl<'de> Section<'de> for Compact<'de> {
                 self.generation = None;
                 self.deletion_timestamp = None;
                 self.texts[Text::CreationTimestamp as usize] = None;
-                self.writes.clear();
+                if let Some(rare) = &mut self.rare {
+                    rare.writes.clear();
+                }
                 self.controlled = false;
                 map.next_value_seed(Part(&mut Metadata(self)))?;
             }
@@ -627,8 +655,11 @@ impl<'de> Section<'de> for Compact<'de> {
                     self.texts[text as usize] = None;
                 }
                 self.conditions.clear();
-                self.crash_looping.clear();
-                self.waiting.clear();
+                if let Some(rare) = &mut self.rare {
+                    rare.crash_looping.clear();
+                    rare.waiting.clear();
+                    rare.condition_generations.clear();
+                }
                 self.load_balancer_ingress = false;
                 self.status_nonempty = false;
                 map.next_value_seed(Part(&mut Status(self)))?;
@@ -707,7 +738,9 @@ impl<'de> Section<'de> for Metadata<'_, 'de> {
                 c.set(Lenient::Text(Text::CreationTimestamp), value);
             }
             "managedFields" => {
-                c.writes.clear();
+                if let Some(rare) = &mut c.rare {
+                    rare.writes.clear();
+                }
                 map.next_value_seed(List(&mut ManagedFields(c)))?;
             }
             "ownerReferences" => {
@@ -814,15 +847,22 @@ impl<'de> Section<'de> for Status<'_, 'de> {
             }
             "conditions" => {
                 c.conditions.clear();
+                if let Some(rare) = &mut c.rare {
+                    rare.condition_generations.clear();
+                }
                 return map.next_value_seed(List(&mut ConditionList(c)));
             }
             "containerStatuses" => {
-                c.crash_looping.clear();
-                c.waiting.retain(|(init, _, _)| *init);
+                if let Some(rare) = &mut c.rare {
+                    rare.crash_looping.clear();
+                    rare.waiting.retain(|(init, _, _)| *init);
+                }
                 return map.next_value_seed(List(&mut ContainerStatuses { c, init: false }));
             }
             "initContainerStatuses" => {
-                c.waiting.retain(|(init, _, _)| !*init);
+                if let Some(rare) = &mut c.rare {
+                    rare.waiting.retain(|(init, _, _)| !*init);
+                }
                 return map.next_value_seed(List(&mut ContainerStatuses { c, init: true }));
             }
             "loadBalancer" => {
@@ -945,12 +985,17 @@ impl<'de> Elements<'de> for ConditionList<'_, 'de> {
     fn element<A: SeqAccess<'de>>(&mut self, seq: &mut A) -> Result<bool, A::Error> {
         let mut condition = ConditionEntry {
             fields: ConditionFields::default(),
+            observed_generation: None,
             irregular: false,
         };
         if seq.next_element_seed(Part(&mut condition))?.is_none() {
             return Ok(false);
         }
         self.0.irregular |= condition.irregular;
+        if let Some(generation) = condition.observed_generation {
+            let at = self.0.conditions.len();
+            self.0.rare().condition_generations.push((at, generation));
+        }
         self.0.conditions.push(condition.fields);
         Ok(true)
     }
@@ -963,17 +1008,26 @@ impl<'de> Elements<'de> for ConditionList<'_, 'de> {
 /// One `status.conditions` entry.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct ConditionFields<'a> {
-    /// type, status, reason, message (strictly read: kstatus' rules).
+    /// type, status, reason, message (strictly read: kstatus' rules). A missing or null
+    /// message is an empty *owned* text, which no string in the input decodes to (an empty
+    /// string borrows; an escaped one is never empty): the stricter rules tell the two apart
+    /// without another field in every condition.
     text: [Cow<'a, str>; 4],
-    /// `message` was a string (the stricter rules tell it from a missing one).
-    message_is_text: bool,
-    /// Read leniently, for the stricter rules.
-    observed_generation: Option<i64>,
-    last_transition_time: Cow<'a, str>,
+    /// Read leniently, for the stricter rules; borrowed (a timestamp has no escapes; one
+    /// with escapes makes the object irregular, read in full).
+    last_transition_time: &'a str,
+}
+
+impl ConditionFields<'_> {
+    fn message_is_text(&self) -> bool {
+        !matches!(&self.text[3], Cow::Owned(m) if m.is_empty())
+    }
 }
 
 struct ConditionEntry<'a> {
     fields: ConditionFields<'a>,
+    /// Its own `observedGeneration`, when an integer.
+    observed_generation: Option<i64>,
     irregular: bool,
 }
 
@@ -985,23 +1039,26 @@ impl<'de> Section<'de> for ConditionEntry<'de> {
             "reason" => 2,
             "message" => 3,
             "observedGeneration" => {
-                self.fields.observed_generation = map.next_value::<Scalar>()?.int();
+                self.observed_generation = map.next_value::<Scalar>()?.int();
                 return Ok(());
             }
             "lastTransitionTime" => {
-                self.fields.last_transition_time =
-                    map.next_value::<Scalar>()?.text().unwrap_or_default();
+                self.fields.last_transition_time = match map.next_value::<Scalar>()? {
+                    Scalar::Str(Cow::Borrowed(time)) => time,
+                    Scalar::Str(Cow::Owned(_)) => {
+                        self.irregular = true;
+                        ""
+                    }
+                    _ => "",
+                };
                 return Ok(());
             }
             _ => return skip(map),
         };
-        let value = map.next_value::<Scalar>()?;
-        if slot == 3 {
-            self.fields.message_is_text = matches!(value, Scalar::Str(_));
-        }
-        self.fields.text[slot] = match value {
+        self.fields.text[slot] = match map.next_value::<Scalar>()? {
             Scalar::Str(s) => s,
-            Scalar::Null => Cow::Borrowed(""),
+            // As if missing (see `ConditionFields::text`).
+            Scalar::Null => Cow::Owned(String::new()),
             _ => {
                 self.irregular = true;
                 Cow::Borrowed("")
@@ -1031,13 +1088,13 @@ impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
         }
         if let Some(reason) = container.reason {
             let name = container.name.clone().unwrap_or_default();
-            self.c.waiting.push((self.init, name, reason));
+            self.c.rare().waiting.push((self.init, name, reason));
         }
         if container.crash_looping
             && !self.init
             && let Some(name) = container.name
         {
-            self.c.crash_looping.push(name);
+            self.c.rare().crash_looping.push(name);
         }
         Ok(true)
     }
@@ -1110,7 +1167,7 @@ impl<'de> Elements<'de> for ManagedFields<'_, 'de> {
             return Ok(false);
         }
         if let Some(time) = entry.time {
-            self.0.writes.push((entry.status, time));
+            self.0.rare().writes.push((entry.status, time));
         }
         Ok(true)
     }
