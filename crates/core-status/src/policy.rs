@@ -528,9 +528,11 @@ impl Rules {
         objects: &[crate::input::Judged<'_>],
         now: jiff::Timestamp,
     ) -> Vec<Evaluation> {
+        // The text was decoded once already, checked as strictly as a full decoding checks
+        // it; were it refused now anyway, that object alone would be Unknown, named.
         let full = |object: &crate::input::Spanned<'_>| {
             object.full().map_err(|e| StatusError::Input {
-                source_name: object.compact.kind().to_string(),
+                source_name: format!("{} {}", object.compact.kind(), object.compact.name()),
                 index: 0,
                 reason: e.to_string(),
             })
