@@ -57,10 +57,9 @@ pub struct Compact<'a> {
 /// and every inline byte of [`Compact`] is paid by each of them.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Rare<'a> {
-    /// Containers waiting in CrashLoopBackOff (only `status.containerStatuses`).
-    crash_looping: Vec<Cow<'a, str>>,
-    /// Containers with a `state.waiting.reason`: whether an init container, name, reason.
-    waiting: Vec<(bool, Cow<'a, str>, Cow<'a, str>)>,
+    /// Containers with a `state.waiting.reason`: whether an init container, its name (when
+    /// a string), the reason.
+    waiting: Vec<(bool, Option<Cow<'a, str>>, Cow<'a, str>)>,
     /// `metadata.managedFields`: whether the entry is a status-subresource write, its time.
     writes: Vec<(bool, Cow<'a, str>)>,
     /// `(index in conditions, its own observedGeneration)` for conditions that have one.
@@ -223,8 +222,9 @@ impl Fields for Compact<'_> {
     fn crash_looping(&self) -> Vec<&str> {
         self.rare
             .iter()
-            .flat_map(|r| &r.crash_looping)
-            .map(|n| n.as_ref())
+            .flat_map(|r| &r.waiting)
+            .filter(|(init, _, reason)| !init && reason == "CrashLoopBackOff")
+            .filter_map(|(_, name, _)| name.as_deref())
             .collect()
     }
 }
@@ -232,14 +232,6 @@ impl Fields for Compact<'_> {
 impl PolicyFields for Compact<'_> {
     fn name(&self) -> &str {
         &self.name
-    }
-
-    fn generation_value(&self) -> Option<i64> {
-        self.generation
-    }
-
-    fn observed_generation_value(&self) -> Option<i64> {
-        self.observed_generation
     }
 
     fn policy_conditions(&self) -> Vec<PolicyCondition<'_>> {
@@ -266,7 +258,7 @@ impl PolicyFields for Compact<'_> {
             .iter()
             .flat_map(|r| &r.waiting)
             .filter(|(i, _, reason)| *i == init && reasons.contains(&reason.as_ref()))
-            .map(|(_, name, reason)| (name.as_ref(), reason.as_ref()))
+            .map(|(_, name, reason)| (name.as_deref().unwrap_or_default(), reason.as_ref()))
             .collect()
     }
 
@@ -656,7 +648,6 @@ impl<'de> Section<'de> for Compact<'de> {
                 }
                 self.conditions.clear();
                 if let Some(rare) = &mut self.rare {
-                    rare.crash_looping.clear();
                     rare.waiting.clear();
                     rare.condition_generations.clear();
                 }
@@ -854,7 +845,6 @@ impl<'de> Section<'de> for Status<'_, 'de> {
             }
             "containerStatuses" => {
                 if let Some(rare) = &mut c.rare {
-                    rare.crash_looping.clear();
                     rare.waiting.retain(|(init, _, _)| *init);
                 }
                 return map.next_value_seed(List(&mut ContainerStatuses { c, init: false }));
@@ -1073,7 +1063,8 @@ impl<'de> Section<'de> for ConditionEntry<'de> {
     }
 }
 
-/// `status.containerStatuses`: read leniently, keeping the names of crash-looping containers.
+/// `status.containerStatuses` (or `initContainerStatuses`): read leniently, keeping each
+/// waiting container's name and reason.
 struct ContainerStatuses<'c, 'a> {
     c: &'c mut Compact<'a>,
     /// `status.initContainerStatuses` (only the stricter rules read them).
@@ -1087,14 +1078,10 @@ impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
             return Ok(false);
         }
         if let Some(reason) = container.reason {
-            let name = container.name.clone().unwrap_or_default();
-            self.c.rare().waiting.push((self.init, name, reason));
-        }
-        if container.crash_looping
-            && !self.init
-            && let Some(name) = container.name
-        {
-            self.c.rare().crash_looping.push(name);
+            self.c
+                .rare()
+                .waiting
+                .push((self.init, container.name, reason));
         }
         Ok(true)
     }
@@ -1106,7 +1093,6 @@ impl<'de> Elements<'de> for ContainerStatuses<'_, 'de> {
 #[derive(Default)]
 struct Container<'a> {
     name: Option<Cow<'a, str>>,
-    crash_looping: bool,
     /// `state.waiting.reason`, when a string.
     reason: Option<Cow<'a, str>>,
 }
@@ -1118,7 +1104,6 @@ impl<'de> Section<'de> for Container<'de> {
             "state" => {
                 let mut state = Waiting::default();
                 map.next_value_seed(Part(&mut state))?;
-                self.crash_looping = state.reason.as_deref() == Some("CrashLoopBackOff");
                 self.reason = state.reason;
             }
             _ => skip(map)?,
@@ -1297,7 +1282,7 @@ mod tests {
 
     fn regular_objects() -> Vec<Value> {
         let template = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
-        let objects = [
+        vec![
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n", "generation": 2, "managedFields": [{"m": 1}]},
                 "spec": {"replicas": 3, "progressDeadlineSeconds": 600, "template": template},
                 "status": {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3, "readyReplicas": 2, "availableReplicas": 2,
@@ -1337,8 +1322,7 @@ mod tests {
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "status": {"conditions": [null, {"type": "Stalled", "status": "True", "reason": "Bad", "message": "m"}]}}),
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": null, "message": "wait \"quoted\""}]}}),
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": 3, "status": null}),
-        ];
-        objects.to_vec()
+        ]
     }
 
     /// Objects exercising every switch of the stricter policy.

@@ -226,17 +226,20 @@ impl HealthRules {
 
     /// Whether an entry covers this type (its expressions then judge it, reading any field).
     pub fn covers(&self, api_version: &str, kind: &str) -> bool {
-        if self.is_empty() {
-            return false;
-        }
+        self.rule_for(api_version, kind).is_some()
+    }
+
+    /// The entry for this type: its own, else its group's.
+    fn rule_for(&self, api_version: &str, kind: &str) -> Option<&Rule> {
         let group = api_group(api_version);
-        // Checked on every object of large inputs: the owned lookup key only for a group
-        // that has entries.
-        self.by_group.contains_key(group)
-            || (self.by_kind.keys().any(|(g, _)| g == group)
-                && self
-                    .by_kind
-                    .contains_key(&(group.to_string(), kind.to_string())))
+        // Asked for every object of large inputs, most of whose groups have no entry: the
+        // owned lookup key is built only for a group that has some.
+        if !self.by_kind.keys().any(|(g, _)| g == group) {
+            return self.by_group.get(group);
+        }
+        self.by_kind
+            .get(&(group.to_string(), kind.to_string()))
+            .or_else(|| self.by_group.get(group))
     }
 
     /// The status by expression, or `None` when no entry covers the object's GroupKind.
@@ -246,11 +249,7 @@ impl HealthRules {
             return None;
         }
         let parts = Parts::new(object);
-        let group = api_group(parts.api_version);
-        let rule = self
-            .by_kind
-            .get(&(group.to_string(), parts.kind.to_string()))
-            .or_else(|| self.by_group.get(group))?;
+        let rule = self.rule_for(parts.api_version, parts.kind)?;
         Some(rule.compiled().and_then(|rule| run(rule, &parts)))
     }
 }

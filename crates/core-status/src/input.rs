@@ -410,16 +410,7 @@ pub fn parse_spanned_into<'a>(text: &'a str, out: &mut Vec<Judged<'a>>) -> bool 
         Some(b'{') => spanned_envelope(text, start, out),
         _ => None,
     };
-    let regular = |o: &Judged| match o {
-        Judged::Spanned(s) => {
-            let c = &s.compact;
-            !c.is_irregular()
-                && !c.api_version().is_empty()
-                && !c.kind().is_empty()
-                && !c.kind().ends_with("List")
-        }
-        Judged::Full(_) => false,
-    };
+    let regular = |o: &Judged| matches!(o, Judged::Spanned(s) if is_regular(&s.compact));
     match read {
         Some(end)
             if skip_whitespace(bytes, end) == bytes.len() && out[before..].iter().all(regular) =>
@@ -573,15 +564,18 @@ impl<'de> serde::Deserialize<'de> for Skipped {
 /// Whether every object decoded compactly with nothing `parse` must report or treat specially;
 /// otherwise the whole text goes the full way.
 fn all_regular(objects: &[Observed<'_>]) -> bool {
-    objects.iter().all(|o| match o {
-        Observed::Compact(c) => {
-            !c.is_irregular()
-                && !o.api_version().is_empty()
-                && !o.kind().is_empty()
-                && !o.kind().ends_with("List")
-        }
-        Observed::Full(_) => false,
-    })
+    objects
+        .iter()
+        .all(|o| matches!(o, Observed::Compact(c) if is_regular(c)))
+}
+
+/// A compactly decoded object with nothing `parse` must report or treat specially: a regular
+/// shape, a type, and not a nested list.
+fn is_regular(c: &Compact<'_>) -> bool {
+    !c.is_irregular()
+        && !c.api_version().is_empty()
+        && !c.kind().is_empty()
+        && !c.kind().ends_with("List")
 }
 
 /// The top of a JSON text: its type and, if it is a list, its items (decoded compactly).

@@ -91,10 +91,14 @@ pub struct PolicyCondition<'a> {
 /// the rules below are written once and the compact form judges exactly as the full one.
 pub trait PolicyFields: Fields {
     fn name(&self) -> &str;
-    /// `metadata.generation` when it is an integer.
-    fn generation_value(&self) -> Option<i64>;
+    /// `metadata.generation` when it is an integer (kstatus' strict read, errors as absent).
+    fn generation_value(&self) -> Option<i64> {
+        self.generation().ok().flatten()
+    }
     /// `status.observedGeneration` when it is an integer.
-    fn observed_generation_value(&self) -> Option<i64>;
+    fn observed_generation_value(&self) -> Option<i64> {
+        self.observed_generation().ok().flatten()
+    }
     fn policy_conditions(&self) -> Vec<PolicyCondition<'_>>;
     /// `(name, reason)` of each container in `status.initContainerStatuses` (`init`) or
     /// `status.containerStatuses` whose `state.waiting.reason` is one of `reasons`.
@@ -111,14 +115,6 @@ pub trait PolicyFields: Fields {
 impl PolicyFields for Parts<'_> {
     fn name(&self) -> &str {
         str_or(self.metadata, &["name"], "")
-    }
-
-    fn generation_value(&self) -> Option<i64> {
-        lookup(self.metadata, &["generation"]).and_then(Value::as_i64)
-    }
-
-    fn observed_generation_value(&self) -> Option<i64> {
-        lookup(self.status, &["observedGeneration"]).and_then(Value::as_i64)
     }
 
     fn policy_conditions(&self) -> Vec<PolicyCondition<'_>> {
@@ -206,13 +202,10 @@ fn status_predates_apply<F: PolicyFields>(object: &F) -> Option<jiff::Timestamp>
     if status_subresource_written.is_none() && !object.status_is_empty() {
         return None;
     }
-    let transitions = object
-        .policy_conditions()
-        .into_iter()
+    let conditions = object.policy_conditions();
+    let status_written = conditions
+        .iter()
         .filter_map(|c| c.last_transition_time.parse().ok())
-        .collect::<Vec<jiff::Timestamp>>();
-    let status_written = transitions
-        .into_iter()
         .chain(status_subresource_written)
         .max();
     // Second resolution: a status written in the apply's second counts as after it.
@@ -463,7 +456,7 @@ pub fn compute_compact(
     policy: &Policy,
 ) -> Evaluation {
     let base = crate::compute::evaluate_fields(object, now);
-    if *policy == Policy::default() || base.status == Status::Unknown {
+    if *policy == Policy::default() {
         return base;
     }
     judge(object, base, policy, now, || None)
@@ -518,6 +511,7 @@ impl Rules {
     pub fn needs_pods(&self) -> bool {
         self.policy.workload_failures
     }
+
     /// Every object's status, in order: those whose rules read only what the compact form
     /// holds are judged from it, the rest (types a health expression covers, workloads with
     /// pods in the input, and the pods some workload may own) are decoded in full from their
@@ -537,25 +531,20 @@ impl Rules {
                 reason: e.to_string(),
             })
         };
-        let pods: Vec<Value> = if self.needs_pods() {
-            objects
-                .iter()
-                .filter_map(|o| match o {
-                    crate::input::Judged::Full(object) => (str_or(object, &["apiVersion"], "")
-                        == "v1"
-                        && str_or(object, &["kind"], "") == "Pod")
-                        .then(|| object.clone()),
-                    crate::input::Judged::Spanned(s) => (s.compact.api_version() == "v1"
-                        && s.compact.kind() == "Pod"
-                        && s.compact.is_controlled())
-                    .then(|| full(s).ok())
+        // Full objects are lent as they are; only spanned pods a workload may own are decoded.
+        let pods: Vec<std::borrow::Cow<'_, Value>> = objects
+            .iter()
+            .filter(|o| self.needs_pods() && o.api_version() == "v1" && o.kind() == "Pod")
+            .filter_map(|o| match o {
+                crate::input::Judged::Full(object) => Some(std::borrow::Cow::Borrowed(object)),
+                crate::input::Judged::Spanned(s) => s
+                    .compact
+                    .is_controlled()
+                    .then(|| full(s).ok().map(std::borrow::Cow::Owned))
                     .flatten(),
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let index = crate::workload::PodIndex::new(&pods);
+            })
+            .collect();
+        let index = crate::workload::PodIndex::new(pods.iter().map(|p| p.as_ref()));
         objects
             .iter()
             .map(|o| match o {
