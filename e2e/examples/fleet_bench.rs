@@ -287,6 +287,44 @@ fn plane_cpu() -> BTreeMap<String, f64> {
     by_name
 }
 
+/// CPU seconds each process of the local plane used since `before` ([`plane_cpu`]).
+fn plane_cpu_since(before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    plane_cpu()
+        .into_iter()
+        .map(|(name, after)| {
+            let earlier = before.get(&name).copied().unwrap_or(0.0);
+            (name, after - earlier)
+        })
+        .collect()
+}
+
+/// What kube-apiserver served since `before` ([`apiserver_requests`]), per app, calls under
+/// 0.01 per app left out.
+async fn served_per_app_since(
+    client: &kube::Client,
+    before: &BTreeMap<String, f64>,
+    apps: usize,
+) -> Result<BTreeMap<String, f64>> {
+    Ok(apiserver_requests(client)
+        .await?
+        .into_iter()
+        .map(|(call, n)| {
+            let per_app = (n - before.get(&call).copied().unwrap_or(0.0)) / apps as f64;
+            (call, per_app)
+        })
+        .filter(|(_, n)| *n >= 0.01)
+        .collect())
+}
+
+/// kube-controller-manager's `--kube-api-qps` on the local plane (its default, 20, unless
+/// the plane was started with `STRATA_PLANE_CONTROLLER_MANAGER_QPS`).
+fn controller_manager_qps() -> u32 {
+    std::env::var("STRATA_PLANE_CONTROLLER_MANAGER_QPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+}
+
 /// Open sockets of `pid` (from its file descriptors).
 fn sockets(pid: u32) -> u64 {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -540,38 +578,19 @@ async fn direct_round(
     apply_all(applier, docs).await?;
     let applied = started.elapsed();
     let floor = floor.await??;
-    let mut cpu: BTreeMap<String, f64> = plane_cpu()
-        .into_iter()
-        .map(|(name, after)| {
-            let before = plane_before.get(&name).copied().unwrap_or(0.0);
-            (name, after - before)
-        })
-        .collect();
+    let mut cpu = plane_cpu_since(&plane_before);
     cpu.insert(
         "bench driver".into(),
         cpu_seconds(std::process::id()) - driver_before,
     );
-    let served: BTreeMap<String, f64> = apiserver_requests(client)
-        .await?
-        .into_iter()
-        .map(|(call, n)| {
-            let per_app =
-                (n - served_before.get(&call).copied().unwrap_or(0.0)) / names.len() as f64;
-            (call, per_app)
-        })
-        .filter(|(_, n)| *n >= 0.01)
-        .collect();
+    let served = served_per_app_since(client, &served_before, names.len()).await?;
     eprintln!(
         "fleet bench (direct): {} apps applied in {applied:?}, kube-controller-manager done at {floor:?}",
         names.len()
     );
-    let controller_manager_qps: u32 = std::env::var("STRATA_PLANE_CONTROLLER_MANAGER_QPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
     let result = serde_json::json!({
         "direct": true,
-        "controller_manager_qps": controller_manager_qps,
+        "controller_manager_qps": controller_manager_qps(),
         "layers": names.len(),
         "applied_seconds": applied.as_secs_f64(),
         "create_floor_seconds": floor.as_secs_f64(),
@@ -718,27 +737,11 @@ async fn main() -> Result<()> {
     let (first_total, first_floor, created) = round("1", |_| true).await?;
     let ours_create = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - ours_before;
     let driver_create = cpu_seconds(std::process::id()) - driver_before;
-    let served_after = apiserver_requests(&client).await?;
-    let served_create: BTreeMap<String, f64> = served_after
-        .iter()
-        .map(|(call, n)| {
-            (
-                call.clone(),
-                n - served_before.get(call).copied().unwrap_or(0.0),
-            )
-        })
-        .filter(|(_, n)| *n >= apps as f64 / 100.0)
-        .collect();
+    let served_create = served_per_app_since(&client, &served_before, apps).await?;
     if let Some(profile) = profile {
         profile.await??;
     }
-    let mut cpu_create: BTreeMap<String, f64> = plane_cpu()
-        .into_iter()
-        .map(|(name, after)| {
-            let before = plane_before.get(&name).copied().unwrap_or(0.0);
-            (name, after - before)
-        })
-        .collect();
+    let mut cpu_create = plane_cpu_since(&plane_before);
     cpu_create.insert("layer-controller".into(), ours_create);
     cpu_create.insert("bench driver".into(), driver_create);
     let requests_first = requests(&controllers).await;
@@ -770,12 +773,8 @@ async fn main() -> Result<()> {
             .collect::<serde_json::Map<_, _>>()
             .into()
     };
-    let controller_manager_qps: u32 = std::env::var("STRATA_PLANE_CONTROLLER_MANAGER_QPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20);
     let result = serde_json::json!({
-        "controller_manager_qps": controller_manager_qps,
+        "controller_manager_qps": controller_manager_qps(),
         "shards": shards,
         "controller_peak_rss_kib_per_shard": pids.iter().map(|p| rss_kib(*p, "VmHWM:")).collect::<Vec<_>>(),
         "layers": apps,
@@ -791,7 +790,7 @@ async fn main() -> Result<()> {
         "controller_peak_sockets": peak_sockets.load(Ordering::Relaxed),
         "controller_sockets_at_end": sum(&sockets),
         "requests_per_layer_create": per_layer(&requests_first),
-        "apiserver_requests_per_layer_create": per_layer(&served_create),
+        "apiserver_requests_per_layer_create": served_create,
         "requests_per_layer_both_rounds": per_layer(&requests_total),
         "observer": observer,
     });
