@@ -229,18 +229,21 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
         let old = settled_revisions(&pods).await.with_context(logs)?;
         let watch = watch_rollout(pods.clone(), GROUP, ZONES, REPLICAS);
         let mut deletions = watch.deletions.clone();
-        // Mid-action: a rollout and a layer of BULK ConfigMaps at once.
+        // Mid-action: a rollout and a layer of BULK ConfigMaps at once. The layer is created
+        // once the rollout has deleted its first pod: created together, the layer could be
+        // fully applied before the rollout's first deletion (seen once for etcd), and the kill
+        // would no longer be mid-apply.
         let image = format!("example.invalid/store:{}", round + 2);
         for z in ZONES {
             apply_yaml(&client, NS, &zone(z, &image)).await?;
         }
-        let bulk = format!("bulk-{round}");
-        apply_yaml(&client, NS, &bulk_layer(&bulk)).await?;
-        let mut created = created.clone();
-        let before = *created.borrow();
         tokio::time::timeout(Duration::from_secs(60), deletions.wait_for(|n| *n > 0))
             .await
             .context("no pod deleted within 60 s")??;
+        let bulk = format!("bulk-{round}");
+        let mut created = created.clone();
+        let before = *created.borrow();
+        apply_yaml(&client, NS, &bulk_layer(&bulk)).await?;
         tokio::time::timeout(Duration::from_secs(60), created.wait_for(|n| *n > before))
             .await
             .context("no ConfigMap of the layer applied within 60 s")??;
