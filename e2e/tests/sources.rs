@@ -267,3 +267,153 @@ data:
     delete_layers_then_stop(&names, controller);
     Ok(())
 }
+
+/// A layer reads its Flux source from the layer-controller's watch of the kind, not with a GET
+/// per reconcile: a layer naming a source that does not exist yet deploys as soon as it is
+/// created, follows each new artifact revision at once (its interval is an hour: only the watch
+/// can wake it), and from then on the controller, as its chart ServiceAccount, never GETs the
+/// source (the local plane's audit log), through new revisions and requested reconciles alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_reads_its_flux_source_from_the_watch() -> Result<()> {
+    use strata_e2e::flux::{reconciled, set_source_artifact};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "source-watch").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let server = ArtifactServer::start().await?;
+    let layer = format!("{ns}-late");
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: strata.dev/v1alpha1\nkind: AddonsLayer\nmetadata: {{name: {layer}, labels: {{strata-e2e/suite: {ns}}}}}\nspec: {{version: 1.0.0, interval: 1h, source: {{kind: OCIRepository, name: late, namespace: {ns}, path: ./}}}}\n"
+        ),
+    )
+    .await?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "500ms"])?;
+    let waiting = eventually(
+        "the layer waiting for its source",
+        Duration::from_secs(60),
+        || async {
+            let status = layer_status(&client, &layer).await?;
+            Ok(status["conditions"]
+                .to_string()
+                .contains("not found")
+                .then_some(status))
+        },
+    )
+    .await?;
+    ensure!(waiting["state"] != "Deployed", "{waiting}");
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let publish = |revision: &str| {
+        let manifest = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app, namespace: {ns}}}\ndata: {{revision: {revision}}}\n"
+        );
+        server.publish(&format!("{revision}.tar.gz"), &[("cm.yaml", &manifest)])
+    };
+    let deployed_at = |revision: &'static str| {
+        let (client, layer, maps) = (&client, &layer, &maps);
+        async move {
+            eventually(
+                &format!("{layer} Deployed at {revision}"),
+                Duration::from_secs(30),
+                || async {
+                    let status = layer_status(client, layer).await?;
+                    Ok(
+                        (status["state"] == "Deployed" && status["revision"] == revision)
+                            .then_some(()),
+                    )
+                },
+            )
+            .await?;
+            let applied = maps.get("app").await?;
+            ensure!(
+                applied
+                    .data
+                    .and_then(|d| d.get("revision").cloned())
+                    .as_deref()
+                    == Some(revision),
+                "{revision}: the artifact's ConfigMap"
+            );
+            // A reconcile right after the controller's own status write, before its watch
+            // delivered that write, reads the layer afresh (rightly): pause as a real source
+            // would between revisions, so the count below sees the steady state.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+    let (url, digest) = publish("rev-1");
+    create_source_with_artifact(
+        &client,
+        &ns,
+        "OCIRepository",
+        "late",
+        "rev-1",
+        &url,
+        &digest,
+    )
+    .await?;
+    deployed_at("rev-1").await?;
+    // From here on the kind is listed: every read of the source must come from the watch.
+    let audit = cluster().audit_log();
+    let from = audit
+        .as_ref()
+        .map(|log| std::fs::metadata(log).map(|m| m.len()))
+        .transpose()?;
+    for revision in ["rev-2", "rev-3"] {
+        let (url, digest) = publish(revision);
+        set_source_artifact(
+            &client,
+            &ns,
+            "OCIRepository",
+            "late",
+            revision,
+            &url,
+            &digest,
+        )
+        .await?;
+        deployed_at(revision).await?;
+    }
+    for _ in 0..2 {
+        let status = reconciled(&client, &layer, Duration::from_secs(30)).await?;
+        ensure!(status["revision"] == "rev-3", "{status}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    match (audit, from) {
+        (Some(log), Some(from)) => {
+            use std::io::{Read, Seek};
+            let mut file = std::fs::File::open(&log)?;
+            file.seek(std::io::SeekFrom::Start(from))?;
+            let mut text = String::new();
+            file.read_to_string(&mut text)?;
+            let user = format!("system:serviceaccount:{ns}:layer-controller");
+            let ours: Vec<serde_json::Value> = text
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|e| e["user"]["username"] == user.as_str())
+                .collect();
+            // The log does hold this controller's requests of the window (its status writes).
+            ensure!(
+                ours.iter()
+                    .any(|e| e["objectRef"]["resource"] == "addonslayers"),
+                "no request of {user} in the audit log since rev-1"
+            );
+            let gets: Vec<&serde_json::Value> = ours
+                .iter()
+                .filter(|e| e["verb"] == "get" && e["objectRef"]["resource"] == "ocirepositories")
+                .collect();
+            ensure!(gets.is_empty(), "the source was read with a GET: {gets:#?}");
+            // Nor is the layer read afresh at the start of each of its (at least four)
+            // reconciles: only while our last write of it is not in the cache yet.
+            let layer_gets = ours
+                .iter()
+                .filter(|e| e["verb"] == "get" && e["objectRef"]["resource"] == "addonslayers")
+                .count();
+            eprintln!("GETs of the layer by its controller since rev-1: {layer_gets}");
+            ensure!(layer_gets <= 1, "the layer was read {layer_gets} times");
+        }
+        _ => eprintln!("no audit log (not the local plane): the GETs are not counted"),
+    }
+    delete_layers_then_stop(&[layer.as_str()], controller);
+    Ok(())
+}

@@ -12,6 +12,7 @@ pub mod manifest;
 pub mod objects;
 pub mod read;
 pub mod source;
+pub mod source_cache;
 pub mod substitute;
 
 pub use error::{LayerError, Result};

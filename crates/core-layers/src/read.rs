@@ -16,6 +16,7 @@ use crate::error::{LayerError, Result};
 use crate::lock;
 use crate::objects::{ObjectRef, SourceRef, SourceState};
 use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
+use crate::source_cache::SourceCache;
 
 /// (source, path) → (revision, objects): what a layer wants depends on nothing else, and
 /// only the latest revision is kept.
@@ -31,6 +32,9 @@ pub struct Reader {
     default_namespace: String,
     artifacts: Mutex<HashMap<SourceRef, ArtifactSlot>>,
     desired: Mutex<DesiredCache>,
+    /// Flux source kind → what a watch knows of its objects, read instead of a GET per read
+    /// (see [`Reader::cache_sources`]).
+    sources: Mutex<HashMap<String, Arc<SourceCache>>>,
 }
 
 impl std::fmt::Debug for Reader {
@@ -56,7 +60,15 @@ impl Reader {
             default_namespace,
             artifacts: Mutex::default(),
             desired: Mutex::default(),
+            sources: Mutex::default(),
         }
+    }
+
+    /// Reads of Flux sources of `kind` come from `cache` once it is listed: a controller
+    /// whose reconciles are woken by the same watch, after it updated the cache, never decides
+    /// from an older source than the one that woke it.
+    pub fn cache_sources(&self, kind: &str, cache: Arc<SourceCache>) {
+        lock(&self.sources).insert(kind.to_string(), cache);
     }
 
     pub fn default_namespace(&self) -> &str {
@@ -146,18 +158,27 @@ impl Reader {
                 source.kind
             )));
         };
-        let api = self.api(&resolved, Some(&source.namespace));
-        let Some(object) = api
-            .get_opt(&source.name)
-            .await
-            .map_err(|e| LayerError::api(format!("reading {source}"), e))?
-        else {
-            return Ok(not_ready(format!("{source} not found")));
+        let cached = lock(&self.sources)
+            .get(&source.kind)
+            .filter(|cache| cache.listed())
+            .cloned();
+        let verdict = match cached {
+            Some(cache) => cache.get(&source.namespace, &source.name),
+            None => self
+                .api(&resolved, Some(&source.namespace))
+                .get_opt(&source.name)
+                .await
+                .map_err(|e| LayerError::api(format!("reading {source}"), e))?
+                .map(|object| {
+                    source::flux_artifact(
+                        &typed_value(&object, &resolved.resource).unwrap_or_default(),
+                    )
+                }),
         };
-        let value = typed_value(&object, &resolved.resource).unwrap_or_default();
-        let artifact = match source::flux_artifact(&value) {
-            Ok(artifact) => artifact,
-            Err(message) => return Ok(not_ready(message)),
+        let artifact = match verdict {
+            None => return Ok(not_ready(format!("{source} not found"))),
+            Some(Err(message)) => return Ok(not_ready(message)),
+            Some(Ok(artifact)) => artifact,
         };
         let slot = lock(&self.artifacts)
             .entry(source.clone())

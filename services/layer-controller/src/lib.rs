@@ -15,7 +15,7 @@ pub mod reconcile;
 pub mod stale;
 
 // The API, sources and manifests live in `core-layers`, shared with the drift-observer.
-pub use core_layers::{crd, error, keys, read, source};
+pub use core_layers::{crd, error, keys, read, source, source_cache};
 
 use prometheus_client::registry::Registry;
 

@@ -13,6 +13,7 @@
 //! This file holds the flags, the state shared by reconciles, whom a layer acts as, and [`run`].
 
 mod apply;
+mod fresh;
 mod health_watch;
 mod pass;
 mod prune;
@@ -42,6 +43,7 @@ use crate::source::Limits;
 use core_k8s::labels::LabelSelector;
 use core_layers::objects::ActingAccount;
 
+use self::fresh::UnseenWrites;
 use self::health_watch::HealthWakeups;
 use self::pass::reconcile;
 use self::triggers::{
@@ -152,6 +154,8 @@ pub struct Shared {
     memory: Mutex<HashMap<String, Memory>>,
     cluster_version: Mutex<Option<(String, Instant)>>,
     health: Arc<HealthWakeups>,
+    /// Our writes of each layer the watch has not shown yet (see `fresh`).
+    writes: Arc<UnseenWrites>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -177,7 +181,8 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         tx.clone(),
         ctx.shutdown.clone(),
     ));
-    let (departed, gone) = (metrics.clone(), health.clone());
+    let writes = Arc::new(UnseenWrites::default());
+    let (departed, gone, seen) = (metrics.clone(), health.clone(), writes.clone());
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
         // Nothing here reads a layer's managed fields, often its largest part: the cache of
@@ -186,10 +191,32 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         .reflect(writer)
         // A layer leaves this replica's watch when it is deleted or relabelled into another
         // shard: its series go with it, so exactly one shard reports each layer.
-        .inspect(move |event| {
-            if let Ok(watcher::Event::Delete(layer)) = event {
-                departed.forget(&layer.name_any());
-                gone.forget(&layer.name_any());
+        .inspect({
+            // A relist's objects reach the cache together, when it is done.
+            let mut relisted: Vec<(String, Option<String>)> = Vec::new();
+            move |event| match event {
+                Ok(watcher::Event::Delete(layer)) => {
+                    departed.forget(&layer.name_any());
+                    gone.forget(&layer.name_any());
+                    seen.forget(&layer.name_any());
+                }
+                // Now in the cache: a reconcile may decide from it (see `fresh`).
+                Ok(watcher::Event::Apply(layer)) => {
+                    seen.seen(
+                        &layer.name_any(),
+                        layer.metadata.resource_version.as_deref(),
+                    );
+                }
+                Ok(watcher::Event::Init) => relisted.clear(),
+                Ok(watcher::Event::InitApply(layer)) => {
+                    relisted.push((layer.name_any(), layer.metadata.resource_version.clone()))
+                }
+                Ok(watcher::Event::InitDone) => {
+                    for (name, version) in relisted.drain(..) {
+                        seen.seen(&name, version.as_deref());
+                    }
+                }
+                Err(_) => {}
             }
         })
         .applied_objects()
@@ -230,6 +257,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         memory: Mutex::default(),
         cluster_version: Mutex::default(),
         health,
+        writes,
     });
     spawn_source_watchers(&ctx, shared.clone(), tx);
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {

@@ -9,7 +9,7 @@ use core_k8s::Context;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
 use tracing::Instrument as _;
 
 use crate::crd::{AddonsLayer, Blocker, LayerSet};
@@ -83,16 +83,29 @@ async fn reconcile_layer(
     shared: Arc<Shared>,
 ) -> Result<Action> {
     let name = layer.name_any();
-    // Our own last status write may not be in the cache yet: decide from the latest copy.
-    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    let Some(layer) = api
-        .get_opt(&name)
-        .await
-        .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?
-    else {
-        return Ok(Action::await_change());
+    // The cache's copy, unless our own last write of the layer is not in it yet: then the
+    // latest copy from the API server (see `fresh`).
+    let cached = if shared.writes.pending(&name) {
+        None
+    } else {
+        shared.layers.get(&LayerKey::new(&name))
     };
-    if !shared.owns(&layer) {
+    let layer = match cached {
+        Some(layer) => layer,
+        None => {
+            let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+            let Some(layer) = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?
+            else {
+                return Ok(Action::await_change());
+            };
+            Arc::new(layer)
+        }
+    };
+    let layer = layer.as_ref();
+    if !shared.owns(layer) {
         // Relabelled into another shard since this reconcile was queued: hands off.
         tracing::info!(layer = %name, "the layer left this shard; another shard reconciles it");
         shared.metrics.forget(&name);
@@ -101,17 +114,17 @@ async fn reconcile_layer(
     }
     if layer.metadata.deletion_timestamp.is_some() {
         shared.health.forget(&name);
-        return teardown(&layer, &ctx, &shared).await;
+        return teardown(layer, &ctx, &shared).await;
     }
     if !layer.finalizers().iter().any(|f| f == FINALIZER) {
-        set_finalizer(&ctx, &layer, true).await?;
+        set_finalizer(&ctx, &shared, layer, true).await?;
     }
-    let (interval, timeout) = plan::timing_or_default(&layer);
+    let (interval, timeout) = plan::timing_or_default(layer);
     let interval = plan::effective_interval(interval, shared.args.sync_period);
     let mut all = layers_map(&shared.layers);
-    fresh_dependencies(&ctx, &layer, &mut all).await?;
-    let source_ref = SourceRef::of(&layer, &shared.args.default_source_namespace);
-    let fetched = if layer.spec.hold || !plan::spec_errors(&layer).is_empty() {
+    fresh_dependencies(&ctx, layer, &mut all).await?;
+    let source_ref = SourceRef::of(layer, &shared.args.default_source_namespace);
+    let fetched = if layer.spec.hold || !plan::spec_errors(layer).is_empty() {
         source::Fetched {
             state: SourceState::NotReady {
                 message: "not read".into(),
@@ -148,14 +161,14 @@ async fn reconcile_layer(
                     reason::ARTIFACT_FAILED,
                     format!("{source_ref}: {e}"),
                 );
-                write_status(&ctx, &shared, &layer, report).await?;
+                write_status(&ctx, &shared, layer, report).await?;
                 return Ok(Action::requeue(interval.min(Duration::from_secs(60))));
             }
             Err(e) => return Err(e),
         }
     };
     let cluster_version = shared.cluster_version(&ctx).await;
-    let objects = crate::prereqs::read(&shared.reader, &layer).await;
+    let objects = crate::prereqs::read(&shared.reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: cluster_version.as_deref(),
@@ -163,19 +176,19 @@ async fn reconcile_layer(
         objects: &objects,
         shard: shared.shard(),
     };
-    match plan::gate(&layer, &all, &inputs) {
+    match plan::gate(layer, &all, &inputs) {
         Gate::Hold => {
             let report = Report::new(
                 state::HOLD,
                 state::HOLD,
                 "the layer is on hold: nothing is applied or pruned until spec.hold is false",
             );
-            write_status(&ctx, &shared, &layer, report).await?;
+            write_status(&ctx, &shared, layer, report).await?;
             Ok(Action::await_change())
         }
         Gate::Invalid(message) => {
             let report = Report::new(state::FAILED, reason::INVALID_SPEC, message);
-            write_status(&ctx, &shared, &layer, report).await?;
+            write_status(&ctx, &shared, layer, report).await?;
             Ok(Action::await_change())
         }
         Gate::Cycle(cycle) => {
@@ -193,13 +206,13 @@ async fn reconcile_layer(
                     message: format!("dependency cycle: {}", cycle.join(" -> ")),
                 })
                 .collect();
-            write_status(&ctx, &shared, &layer, report).await?;
+            write_status(&ctx, &shared, layer, report).await?;
             Ok(Action::requeue(interval))
         }
         Gate::CrossShard { message, blockers } => {
             let mut report = Report::new(state::FAILED, reason::CROSS_SHARD_DEPENDENCY, message);
             report.blockers = blockers;
-            write_status(&ctx, &shared, &layer, report).await?;
+            write_status(&ctx, &shared, layer, report).await?;
             // Relabelling either layer wakes this one (a dependency joining the shard is a
             // watch event here; this layer leaving it is the other shard's); the interval is
             // the safety net.
@@ -231,7 +244,7 @@ async fn reconcile_layer(
                     .any(|o| o.to_string() == b.name)
             });
             report.blockers = blockers;
-            write_status(&ctx, &shared, &layer, report).await?;
+            write_status(&ctx, &shared, layer, report).await?;
             Ok(Action::requeue(if waits_for_objects {
                 interval.min(OBJECT_PREREQ_POLL)
             } else {
@@ -254,7 +267,7 @@ async fn reconcile_layer(
             };
             let files = fetched.files.unwrap_or_default();
             apply_layer(
-                &layer, &ctx, &shared, &all, revision, &files, interval, timeout,
+                layer, &ctx, &shared, &all, revision, &files, interval, timeout,
             )
             .await
         }

@@ -240,7 +240,7 @@ pub(super) async fn teardown(
             )
             .await;
         }
-        set_finalizer(ctx, layer, false).await?;
+        set_finalizer(ctx, shared, layer, false).await?;
         shared.metrics.forget(&name);
         lock(&shared.memory).remove(&name);
         return Ok(Action::await_change());

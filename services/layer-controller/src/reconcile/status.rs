@@ -114,7 +114,10 @@ pub(super) async fn write_status(
         return Ok(());
     }
     let value = serde_json::to_value(&status).map_err(|e| LayerError::Source(e.to_string()))?;
-    ctx.applier.apply_status(layer, value).await?;
+    let written = ctx.applier.apply_status(layer, value).await?;
+    shared
+        .writes
+        .wrote(&name, written.metadata.resource_version.as_deref());
     if previous.state.as_deref() != Some(report.state) {
         let severity = if report.state == state::FAILED {
             Severity::Warning
@@ -151,11 +154,46 @@ pub(super) fn reconcile_requested_at(layer: &AddonsLayer) -> Option<String> {
         .cloned()
 }
 
-/// Adds or removes our finalizer. `layer` must be the copy just read from the API server
-/// (not the cache, which may be older than our own status write and would make the
-/// compare-and-swap fail every time).
-pub(super) async fn set_finalizer(ctx: &Context, layer: &AddonsLayer, present: bool) -> Result<()> {
+/// Adds or removes our finalizer. The finalizers are replaced as a compare-and-swap on the
+/// copy the reconcile decided from; when another writer got there first, once more on the
+/// latest copy.
+pub(super) async fn set_finalizer(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    present: bool,
+) -> Result<()> {
     let name = layer.name_any();
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let written = match patch_finalizers(&api, layer, present).await {
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let latest = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?;
+            match latest {
+                Some(latest) => patch_finalizers(&api, &latest, present).await,
+                None => return Ok(()),
+            }
+        }
+        other => other,
+    }
+    .map_err(|e| LayerError::api(format!("finalizer of layer {name}"), e))?;
+    if let Some(written) = written {
+        shared
+            .writes
+            .wrote(&name, written.metadata.resource_version.as_deref());
+    }
+    Ok(())
+}
+
+/// The finalizer patch, with `layer`'s resource version as its precondition; `None` when the
+/// finalizers are already as wanted.
+async fn patch_finalizers(
+    api: &Api<AddonsLayer>,
+    layer: &AddonsLayer,
+    present: bool,
+) -> std::result::Result<Option<AddonsLayer>, kube::Error> {
     let mut finalizers: Vec<String> = layer
         .finalizers()
         .iter()
@@ -166,15 +204,16 @@ pub(super) async fn set_finalizer(ctx: &Context, layer: &AddonsLayer, present: b
         finalizers.push(FINALIZER.into());
     }
     if finalizers.as_slice() == layer.finalizers() {
-        return Ok(());
+        return Ok(None);
     }
-    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-    // resourceVersion makes this a compare-and-swap: a concurrent finalizer edit is retried.
     let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": layer.resource_version()}});
-    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(|e| LayerError::api(format!("finalizer of layer {name}"), e))?;
-    Ok(())
+    api.patch(
+        &layer.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
+    .map(Some)
 }
 
 /// Publishes an Event about a layer; a failure to publish is logged, never fatal.

@@ -19,6 +19,7 @@ use crate::keys::SOURCE_LABEL;
 use crate::lock;
 use crate::plan::{self, SourceRef};
 use crate::source::{CONFIGMAP_KIND, FLUX_KINDS};
+use crate::source_cache::SourceCache;
 
 use super::Shared;
 
@@ -180,9 +181,21 @@ pub(super) fn spawn_source_watchers(
                 }
             };
             let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resolved.resource);
-            let events =
-                core_k8s::controller::watch_backoff(watcher(api, watcher::Config::default()))
-                    .touched_objects();
+            // The watch that wakes a source's readers also keeps what reads need of each
+            // source (`SourceCache`), updated before the wake-up is sent, so reconciles read
+            // sources without a GET each. Until it is listed (or when this replica may not
+            // list the kind) reads are GETs.
+            let cache = Arc::new(SourceCache::default());
+            shared.reader.cache_sources(kind, cache.clone());
+            let events = core_k8s::controller::watch_backoff(
+                // Listed 50 at a time: a page is held whole while it is read.
+                watcher(api, watcher::Config::default().page_size(50)).inspect(move |event| {
+                    if let Ok(event) = event {
+                        cache.apply(event);
+                    }
+                }),
+            )
+            .touched_objects();
             wakeups.forward(kind, events, ctx.shutdown.clone()).await;
         });
     }
