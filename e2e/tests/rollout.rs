@@ -913,12 +913,22 @@ async fn a_delayed_downscale_never_goes_early_on_a_late_invalid_or_missing_answe
         Ok((replicas(&sts, "ingester-zone-a").await? == 1).then_some(()))
     })
     .await?;
-    let notes = delayed_notes(&client, &ns.name, "ingester-zone-a").await?;
+    // The decision's Event is published after the scale itself: wait for it too.
+    let went = eventually(
+        "the downscale's decision published",
+        Duration::from_secs(15),
+        || async {
+            let notes = delayed_notes(&client, &ns.name, "ingester-zone-a").await?;
+            Ok(notes.into_iter().find(|n| {
+                n.contains("scale 3 -> 1: every pod going away prepared at least 1h ago")
+            }))
+        },
+    )
+    .await;
     assert!(
-        notes
-            .iter()
-            .any(|n| n.contains("scale 3 -> 1: every pod going away prepared at least 1h ago")),
-        "{notes:?}"
+        went.is_ok(),
+        "{:?}",
+        delayed_notes(&client, &ns.name, "ingester-zone-a").await?
     );
     Ok(())
 }
