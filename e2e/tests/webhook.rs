@@ -112,8 +112,10 @@ async fn no_downscale_zpdb_validation_and_ca_injection_over_tls() -> Result<()> 
         "downscale of statefulsets/ingester in {} from 3 to 2 replicas is not allowed because it has the label 'grafana.com/no-downscale=true'",
         ns.name
     );
-    // The /scale subresource (kubectl scale), once the configuration is active.
-    eventually("scale down denied", Duration::from_secs(30), || async {
+    // The /scale subresource (kubectl scale), once the configuration is active: the CA
+    // injected, then seen by the API server's webhook informer (once over 30 s during a full
+    // suite on two cores).
+    eventually("scale down denied", Duration::from_secs(60), || async {
         let out = kubectl_scale(&ns.name, "ingester", 2)?;
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         Ok((!out.status.success() && err.contains(&message)).then_some(()))

@@ -22,6 +22,10 @@ use crate::source_cache::SourceCache;
 /// only the latest revision is kept.
 type DesiredCache = HashMap<(SourceRef, String), (String, Arc<BTreeSet<ObjectRef>>)>;
 
+/// How long a read of a cached source kind waits for the kind's first list (a controller's
+/// start-up); past it the source reads as not ready and the layer is woken by the list.
+pub const SOURCE_LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 type ArtifactSlot = Arc<tokio::sync::Mutex<Option<(String, Arc<Files>)>>>;
 
 /// Reads sources and live kinds for the layer-controller and the CLI.
@@ -64,9 +68,10 @@ impl Reader {
         }
     }
 
-    /// Reads of Flux sources of `kind` come from `cache` once it is listed: a controller
-    /// whose reconciles are woken by the same watch, after it updated the cache, never decides
-    /// from an older source than the one that woke it.
+    /// Reads of Flux sources of `kind` come from `cache` (waiting for its first list, up to
+    /// [`SOURCE_LIST_WAIT`]), never from a GET: a controller whose reconciles are woken by the
+    /// same watch, after it updated the cache, never decides from an older source than the
+    /// one that woke it. Without a cache (the drift-observer, the CLI) a read is a GET.
     pub fn cache_sources(&self, kind: &str, cache: Arc<SourceCache>) {
         lock(&self.sources).insert(kind.to_string(), cache);
     }
@@ -158,12 +163,17 @@ impl Reader {
                 source.kind
             )));
         };
-        let cached = lock(&self.sources)
-            .get(&source.kind)
-            .filter(|cache| cache.listed())
-            .cloned();
+        let cached = lock(&self.sources).get(&source.kind).cloned();
         let verdict = match cached {
-            Some(cache) => cache.get(&source.namespace, &source.name),
+            Some(cache) => {
+                if !cache.wait_listed(SOURCE_LIST_WAIT).await {
+                    return Ok(not_ready(format!(
+                        "the {} watch has not listed them yet (may this controller list and watch {}.{FLUX_GROUP}?)",
+                        source.kind, resolved.resource.plural
+                    )));
+                }
+                cache.get(&source.namespace, &source.name)
+            }
             None => self
                 .api(&resolved, Some(&source.namespace))
                 .get_opt(&source.name)

@@ -1,7 +1,7 @@
 //! What a watch of one Flux source kind knows of its objects: for each, the artifact to
 //! download or why there is none yet. A controller reads its sources here instead of with a
 //! GET per reconcile (at 1,000 layers, 2.6 GETs per layer in one deploy round and one per
-//! layer per sync period ever after).
+//! layer per sync period ever after), and so needs no `get` on them at all: list and watch.
 //!
 //! Only the verdict of [`source::flux_artifact`] is kept, a few hundred bytes per source: a
 //! reflector's cache of the objects themselves, even cut down to their status, cost the
@@ -10,10 +10,12 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use kube::api::DynamicObject;
 use kube::runtime::watcher;
 use serde_json::{Value, json};
+use tokio::sync::Notify;
 
 use crate::lock;
 use crate::source::{self, Artifact};
@@ -29,15 +31,29 @@ pub type Verdict = std::result::Result<Artifact, String>;
 pub struct SourceCache {
     /// Listed at least once: a source missing here does not exist.
     listed: AtomicBool,
+    /// Wakes the reads waiting for the first list.
+    first_list: Notify,
     sources: Mutex<HashMap<SourceKey, Verdict>>,
     /// A relist in progress: its objects replace the cache when it is done.
     relisting: Mutex<HashMap<SourceKey, Verdict>>,
 }
 
 impl SourceCache {
-    /// Whether the kind has been listed: until then, reads must go to the API server.
+    /// Whether the kind has been listed: until then nothing can be read here.
     pub fn listed(&self) -> bool {
         self.listed.load(Ordering::Acquire)
+    }
+
+    /// Waits up to `timeout` for the kind's first list; whether it is listed.
+    pub async fn wait_listed(&self, timeout: Duration) -> bool {
+        let listed = self.first_list.notified();
+        tokio::pin!(listed);
+        // Registered before the check, so a list finishing in between is not missed.
+        listed.as_mut().enable();
+        if self.listed() {
+            return true;
+        }
+        tokio::time::timeout(timeout, listed).await.is_ok() || self.listed()
     }
 
     /// The verdict on `namespace/name`; `None` when there is no such source.
@@ -66,6 +82,7 @@ impl SourceCache {
                 let listed = std::mem::take(&mut *lock(&self.relisting));
                 *lock(&self.sources) = listed;
                 self.listed.store(true, Ordering::Release);
+                self.first_list.notify_waiters();
             }
         }
     }
@@ -117,10 +134,14 @@ mod tests {
             .map(|a| a.revision)
     }
 
-    #[test]
-    fn the_cache_follows_the_watch() {
+    #[tokio::test]
+    async fn the_cache_follows_the_watch() {
         let cache = SourceCache::default();
         assert!(!cache.listed(), "nothing is known before the first list");
+        assert!(
+            !cache.wait_listed(Duration::from_millis(10)).await,
+            "a read before the first list waits, then gives up"
+        );
         cache.apply(&watcher::Event::Init);
         cache.apply(&watcher::Event::InitApply(source("a", Some("v1"))));
         cache.apply(&watcher::Event::InitApply(source("b", None)));
@@ -128,7 +149,12 @@ mod tests {
             !cache.listed() && cache.get("apps", "a").is_none(),
             "a list half done is not read"
         );
+        let waiting = cache.wait_listed(Duration::from_secs(60));
         cache.apply(&watcher::Event::InitDone);
+        assert!(
+            waiting.await,
+            "a read waiting for the list goes on when it is done"
+        );
         assert!(cache.listed());
         assert_eq!(revision(&cache, "a").as_deref(), Some("v1"));
         let not_ready = cache.get("apps", "b").unwrap().unwrap_err();

@@ -166,6 +166,10 @@ pub(super) fn spawn_source_watchers(
             .forward(CONFIGMAP_KIND, events, ctx.shutdown.clone()),
     );
     for kind in FLUX_KINDS {
+        // Registered before the kind is even resolved: a reconcile at start-up waits for the
+        // first list instead of reading with a GET.
+        let cache = Arc::new(SourceCache::default());
+        shared.reader.cache_sources(kind, cache.clone());
         let ctx = ctx.clone();
         let wakeups = wakeups.clone();
         let shared = shared.clone();
@@ -182,11 +186,8 @@ pub(super) fn spawn_source_watchers(
             };
             let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resolved.resource);
             // The watch that wakes a source's readers also keeps what reads need of each
-            // source (`SourceCache`), updated before the wake-up is sent, so reconciles read
-            // sources without a GET each. Until it is listed (or when this replica may not
-            // list the kind) reads are GETs.
-            let cache = Arc::new(SourceCache::default());
-            shared.reader.cache_sources(kind, cache.clone());
+            // source (`SourceCache`), updated before the wake-up is sent: reconciles read
+            // sources there, never with a GET (the first list wakes every reader).
             let events = core_k8s::controller::watch_backoff(
                 // Listed 50 at a time: a page is held whole while it is read.
                 watcher(api, watcher::Config::default().page_size(50)).inspect(move |event| {
