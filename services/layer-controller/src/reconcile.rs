@@ -183,6 +183,13 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     ));
     let writes = Arc::new(UnseenWrites::default());
     let (departed, gone, seen) = (metrics.clone(), health.clone(), writes.clone());
+    // A change of a layer wakes the layers that depend on it, from this same watch and only
+    // once the cache holds the change: the dependent then judges its dependency from the
+    // cache, never from a copy older than the change that woke it. (A second watch of the
+    // layers used to carry these wake-ups, so each reconcile re-read its dependencies with a
+    // GET in case the cache lagged that other watch.)
+    let (dependents_tx, dependents_rx) = mpsc::unbounded_channel::<LayerKey<AddonsLayer>>();
+    let (index, index_after_relist) = (reader.clone(), reader.clone());
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
         // Nothing here reads a layer's managed fields, often its largest part: the cache of
@@ -194,11 +201,20 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         .inspect({
             // A relist's objects reach the cache together, when it is done.
             let mut relisted: Vec<(String, Option<String>)> = Vec::new();
+            let gate_seen: Mutex<HashMap<String, String>> = Mutex::default();
+            let wake_dependents = move |changed: &AddonsLayer| {
+                if gate_relevant_change(changed, &gate_seen) {
+                    for dependent in wake_on_layer_change(changed, &index) {
+                        let _ = dependents_tx.send(dependent);
+                    }
+                }
+            };
             move |event| match event {
                 Ok(watcher::Event::Delete(layer)) => {
                     departed.forget(&layer.name_any());
                     gone.forget(&layer.name_any());
                     seen.forget(&layer.name_any());
+                    wake_dependents(layer);
                 }
                 // Now in the cache: a reconcile may decide from it (see `fresh`).
                 Ok(watcher::Event::Apply(layer)) => {
@@ -206,6 +222,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
                         &layer.name_any(),
                         layer.metadata.resource_version.as_deref(),
                     );
+                    wake_dependents(layer);
                 }
                 Ok(watcher::Event::Init) => relisted.clear(),
                 Ok(watcher::Event::InitApply(layer)) => {
@@ -214,6 +231,9 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
                 Ok(watcher::Event::InitDone) => {
                     for (name, version) in relisted.drain(..) {
                         seen.seen(&name, version.as_deref());
+                        if let Some(layer) = index_after_relist.get(&LayerKey::new(&name)) {
+                            wake_dependents(&layer);
+                        }
                     }
                 }
                 Err(_) => {}
@@ -224,17 +244,11 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     let controller = Controller::for_stream(intents, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(args.concurrent));
     let store = controller.store();
-    let index = store.clone();
     let controller = controller
-        .watches(api, layer_config, {
-            let seen: Mutex<HashMap<String, String>> = Mutex::default();
-            move |changed| {
-                if !gate_relevant_change(&changed, &seen) {
-                    return Vec::new();
-                }
-                wake_on_layer_change(&changed, &index)
-            }
-        })
+        .reconcile_on(futures::stream::unfold(
+            dependents_rx,
+            |mut rx| async move { rx.recv().await.map(|key| (key, rx)) },
+        ))
         .reconcile_on(futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|key| (key, rx))
         }));

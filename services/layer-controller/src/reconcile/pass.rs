@@ -35,23 +35,25 @@ fn layers_map(store: &Store<AddonsLayer>) -> LayerSet {
         .collect()
 }
 
-/// Re-reads the layer's dependencies from the API server. The wake-up comes from a watch
-/// event that the cache may not hold yet; judging a dependency from a lagging cache would
-/// miss the moment it turned Deployed and leave the dependent waiting for the resync.
-async fn fresh_dependencies(ctx: &Context, layer: &AddonsLayer, all: &mut LayerSet) -> Result<()> {
+/// Reads the layer's dependencies this replica's cache does not hold from the API server: one
+/// in another shard (to name it), or deleted. Those in the cache are as new as the change that
+/// woke this layer (see `run`).
+async fn dependencies_elsewhere(
+    ctx: &Context,
+    layer: &AddonsLayer,
+    all: &mut LayerSet,
+) -> Result<()> {
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
     for dep in &plan::dependencies_of(layer) {
-        match api
+        if all.contains_key(dep) {
+            continue;
+        }
+        if let Some(found) = api
             .get_opt(dep)
             .await
             .map_err(|e| LayerError::api(format!("reading layer {dep}"), e))?
         {
-            Some(fresh) => {
-                all.insert(dep.clone(), Arc::new(fresh));
-            }
-            None => {
-                all.remove(dep);
-            }
+            all.insert(dep.clone(), Arc::new(found));
         }
     }
     Ok(())
@@ -122,7 +124,7 @@ async fn reconcile_layer(
     let (interval, timeout) = plan::timing_or_default(layer);
     let interval = plan::effective_interval(interval, shared.args.sync_period);
     let mut all = layers_map(&shared.layers);
-    fresh_dependencies(&ctx, layer, &mut all).await?;
+    dependencies_elsewhere(&ctx, layer, &mut all).await?;
     let source_ref = SourceRef::of(layer, &shared.args.default_source_namespace);
     let fetched = if layer.spec.hold || !plan::spec_errors(layer).is_empty() {
         source::Fetched {
