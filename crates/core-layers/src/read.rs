@@ -16,7 +16,7 @@ use crate::error::{LayerError, Result};
 use crate::lock;
 use crate::objects::{ObjectRef, SourceRef, SourceState};
 use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
-use crate::source_cache::SourceCache;
+use crate::source_cache::{self, SourceCache};
 
 /// (source, path) → (revision, objects): what a layer wants depends on nothing else, and
 /// only the latest revision is kept.
@@ -179,11 +179,8 @@ impl Reader {
                 .get_opt(&source.name)
                 .await
                 .map_err(|e| LayerError::api(format!("reading {source}"), e))?
-                .map(|object| {
-                    source::flux_artifact(
-                        &typed_value(&object, &resolved.resource).unwrap_or_default(),
-                    )
-                }),
+                .as_ref()
+                .map(source_cache::verdict),
         };
         let artifact = match verdict {
             None => return Ok(not_ready(format!("{source} not found"))),

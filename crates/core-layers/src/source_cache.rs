@@ -95,13 +95,18 @@ fn key_of(object: &DynamicObject) -> SourceKey {
     )
 }
 
-/// The source's verdict, from the fields [`source::flux_artifact`] reads.
 fn judge(object: &DynamicObject) -> (SourceKey, Verdict) {
+    (key_of(object), verdict(object))
+}
+
+/// A Flux source's verdict, from the only fields [`source::flux_artifact`] reads (its
+/// generation and status), without converting the whole object.
+pub fn verdict(object: &DynamicObject) -> Verdict {
     let read = json!({
         "metadata": {"generation": object.metadata.generation},
         "status": object.data.get("status").cloned().unwrap_or(Value::Null),
     });
-    (key_of(object), source::flux_artifact(&read))
+    source::flux_artifact(&read)
 }
 
 #[cfg(test)]

@@ -189,7 +189,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
     // layers used to carry these wake-ups, so each reconcile re-read its dependencies with a
     // GET in case the cache lagged that other watch.)
     let (dependents_tx, dependents_rx) = mpsc::unbounded_channel::<LayerKey<AddonsLayer>>();
-    let (index, index_after_relist) = (reader.clone(), reader.clone());
+    let (index, relisted) = (reader.clone(), reader.clone());
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
         // Nothing here reads a layer's managed fields, often its largest part: the cache of
@@ -199,8 +199,6 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         // A layer leaves this replica's watch when it is deleted or relabelled into another
         // shard: its series go with it, so exactly one shard reports each layer.
         .inspect({
-            // A relist's objects reach the cache together, when it is done.
-            let mut relisted: Vec<(String, Option<String>)> = Vec::new();
             let gate_seen: Mutex<HashMap<String, String>> = Mutex::default();
             let wake_dependents = move |changed: &AddonsLayer| {
                 if gate_relevant_change(changed, &gate_seen) {
@@ -224,19 +222,18 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
                     );
                     wake_dependents(layer);
                 }
-                Ok(watcher::Event::Init) => relisted.clear(),
-                Ok(watcher::Event::InitApply(layer)) => {
-                    relisted.push((layer.name_any(), layer.metadata.resource_version.clone()))
-                }
+                // A relist's objects reach the cache together, when it is done: the cache
+                // then holds exactly what was listed.
                 Ok(watcher::Event::InitDone) => {
-                    for (name, version) in relisted.drain(..) {
-                        seen.seen(&name, version.as_deref());
-                        if let Some(layer) = index_after_relist.get(&LayerKey::new(&name)) {
-                            wake_dependents(&layer);
-                        }
+                    for layer in relisted.state() {
+                        seen.seen(
+                            &layer.name_any(),
+                            layer.metadata.resource_version.as_deref(),
+                        );
+                        wake_dependents(&layer);
                     }
                 }
-                Err(_) => {}
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) | Err(_) => {}
             }
         })
         .applied_objects()
