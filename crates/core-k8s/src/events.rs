@@ -40,7 +40,41 @@ pub struct EventPublisher {
     client: Client,
     controller: String,
     instance: String,
-    published: Arc<Mutex<HashMap<EventKey, Published>>>,
+    published: Arc<Mutex<Folds>>,
+}
+
+/// The Events published lately, to fold repeats into. Expired ones are dropped at most every
+/// [`PRUNE_EVERY`]: a sweep of the whole map on every publish made a fleet's Events cost
+/// O(n²) (a thousand layers publish two thousand Events in a minute).
+#[derive(Debug, Default)]
+struct Folds {
+    by_key: HashMap<EventKey, Published>,
+    pruned: Option<Timestamp>,
+}
+
+const PRUNE_EVERY: SignedDuration = SignedDuration::from_secs(10);
+
+impl Folds {
+    /// The Event `key` would fold into at `now`: one published within the window.
+    fn recall(
+        &mut self,
+        key: &EventKey,
+        now: Timestamp,
+        window: SignedDuration,
+    ) -> Option<Published> {
+        if self
+            .pruned
+            .is_none_or(|at| now.duration_since(at) >= PRUNE_EVERY)
+        {
+            self.by_key
+                .retain(|_, p| now.duration_since(p.last) < window);
+            self.pruned = Some(now);
+        }
+        self.by_key
+            .get(key)
+            .filter(|p| now.duration_since(p.last) < window)
+            .cloned()
+    }
 }
 
 /// How long a repeated Event is folded into the last one.
@@ -130,12 +164,10 @@ impl EventPublisher {
         let now = Timestamp::now();
         let window = SignedDuration::try_from(SERIES_WINDOW).unwrap_or(SignedDuration::MAX);
         let repeat = {
-            let mut published = self
-                .published
+            self.published
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            published.retain(|_, p| now.duration_since(p.last) < window);
-            published.get(&key).cloned()
+                .unwrap_or_else(PoisonError::into_inner)
+                .recall(&key, now, window)
         };
         let namespace = regarding.namespace.as_deref().unwrap_or("default");
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), namespace);
@@ -182,6 +214,7 @@ impl EventPublisher {
         self.published
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
+            .by_key
             .insert(
                 key,
                 Published {
@@ -197,6 +230,39 @@ impl EventPublisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_repeat_folds_only_within_the_window_and_old_ones_are_swept() {
+        let key = |note: &str| EventKey {
+            regarding: (None, Some("AddonsLayer".into()), None, Some(note.into())),
+            type_: "Normal",
+            reason: "Deployed".into(),
+            action: "Reconcile".into(),
+            note: note.into(),
+        };
+        let published = |at: Timestamp| Published {
+            name: "e".into(),
+            count: 1,
+            last: at,
+        };
+        let window = SignedDuration::from_secs(60);
+        let t0 = Timestamp::from_second(1_000_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let at = |s: i64| t0 + SignedDuration::from_secs(s);
+        let mut folds = Folds::default();
+        assert!(folds.recall(&key("a"), at(0), window).is_none());
+        folds.by_key.insert(key("a"), published(at(0)));
+        folds.by_key.insert(key("b"), published(at(30)));
+        // Within the window: folded. Another note: not.
+        assert!(folds.recall(&key("a"), at(59), window).is_some());
+        assert!(folds.recall(&key("c"), at(59), window).is_none());
+        // Past the window it never folds, swept or not (the last sweep, at 59 s, was 1 s ago).
+        assert!(folds.recall(&key("a"), at(60), window).is_none());
+        assert_eq!(folds.by_key.len(), 2, "not swept again within PRUNE_EVERY");
+        // The next sweep (10 s after the last) drops what expired, keeps the rest.
+        assert!(folds.recall(&key("b"), at(69), window).is_some());
+        assert!(!folds.by_key.contains_key(&key("a")));
+        assert!(folds.by_key.contains_key(&key("b")));
+    }
 
     #[test]
     fn reasons_are_camel_case_codes() {

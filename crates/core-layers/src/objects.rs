@@ -33,6 +33,16 @@ impl ObjectRef {
             &entry.name,
         )
     }
+
+    /// Whether `entry` records this object; the same as comparing with [`Self::of_entry`],
+    /// without copying the entry (owners are looked up across every layer's inventory).
+    pub fn is_entry(&self, entry: &InventoryEntry) -> bool {
+        self.name == entry.name
+            && self.kind == entry.kind
+            && self.namespace.as_deref().unwrap_or_default()
+                == entry.namespace.as_deref().unwrap_or_default()
+            && self.group == core_status::object::api_group(&entry.api_version)
+    }
 }
 
 impl fmt::Display for ObjectRef {
@@ -146,6 +156,66 @@ impl std::fmt::Display for ActingAccount {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_is_the_object_whatever_its_version() {
+        let entry =
+            |api_version: &str, kind: &str, namespace: Option<&str>, name: &str| InventoryEntry {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                namespace: namespace.map(str::to_string),
+                name: name.into(),
+                status: "Current".into(),
+                reason: None,
+                message: None,
+            };
+        let web = ObjectRef::new("apps/v1", "Deployment", Some("shop"), "web");
+        let node = ObjectRef::new("v1", "Namespace", None, "shop");
+        // (entry, is it `web`, is it `node`)
+        let cases = [
+            (
+                entry("apps/v1", "Deployment", Some("shop"), "web"),
+                true,
+                false,
+            ),
+            (
+                entry("apps/v1beta2", "Deployment", Some("shop"), "web"),
+                true,
+                false,
+            ),
+            (
+                entry("extensions/v1beta1", "Deployment", Some("shop"), "web"),
+                false,
+                false,
+            ),
+            (
+                entry("apps/v1", "StatefulSet", Some("shop"), "web"),
+                false,
+                false,
+            ),
+            (
+                entry("apps/v1", "Deployment", Some("prod"), "web"),
+                false,
+                false,
+            ),
+            (entry("apps/v1", "Deployment", None, "web"), false, false),
+            (
+                entry("apps/v1", "Deployment", Some("shop"), "api"),
+                false,
+                false,
+            ),
+            (entry("v1", "Namespace", None, "shop"), false, true),
+            (entry("v1", "Namespace", Some(""), "shop"), false, true),
+            (entry("core/v1", "Namespace", None, "shop"), false, false),
+        ];
+        for (e, is_web, is_node) in &cases {
+            assert_eq!(web.is_entry(e), *is_web, "{e:?}");
+            assert_eq!(node.is_entry(e), *is_node, "{e:?}");
+            // The same answer as comparing a copy.
+            assert_eq!(web.is_entry(e), ObjectRef::of_entry(e) == web, "{e:?}");
+            assert_eq!(node.is_entry(e), ObjectRef::of_entry(e) == node, "{e:?}");
+        }
+    }
 
     #[test]
     fn the_acting_account_of_a_layer() {

@@ -23,7 +23,8 @@ use std::time::Duration;
 
 pub use self::apply::{Stage, apply_key, is_definition, kind_rank, stage_of};
 pub use self::gate::{
-    Gate, GateInputs, ShardScope, dependencies_of, dependency_graph, dependents, gate,
+    Gate, GateInputs, ShardScope, close_over_dependencies, dependencies_of, dependency_graph,
+    dependents, gate,
 };
 pub use self::health::layer_rules;
 pub use self::prune::{

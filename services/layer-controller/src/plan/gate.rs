@@ -99,16 +99,50 @@ pub fn dependencies_of(layer: &AddonsLayer) -> BTreeSet<String> {
         .collect()
 }
 
-/// The layers that name `dependency` in their `dependsOn` (the wake-up index).
+/// The layers that name `dependency` in their `dependsOn` (the wake-up index), by name.
+/// Runs for every state change of every layer, so it looks at each layer's `dependsOn`
+/// without copying anything: a graph of the whole fleet built per change made a fleet of
+/// independent layers cost O(n²).
 pub fn dependents<'a>(
     dependency: &str,
     layers: impl IntoIterator<Item = &'a AddonsLayer>,
 ) -> Vec<String> {
-    dependency_graph(layers)
+    let mut found: Vec<String> = layers
         .into_iter()
-        .filter(|(_, deps)| deps.contains(dependency))
-        .map(|(name, _)| name)
-        .collect()
+        .filter(|layer| {
+            layer.spec.prereqs.depends_on.iter().any(|entry| {
+                // Cheap test first: an entry names its layer before any version range.
+                entry.trim_start().starts_with(dependency)
+                    && parse_dependency(entry).is_ok_and(|d| d.layer == dependency)
+            })
+        })
+        .map(|layer| name(layer).to_string())
+        .collect();
+    found.sort();
+    found
+}
+
+/// Adds to `near` every layer its members reach through `dependsOn` that `lookup` finds: all
+/// a gate reads (the dependencies, and any cycle through the layer or through them). Called
+/// with the layer alone, then again once the dependencies the cache lacks were read, so a
+/// reconcile costs what its dependency chain holds, not what the whole fleet holds.
+pub fn close_over_dependencies(
+    near: &mut LayerSet,
+    lookup: impl Fn(&str) -> Option<std::sync::Arc<AddonsLayer>>,
+) {
+    let mut next: Vec<String> = near
+        .values()
+        .flat_map(|layer| dependencies_of(layer))
+        .collect();
+    while let Some(dependency) = next.pop() {
+        if near.contains_key(&dependency) {
+            continue;
+        }
+        if let Some(layer) = lookup(&dependency) {
+            next.extend(dependencies_of(&layer));
+            near.insert(dependency, layer);
+        }
+    }
 }
 
 /// Decides whether `layer` may apply, listing every unmet prerequisite.
@@ -691,6 +725,74 @@ mod tests {
             dependents("a", layers.values().map(|l| l.as_ref())),
             vec!["c", "d"]
         );
+    }
+
+    #[test]
+    fn a_gate_decides_from_its_dependency_chain_as_from_the_whole_fleet() {
+        let ready = SourceState::Ready {
+            revision: REV.into(),
+        };
+        let mut on_hold = deployed(layer("held", "1", &[]), REV);
+        on_hold.spec.hold = true;
+        let fleet = set(vec![
+            // A chain, deployed at its base.
+            deployed(layer("base", "2.0.0", &[]), REV),
+            layer("mid", "1", &["base@>=2.0.0"]),
+            layer("top", "1", &["mid", "base"]),
+            // A cycle, and a layer hanging off it.
+            layer("x", "1", &["y"]),
+            layer("y", "1", &["x"]),
+            layer("off-cycle", "1", &["y"]),
+            // Missing, wrong version, on hold.
+            layer("orphan", "1", &["nowhere"]),
+            layer("too-new", "1", &["base@>=3.0.0"]),
+            layer("waits-on-hold", "1", &["held"]),
+            on_hold,
+            // Independent, and one whose name starts another's.
+            layer("b", "1", &[]),
+            layer("ba", "1", &["b"]),
+            layer("bab", "1", &["ba"]),
+        ]);
+        let lookup = |name: &str| fleet.get(name).cloned();
+        // (layer, its chain)
+        let chains: &[(&str, &[&str])] = &[
+            ("base", &["base"]),
+            ("top", &["base", "mid", "top"]),
+            ("x", &["x", "y"]),
+            ("off-cycle", &["off-cycle", "x", "y"]),
+            ("orphan", &["orphan"]),
+            ("too-new", &["base", "too-new"]),
+            ("waits-on-hold", &["held", "waits-on-hold"]),
+            ("bab", &["b", "ba", "bab"]),
+        ];
+        for (name, chain) in chains {
+            let mut near = LayerSet::from([(name.to_string(), fleet[*name].clone())]);
+            close_over_dependencies(&mut near, lookup);
+            assert_eq!(near.keys().collect::<Vec<_>>(), *chain, "chain of {name}");
+        }
+        for (name, l) in &fleet {
+            let mut near = LayerSet::from([(name.clone(), l.clone())]);
+            close_over_dependencies(&mut near, lookup);
+            assert_eq!(
+                gate(l, &near, &inputs(&ready)),
+                gate(l, &fleet, &inputs(&ready)),
+                "the gate of {name}"
+            );
+        }
+        // A dependency read from the API server (another shard's) brings its own chain from
+        // the cache when closed over again.
+        let mut near = LayerSet::from([("top".to_string(), fleet["top"].clone())]);
+        near.insert("mid".into(), fleet["mid"].clone());
+        close_over_dependencies(&mut near, |name: &str| {
+            (name != "mid").then(|| fleet.get(name).cloned()).flatten()
+        });
+        assert_eq!(near.keys().collect::<Vec<_>>(), ["base", "mid", "top"]);
+        // Dependents by exact name: `ba` is not a dependent of `b`'s prefix-sharing sibling.
+        let all = || fleet.values().map(|l| l.as_ref());
+        assert_eq!(dependents("b", all()), ["ba"]);
+        assert_eq!(dependents("ba", all()), ["bab"]);
+        assert_eq!(dependents("base", all()), ["mid", "too-new", "top"]);
+        assert!(dependents("bab", all()).is_empty());
     }
 
     fn in_shard(mut l: AddonsLayer, shard: &str) -> AddonsLayer {

@@ -31,7 +31,6 @@ pub(super) async fn apply_layer(
     layer: &AddonsLayer,
     ctx: &Context,
     shared: &Shared,
-    all: &LayerSet,
     revision: String,
     files: &Files,
     interval: Duration,
@@ -128,31 +127,35 @@ pub(super) async fn apply_layer(
     for manifest in &manifests {
         desired.push(shared.reader.identity(manifest).await);
     }
-    // Only the owners of objects this layer wants: a map of every layer's inventory, built by
-    // each reconcile, grew with the fleet in every reconcile in flight.
-    let wanted: BTreeSet<&ObjectRef> = desired.iter().collect();
+    // Only the owners of objects this layer wants, found without copying anything of the
+    // entries that are not: this runs in every apply, over every layer's inventory (copying
+    // each entry to compare it cost a thousand-layer fleet most of the controller's CPU).
+    let all = shared.layers.state();
     let owners: BTreeMap<ObjectRef, String> = all
         .iter()
-        .filter(|(other, l)| **other != name && l.metadata.deletion_timestamp.is_none())
-        .flat_map(|(other, l)| {
+        .filter(|l| {
+            l.metadata.name.as_deref() != Some(name.as_str())
+                && l.metadata.deletion_timestamp.is_none()
+        })
+        .flat_map(|l| {
             l.status
                 .iter()
                 .flat_map(|s| s.inventory.iter())
                 .filter(|e| e.status != ORPHANED_STATUS)
-                .map(move |e| (ObjectRef::of_entry(e), other))
+                .filter_map(|e| desired.iter().find(|object| object.is_entry(e)))
+                .map(|object| (object.clone(), l.name_any()))
         })
-        .filter(|(object, _)| wanted.contains(object))
-        .map(|(object, other)| (object, other.clone()))
         .collect();
-    let contested = desired.iter().any(|o| owners.contains_key(o));
+    let contested = !owners.is_empty();
     // The global desired state costs reading every other layer's source: only when an
     // object is contested or something left this layer.
     let leaving = previous
         .inventory
         .iter()
-        .any(|e| !desired.contains(&ObjectRef::of_entry(e)));
+        .any(|e| !desired.iter().any(|object| object.is_entry(e)));
     let wanted_by = if contested || leaving {
-        shared.reader.wanted_by(&name, all).await
+        let all: LayerSet = all.iter().map(|l| (l.name_any(), l.clone())).collect();
+        shared.reader.wanted_by(&name, &all).await
     } else {
         BTreeMap::new()
     };

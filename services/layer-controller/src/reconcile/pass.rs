@@ -27,25 +27,22 @@ use super::status::{Report, set_finalizer, write_status};
 /// How often a layer blocked by `spec.prereqs.objects` looks at them again.
 const OBJECT_PREREQ_POLL: Duration = Duration::from_secs(5);
 
-fn layers_map(store: &Store<AddonsLayer>) -> LayerSet {
-    store
-        .state()
-        .into_iter()
-        .map(|l| (l.name_any(), l))
-        .collect()
-}
-
-/// Reads the layer's dependencies this replica's cache does not hold from the API server: one
-/// in another shard (to name it), or deleted. Those in the cache are as new as the change that
+/// What the gate of `layer` reads: the layer and its dependency chain. From this replica's
+/// cache, except the dependencies the cache does not hold, read from the API server: one in
+/// another shard (to name it), or deleted. Those in the cache are as new as the change that
 /// woke this layer (see `run`).
-async fn dependencies_elsewhere(
+async fn dependency_chain(
     ctx: &Context,
-    layer: &AddonsLayer,
-    all: &mut LayerSet,
-) -> Result<()> {
+    store: &Store<AddonsLayer>,
+    layer: &Arc<AddonsLayer>,
+) -> Result<LayerSet> {
+    let cached = |name: &str| store.get(&LayerKey::new(name));
+    let mut near = LayerSet::from([(layer.name_any(), layer.clone())]);
+    plan::close_over_dependencies(&mut near, cached);
     let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let mut read_afresh = false;
     for dep in &plan::dependencies_of(layer) {
-        if all.contains_key(dep) {
+        if near.contains_key(dep) {
             continue;
         }
         if let Some(found) = api
@@ -53,10 +50,14 @@ async fn dependencies_elsewhere(
             .await
             .map_err(|e| LayerError::api(format!("reading layer {dep}"), e))?
         {
-            all.insert(dep.clone(), Arc::new(found));
+            near.insert(dep.clone(), Arc::new(found));
+            read_afresh = true;
         }
     }
-    Ok(())
+    if read_afresh {
+        plan::close_over_dependencies(&mut near, cached);
+    }
+    Ok(near)
 }
 
 /// One reconcile, as a `layer.reconcile` span: a child of the requester's trace when an
@@ -106,7 +107,8 @@ async fn reconcile_layer(
             Arc::new(layer)
         }
     };
-    let layer = layer.as_ref();
+    let held = layer;
+    let layer = held.as_ref();
     if !shared.owns(layer) {
         // Relabelled into another shard since this reconcile was queued: hands off.
         tracing::info!(layer = %name, "the layer left this shard; another shard reconciles it");
@@ -123,8 +125,7 @@ async fn reconcile_layer(
     }
     let (interval, timeout) = plan::timing_or_default(layer);
     let interval = plan::effective_interval(interval, shared.args.sync_period);
-    let mut all = layers_map(&shared.layers);
-    dependencies_elsewhere(&ctx, layer, &mut all).await?;
+    let near = dependency_chain(&ctx, &shared.layers, &held).await?;
     let source_ref = SourceRef::of(layer, &shared.args.default_source_namespace);
     let fetched = if layer.spec.hold || !plan::spec_errors(layer).is_empty() {
         source::Fetched {
@@ -178,7 +179,7 @@ async fn reconcile_layer(
         objects: &objects,
         shard: shared.shard(),
     };
-    match plan::gate(layer, &all, &inputs) {
+    match plan::gate(layer, &near, &inputs) {
         Gate::Hold => {
             let report = Report::new(
                 state::HOLD,
@@ -268,10 +269,7 @@ async fn reconcile_layer(
                 return Ok(Action::requeue(interval));
             };
             let files = fetched.files.unwrap_or_default();
-            apply_layer(
-                layer, &ctx, &shared, &all, revision, &files, interval, timeout,
-            )
-            .await
+            apply_layer(layer, &ctx, &shared, revision, &files, interval, timeout).await
         }
     }
 }
