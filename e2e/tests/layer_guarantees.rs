@@ -1,5 +1,8 @@
 //! Promises the documentation makes, each shown on the local control plane:
 //! - a failed apply prunes nothing (docs/layer-controller.md, apply);
+//! - an object two layers want stays with the layer that applied it first; the other fails
+//!   `OwnershipConflict` naming both and applies nothing, until the first lets go
+//!   (docs/layer-controller.md, ownership);
 //! - a Failed layer becomes Deployed by itself once its objects recover, with no new revision
 //!   (health);
 //! - a teardown that cannot finish releases the finalizer after `timeout` with a Warning event
@@ -21,7 +24,7 @@ use layer_controller::crd::AddonsLayer;
 use serde_json::{Value, json};
 use strata_e2e::flux::{
     ArtifactServer, configmap_layer, configmap_yaml, create_gitrepository, gitrepository_layer,
-    install_layer_crds, inventory_names, layer_status, ready_reason, set_artifact,
+    install_layer_crds, inventory_names, layer_status, ready_reason, reconciled, set_artifact,
 };
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{
@@ -102,6 +105,107 @@ async fn a_failed_apply_prunes_nothing() -> Result<()> {
     );
 
     delete_layer(&client, &layer).await;
+    drop(controller);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_object_two_layers_want_stays_with_the_first_until_it_lets_go() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "owners").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &[])?;
+    let (first, second) = (format!("{ns}-first"), format!("{ns}-second"));
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let owner_of = async |name: &str| -> Result<Option<String>> {
+        Ok(maps
+            .get_opt(name)
+            .await?
+            .and_then(|m| m.labels().get("strata.dev/layer").cloned()))
+    };
+    let with_shared = [
+        ("a.yaml", configmap_yaml(&ns, "a", "")),
+        ("shared.yaml", configmap_yaml(&ns, "shared", "")),
+    ];
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "first", "30s", &with_shared),
+    )
+    .await?;
+    wait_state(&client, &first, "Deployed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+
+    // The second layer wants `shared` too: it fails naming the object and the first layer,
+    // and applies nothing, not even what no one else owns.
+    let wants_shared = [
+        ("b.yaml", configmap_yaml(&ns, "b", "")),
+        ("shared.yaml", configmap_yaml(&ns, "shared", "")),
+    ];
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "second", "30s", &wants_shared),
+    )
+    .await?;
+    let failed = wait_state(&client, &second, "Failed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let reason = ready_reason(&failed);
+    assert!(
+        reason.contains("OwnershipConflict")
+            && reason.contains(&format!("ConfigMap {ns}/shared is also in layer {first}")),
+        "{reason}"
+    );
+    assert_eq!(owner_of("shared").await?.as_deref(), Some(first.as_str()));
+    assert!(
+        maps.get_opt("b").await?.is_none(),
+        "b was applied despite the conflict"
+    );
+    // Asked again, it still does not take the object.
+    reconciled(&client, &second, Duration::from_secs(30)).await?;
+    assert_eq!(layer_status(&client, &second).await?["state"], "Failed");
+    assert_eq!(owner_of("shared").await?.as_deref(), Some(first.as_str()));
+
+    // The first layer lets go of `shared`; the second, asked again, takes it and deploys.
+    let without_shared = [("a.yaml", configmap_yaml(&ns, "a", ""))];
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&ns, "first", "30s", &without_shared),
+    )
+    .await?;
+    eventually(
+        "first no longer holds shared",
+        Duration::from_secs(30),
+        || async {
+            let s = layer_status(&client, &first).await?;
+            Ok(
+                (s["state"] == "Deployed" && !inventory_names(&s).iter().any(|n| n == "shared"))
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .with_context(|| controller.logs())?;
+    reconciled(&client, &second, Duration::from_secs(30)).await?;
+    wait_state(&client, &second, "Deployed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    eventually(
+        "shared belongs to the second layer",
+        Duration::from_secs(30),
+        || async {
+            Ok((owner_of("shared").await?.as_deref() == Some(second.as_str())).then_some(()))
+        },
+    )
+    .await?;
+    assert!(maps.get_opt("b").await?.is_some());
+
+    delete_layer(&client, &second).await;
+    delete_layer(&client, &first).await;
     drop(controller);
     Ok(())
 }

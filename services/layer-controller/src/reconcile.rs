@@ -15,6 +15,7 @@
 mod apply;
 mod fresh;
 mod health_watch;
+mod index;
 mod pass;
 mod prune;
 mod status;
@@ -45,6 +46,7 @@ use core_layers::objects::ActingAccount;
 
 use self::fresh::UnseenWrites;
 use self::health_watch::HealthWakeups;
+use self::index::LayerIndex;
 use self::pass::reconcile;
 use self::triggers::{
     gate_relevant_change, layer_intent, spawn_source_watchers, wake_on_layer_change,
@@ -156,6 +158,8 @@ pub struct Shared {
     health: Arc<HealthWakeups>,
     /// Our writes of each layer the watch has not shown yet (see `fresh`).
     writes: Arc<UnseenWrites>,
+    /// Owners, dependents and readers of the cached layers (see `index`).
+    index: Arc<LayerIndex>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -182,14 +186,16 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         ctx.shutdown.clone(),
     ));
     let writes = Arc::new(UnseenWrites::default());
+    let index = Arc::new(LayerIndex::new(&args.default_source_namespace));
     let (departed, gone, seen) = (metrics.clone(), health.clone(), writes.clone());
+    let indexed = index.clone();
     // A change of a layer wakes the layers that depend on it, from this same watch and only
     // once the cache holds the change: the dependent then judges its dependency from the
     // cache, never from a copy older than the change that woke it. (A second watch of the
     // layers used to carry these wake-ups, so each reconcile re-read its dependencies with a
     // GET in case the cache lagged that other watch.)
     let (dependents_tx, dependents_rx) = mpsc::unbounded_channel::<LayerKey<AddonsLayer>>();
-    let (index, relisted) = (reader.clone(), reader.clone());
+    let (by_dependency, relisted) = (index.clone(), reader.clone());
     let intents = watcher(api.clone(), layer_config.clone())
         .default_backoff()
         // Nothing here reads a layer's managed fields, often its largest part: the cache of
@@ -202,7 +208,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
             let gate_seen: Mutex<HashMap<String, String>> = Mutex::default();
             let wake_dependents = move |changed: &AddonsLayer| {
                 if gate_relevant_change(changed, &gate_seen) {
-                    for dependent in wake_on_layer_change(changed, &index) {
+                    for dependent in wake_on_layer_change(changed, &by_dependency) {
                         let _ = dependents_tx.send(dependent);
                     }
                 }
@@ -212,6 +218,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
                     departed.forget(&layer.name_any());
                     gone.forget(&layer.name_any());
                     seen.forget(&layer.name_any());
+                    indexed.remove(&layer.name_any());
                     wake_dependents(layer);
                 }
                 // Now in the cache: a reconcile may decide from it (see `fresh`).
@@ -220,12 +227,15 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
                         &layer.name_any(),
                         layer.metadata.resource_version.as_deref(),
                     );
+                    indexed.record(layer);
                     wake_dependents(layer);
                 }
                 // A relist's objects reach the cache together, when it is done: the cache
                 // then holds exactly what was listed.
                 Ok(watcher::Event::InitDone) => {
-                    for layer in relisted.state() {
+                    let layers = relisted.state();
+                    indexed.rebuild(layers.iter().map(|l| l.as_ref()));
+                    for layer in layers {
                         seen.seen(
                             &layer.name_any(),
                             layer.metadata.resource_version.as_deref(),
@@ -269,6 +279,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         cluster_version: Mutex::default(),
         health,
         writes,
+        index,
     });
     spawn_source_watchers(&ctx, shared.clone(), tx);
     core_k8s::controller::run_controller(ctx, "addonslayers", controller, move |layer, ctx| {

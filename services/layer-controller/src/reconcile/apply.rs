@@ -10,6 +10,7 @@ use jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::ObjectRef as LayerKey;
 use serde_json::{Value, json};
 
 use crate::crd::{AddonsLayer, InventoryEntry, LayerSet};
@@ -127,25 +128,28 @@ pub(super) async fn apply_layer(
     for manifest in &manifests {
         desired.push(shared.reader.identity(manifest).await);
     }
-    // Only the owners of objects this layer wants, found without copying anything of the
-    // entries that are not: this runs in every apply, over every layer's inventory (copying
-    // each entry to compare it cost a thousand-layer fleet most of the controller's CPU).
-    let all = shared.layers.state();
-    let owners: BTreeMap<ObjectRef, String> = all
-        .iter()
-        .filter(|l| {
-            l.metadata.name.as_deref() != Some(name.as_str())
-                && l.metadata.deletion_timestamp.is_none()
-        })
-        .flat_map(|l| {
-            l.status
-                .iter()
-                .flat_map(|s| s.inventory.iter())
-                .filter(|e| e.status != ORPHANED_STATUS)
-                .filter_map(|e| desired.iter().find(|object| object.is_entry(e)))
-                .map(|object| (object.clone(), l.name_any()))
-        })
-        .collect();
+    // The owners of the objects this layer wants, from the index the layer watch keeps,
+    // each confirmed against the owner's cached copy (see `owners`).
+    let mut owners: BTreeMap<ObjectRef, String> = BTreeMap::new();
+    for object in &desired {
+        for other in shared.index.owners(object) {
+            if other == name || owners.contains_key(object) {
+                continue;
+            }
+            let Some(owner) = shared.layers.get(&LayerKey::new(&other)) else {
+                continue;
+            };
+            let holds = owner.metadata.deletion_timestamp.is_none()
+                && owner
+                    .status
+                    .iter()
+                    .flat_map(|s| s.inventory.iter())
+                    .any(|e| e.status != ORPHANED_STATUS && object.is_entry(e));
+            if holds {
+                owners.insert(object.clone(), other);
+            }
+        }
+    }
     let contested = !owners.is_empty();
     // The global desired state costs reading every other layer's source: only when an
     // object is contested or something left this layer.
@@ -154,7 +158,12 @@ pub(super) async fn apply_layer(
         .iter()
         .any(|e| !desired.iter().any(|object| object.is_entry(e)));
     let wanted_by = if contested || leaving {
-        let all: LayerSet = all.iter().map(|l| (l.name_any(), l.clone())).collect();
+        let all: LayerSet = shared
+            .layers
+            .state()
+            .into_iter()
+            .map(|l| (l.name_any(), l))
+            .collect();
         shared.reader.wanted_by(&name, &all).await
     } else {
         BTreeMap::new()

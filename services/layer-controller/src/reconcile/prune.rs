@@ -146,8 +146,7 @@ pub(super) async fn teardown(
         return Ok(Action::await_change());
     }
     let name = layer.name_any();
-    let all = shared.layers.state();
-    let dependents = plan::dependents(&name, all.iter().map(|l| l.as_ref()));
+    let dependents = shared.index.dependents(&name);
     if !dependents.is_empty() {
         let mut report = Report::new(
             state::DELETING,

@@ -9,7 +9,7 @@ use core_k8s::Context;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::reflector::{ObjectRef as LayerKey, Store};
+use kube::runtime::reflector::ObjectRef as LayerKey;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
@@ -22,6 +22,7 @@ use crate::source::{CONFIGMAP_KIND, FLUX_KINDS};
 use crate::source_cache::SourceCache;
 
 use super::Shared;
+use super::index::LayerIndex;
 
 /// A hash of what a layer's owner controls (see [`run`](super::run)): everything but its status.
 pub(super) fn layer_intent(layer: &AddonsLayer) -> Option<u64> {
@@ -73,15 +74,13 @@ pub(super) fn gate_relevant_change(
 /// while `changed` is being deleted, the layers it depends on (their teardown waits for it).
 pub(super) fn wake_on_layer_change(
     changed: &AddonsLayer,
-    store: &Store<AddonsLayer>,
+    index: &LayerIndex,
 ) -> Vec<LayerKey<AddonsLayer>> {
-    let name = changed.name_any();
-    let all = store.state();
-    let mut wake: Vec<LayerKey<AddonsLayer>> =
-        plan::dependents(&name, all.iter().map(|l| l.as_ref()))
-            .iter()
-            .map(|n| LayerKey::new(n))
-            .collect();
+    let mut wake: Vec<LayerKey<AddonsLayer>> = index
+        .dependents(&changed.name_any())
+        .iter()
+        .map(|n| LayerKey::new(n))
+        .collect();
     if changed.metadata.deletion_timestamp.is_some() {
         wake.extend(
             plan::dependencies_of(changed)
@@ -92,22 +91,11 @@ pub(super) fn wake_on_layer_change(
     wake
 }
 
-/// Layers that read `source`.
-fn readers(store: &Store<AddonsLayer>, source: &SourceRef, default_ns: &str) -> Vec<String> {
-    store
-        .state()
-        .iter()
-        .filter(|l| SourceRef::of(l, default_ns) == *source)
-        .map(|l| l.name_any())
-        .collect()
-}
-
 /// Where source changes are sent: the layers reading a changed source are reconciled.
 #[derive(Clone)]
 struct SourceWakeups {
-    store: Store<AddonsLayer>,
+    index: Arc<LayerIndex>,
     tx: mpsc::Sender<LayerKey<AddonsLayer>>,
-    default_ns: String,
 }
 
 impl SourceWakeups {
@@ -130,7 +118,7 @@ impl SourceWakeups {
                     namespace: object.meta().namespace.clone().unwrap_or_default(),
                     name: object.meta().name.clone().unwrap_or_default(),
                 };
-                for layer in readers(&this.store, &source, &this.default_ns) {
+                for layer in this.index.readers(&source) {
                     let _ = this.tx.send(LayerKey::new(&layer)).await;
                 }
             }
@@ -148,9 +136,8 @@ pub(super) fn spawn_source_watchers(
     tx: mpsc::Sender<LayerKey<AddonsLayer>>,
 ) {
     let wakeups = SourceWakeups {
-        store: shared.layers.clone(),
+        index: shared.index.clone(),
         tx,
-        default_ns: shared.args.default_source_namespace.clone(),
     };
     // ConfigMap sources: only labelled ones are watched (watching every ConfigMap of a
     // cluster would cost more than the feature is worth).
