@@ -129,7 +129,7 @@ pub(super) async fn apply_layer(
         desired.push(shared.reader.identity(manifest).await);
     }
     // The owners of the objects this layer wants, from the index the layer watch keeps,
-    // each confirmed against the owner's cached copy (see `owners`).
+    // each confirmed against the owner's cached copy (see `index`).
     let mut owners: BTreeMap<ObjectRef, String> = BTreeMap::new();
     for object in &desired {
         for other in shared.index.owners(object) {
