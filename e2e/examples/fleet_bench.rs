@@ -629,7 +629,12 @@ async fn main() -> Result<()> {
         setup.extend(parse_yaml(&app_setup(&ns, app, namespace))?);
         setup.push(source(&ns, app));
     }
-    apply_all(&applier, setup).await?;
+    // Namespaces first: applied 16 at a time in any order, a RoleBinding could reach the API
+    // server before its namespace existed (a 500-app run failed so, NotFound).
+    let (namespaces, rest): (Vec<_>, Vec<_>) =
+        setup.into_iter().partition(|doc| doc["kind"] == "Namespace");
+    apply_all(&applier, namespaces).await?;
+    apply_all(&applier, rest).await?;
     let revision = format!("latest@{digest}");
     futures::stream::iter(&names)
         .map(|(app, _)| {
