@@ -631,8 +631,9 @@ async fn main() -> Result<()> {
     }
     // Namespaces first: applied 16 at a time in any order, a RoleBinding could reach the API
     // server before its namespace existed (a 500-app run failed so, NotFound).
-    let (namespaces, rest): (Vec<_>, Vec<_>) =
-        setup.into_iter().partition(|doc| doc["kind"] == "Namespace");
+    let (namespaces, rest): (Vec<_>, Vec<_>) = setup
+        .into_iter()
+        .partition(|doc| doc["kind"] == "Namespace");
     apply_all(&applier, namespaces).await?;
     apply_all(&applier, rest).await?;
     let revision = format!("latest@{digest}");

@@ -14,8 +14,8 @@
 //! caller that must be exact (owners) confirms each against the layer's cached copy, so a
 //! stale or colliding entry can cost a look, never a wrong answer.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::Mutex;
 
@@ -50,10 +50,12 @@ fn ref_key(object: &ObjectRef) -> u64 {
     )
 }
 
-/// One reverse map: key → the layers filed under it, and what each layer was filed under.
+/// One reverse map: key → the layers filed under it (sorted; almost always one, so a `Vec`
+/// and not a set, whose smallest node costs ten times the memory), and what each layer was
+/// filed under.
 #[derive(Debug)]
 struct Reverse<K> {
-    by_key: HashMap<K, BTreeSet<String>>,
+    by_key: HashMap<K, Vec<String>>,
     by_layer: HashMap<String, Vec<K>>,
 }
 
@@ -70,7 +72,9 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
     fn remove(&mut self, layer: &str) {
         for key in self.by_layer.remove(layer).unwrap_or_default() {
             if let Some(layers) = self.by_key.get_mut(&key) {
-                layers.remove(layer);
+                if let Ok(at) = layers.binary_search_by(|l| l.as_str().cmp(layer)) {
+                    layers.remove(at);
+                }
                 if layers.is_empty() {
                     self.by_key.remove(&key);
                 }
@@ -88,10 +92,10 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
         }
         self.remove(layer);
         for key in &keys {
-            self.by_key
-                .entry(key.clone())
-                .or_default()
-                .insert(layer.to_string());
+            let layers = self.by_key.entry(key.clone()).or_default();
+            if let Err(at) = layers.binary_search_by(|l| l.as_str().cmp(layer)) {
+                layers.insert(at, layer.to_string());
+            }
         }
         if !keys.is_empty() {
             self.by_layer.insert(layer.to_string(), keys);
@@ -99,10 +103,7 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
     }
 
     fn get(&self, key: &K) -> Vec<String> {
-        self.by_key
-            .get(key)
-            .map(|layers| layers.iter().cloned().collect())
-            .unwrap_or_default()
+        self.by_key.get(key).cloned().unwrap_or_default()
     }
 }
 
