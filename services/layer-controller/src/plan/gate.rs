@@ -99,23 +99,15 @@ pub fn dependencies_of(layer: &AddonsLayer) -> BTreeSet<String> {
         .collect()
 }
 
-/// The layers that name `dependency` in their `dependsOn` (the wake-up index), by name.
-/// Runs for every state change of every layer, so it looks at each layer's `dependsOn`
-/// without copying anything: a graph of the whole fleet built per change made a fleet of
-/// independent layers cost O(n²).
+/// The layers that name `dependency` in their `dependsOn`, by name (what `strata layers graph`
+/// shows; the controller keeps an index of them instead of walking the fleet per change).
 pub fn dependents<'a>(
     dependency: &str,
     layers: impl IntoIterator<Item = &'a AddonsLayer>,
 ) -> Vec<String> {
     let mut found: Vec<String> = layers
         .into_iter()
-        .filter(|layer| {
-            layer.spec.prereqs.depends_on.iter().any(|entry| {
-                // Cheap test first: an entry names its layer before any version range.
-                entry.trim_start().starts_with(dependency)
-                    && parse_dependency(entry).is_ok_and(|d| d.layer == dependency)
-            })
-        })
+        .filter(|layer| dependencies_of(layer).contains(dependency))
         .map(|layer| name(layer).to_string())
         .collect();
     found.sort();

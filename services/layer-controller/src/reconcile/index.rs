@@ -102,7 +102,11 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
         }
     }
 
-    fn get(&self, key: &K) -> Vec<String> {
+    fn get<Q>(&self, key: &Q) -> Vec<String>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: Hash + Eq + ?Sized,
+    {
         self.by_key.get(key).cloned().unwrap_or_default()
     }
 }
@@ -181,7 +185,7 @@ impl LayerIndex {
 
     /// The layers that name `layer` in their `dependsOn`.
     pub(super) fn dependents(&self, layer: &str) -> Vec<String> {
-        lock(&self.indexes).dependents.get(&layer.to_string())
+        lock(&self.indexes).dependents.get(layer)
     }
 
     /// The layers that read `source`.
