@@ -554,7 +554,7 @@ fleet_bench() {
   echo "bench: building the layer-controller and drift-observer (release) and the fleet driver" >&2
   cargo build --release -p layer-controller -p drift-observer >&2
   cargo build -p strata-e2e --bins --example fleet_bench >&2
-  : > "$work/fleet.jsonl"
+  : > "$work/fleet.jsonl"; : > "$work/fleet-anchor.jsonl"
   sizes=(${BENCH_FLEET_SIZES:-100 500 1000}); qpss=(${BENCH_FLEET_QPS:-20 200})
   # With BENCH_FLEET_PROFILE=1, the first run at the largest size and last client limit also
   # takes a CPU profile of kube-apiserver over the create round (its /debug/pprof, off
@@ -578,6 +578,19 @@ fleet_bench() {
   if [[ -f "$profile" ]]; then
     go tool pprof -traces "$profile" 2>/dev/null | python3 bench/pprof_breakdown.py > "$work/apiserver-breakdown.md"
   fi
+  # The anchor side by side (the guide: same machine, same run): with
+  # ANCHOR_KUSTOMIZE_CONTROLLER_BIN set (Flux's kustomize-controller, built by hand from its
+  # source outside this repository), the same apps at the largest size, deployed by it instead,
+  # RUNS times at each client limit in BENCH_FLEET_ANCHOR_QPS (default: the last one).
+  if [[ -n "${ANCHOR_KUSTOMIZE_CONTROLLER_BIN:-}" ]]; then
+    for qps in ${BENCH_FLEET_ANCHOR_QPS:-${qpss[-1]}}; do
+      for _ in $(seq 1 "$RUNS"); do
+        env ANCHOR_KUSTOMIZE_CONTROLLER_BIN="$ANCHOR_KUSTOMIZE_CONTROLLER_BIN" STRATA_BIN_DIR="$target/debug" \
+          BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+          scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet-anchor.jsonl"
+      done
+    done
+  fi
   # Shards (#29 item 4): the largest size at the last client limit again, the layers spread
   # over BENCH_FLEET_SHARD_COUNTS shards, one controller each (no drift-observer).
   for shards in ${BENCH_FLEET_SHARD_COUNTS:-2}; do
@@ -588,9 +601,56 @@ fleet_bench() {
         scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
     done
   done
-  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" <<'PY'
-import json, os, sys, datetime, collections
+  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" "$work/fleet-anchor.jsonl" <<'PY'
+import json, os, sys, datetime, collections, statistics
 sys.path.insert(0, "bench"); import docs_section
+anchor_runs = [json.loads(l) for l in open(sys.argv[7]) if l.strip()]
+side_by_side = ""
+if anchor_runs:
+    ours_runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    lines, ratios = [], []
+    def row(who, r):
+        c, cf = r["create_to_all_deployed_seconds"], r["create_floor_seconds"]
+        u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
+        cpu = r.get("cpu_seconds_create") or {}
+        mine = cpu.get("layer-controller", cpu.get("kustomize-controller", 0.0))
+        calls = sum((r.get("apiserver_requests_per_layer_create") or {}).values())
+        return (f"| {r['controller_manager_qps']} | {who} | {c:.1f} s ({c/cf:.2f}×) | {u:.1f} s ({u/uf:.2f}×) "
+                f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {mine:.1f} s | {sum(cpu.values()):.1f} s | {calls:.1f} |")
+    for qps in sorted({r["controller_manager_qps"] for r in anchor_runs}):
+        n = max(r["layers"] for r in anchor_runs)
+        theirs = [r for r in anchor_runs if r["controller_manager_qps"] == qps and r["layers"] == n]
+        ours = [r for r in ours_runs if r["controller_manager_qps"] == qps and r["layers"] == n and r.get("shards", 1) == 1]
+        lines += [row("Strata layer-controller", r) for r in ours]
+        lines += [row("Flux kustomize-controller", r) for r in theirs]
+        if ours and theirs:
+            med = lambda rs, k: statistics.median(r[k] for r in rs)
+            ratios.append(
+                f"client limit {qps}, {n} apps, medians Strata / Flux: create "
+                f"{med(ours, 'create_to_all_deployed_seconds'):.1f} / {med(theirs, 'create_to_all_deployed_seconds'):.1f} s "
+                f"= {med(ours, 'create_to_all_deployed_seconds') / med(theirs, 'create_to_all_deployed_seconds'):.2f}, upgrade "
+                f"{med(ours, 'upgrade_to_all_deployed_seconds'):.1f} / {med(theirs, 'upgrade_to_all_deployed_seconds'):.1f} s "
+                f"= {med(ours, 'upgrade_to_all_deployed_seconds') / med(theirs, 'upgrade_to_all_deployed_seconds'):.2f}, peak RSS "
+                f"{med(ours, 'controller_peak_rss_kib')/1024:.1f} / {med(theirs, 'controller_peak_rss_kib')/1024:.1f} MiB "
+                f"= {med(ours, 'controller_peak_rss_kib') / med(theirs, 'controller_peak_rss_kib'):.2f}")
+    side_by_side = f"""
+**Side by side with the anchor on this machine, same run**: Flux's kustomize-controller
+(`ANCHOR_KUSTOMIZE_CONTROLLER_BIN=<path>`, built by hand from its source outside this
+repository) deploying the same apps, one Kustomization each in place of the AddonsLayer
+(`prune`, `wait`, `serviceAccountName`, `targetNamespace`, the same three variables in
+`postBuild.substitute`, the flux-benchmark's 60 m interval), started as Flux's benchmark runs it
+(`--concurrent=20`, every namespace watched, info logs in JSON) with admin rights as Flux's
+install binds it. Each run on a fresh plane; *ready* is every Kustomization Ready at its
+generation, the ratio to the same floor as above; CPU is the deployer's own and the whole
+plane's (every process above) over the create round; requests are what kube-apiserver served
+per app in the create round.
+
+| KCM QPS | deployer | create (floor ratio) | upgrade (floor ratio) | peak RSS | deployer CPU, create | all CPU, create | API requests per app |
+|---:|---|---:|---:|---:|---:|---:|---:|
+{chr(10).join(lines)}
+
+{chr(10).join(f"- {r}." for r in ratios)}
+"""
 breakdown = ""
 if os.path.exists(sys.argv[6]):
     breakdown = (f"""
@@ -696,7 +756,7 @@ watches them and the Deployments).
 |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(cpu)}
 {breakdown}
-
+{side_by_side}
 Published by Flux for v2.9.0 (flux-benchmark RESULTS.md; a 16-core runner, kind with 3 nodes,
 kustomize-controller with 2 CPUs and `--concurrent` 20; **not run here**): 100 apps 26 s /
 134 MiB, 500 apps 2 m 0 s / 183 MiB, 1,000 apps 4 m 13 s / 223 MiB.

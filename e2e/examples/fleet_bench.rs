@@ -19,6 +19,8 @@
 //! With `$BENCH_FLEET_DIRECT` set no controller runs: the driver applies every app's four
 //! objects itself (server-side apply, 16 at a time, as itself) and times kube-controller-manager
 //! observing every Deployment: what the plane alone needs on this machine, the floor of floors.
+//! With `$ANCHOR_KUSTOMIZE_CONTROLLER_BIN` set, Flux's kustomize-controller deploys the same
+//! apps instead, one Kustomization each (see [`anchor_rounds`]): the anchor, side by side.
 //! Prints one JSON line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
@@ -40,7 +42,9 @@ use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
 /// Every app's manifests: our own podinfo-like set (the same four kinds as Flux's
 /// benchmark), with three variables: the app's name and namespace, and the release (the
 /// round), which every object carries so an upgrade changes them all. Variables are quoted:
-/// a `${` inside a flow mapping is not valid YAML.
+/// a `${` inside a flow mapping is not valid YAML. The release is never a bare number
+/// (`r1`, `r2`): Flux substitutes after its YAML is re-serialized, quotes gone, and `1` in a
+/// label or annotation would then be an integer its apply rejects.
 fn app_manifests() -> String {
     let (app, namespace, release) = ("${APP}", "${NAMESPACE}", "${RELEASE}");
     format!(
@@ -556,7 +560,7 @@ async fn direct_round(
     applier: &core_k8s::apply::Applier,
     names: &[(String, String)],
 ) -> Result<()> {
-    let release = "1";
+    let release = "r1";
     let mut docs = Vec::new();
     for (app, namespace) in names {
         let manifests = app_manifests()
@@ -598,6 +602,185 @@ async fn direct_round(
         "apiserver_requests_per_app_create": served,
     });
     println!("{result}");
+    Ok(())
+}
+
+/// Flux's Kustomization for app `app`: the flux-benchmark's settings (prune, wait, a 60 m
+/// interval, `serviceAccountName`, `targetNamespace`, three substituted variables), reading
+/// the app's OCIRepository in the bench namespace `ns`.
+fn kustomization(ns: &str, app: &str, namespace: &str, release: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": app, "namespace": ns, "labels": {"strata-e2e/suite": ns}},
+        "spec": {
+            "interval": "60m", "retryInterval": "2m", "timeout": "5m",
+            "path": "./", "prune": true, "wait": true,
+            "serviceAccountName": app, "targetNamespace": namespace,
+            "sourceRef": {"kind": "OCIRepository", "name": app},
+            "postBuild": {"substitute": {"APP": app, "NAMESPACE": namespace, "RELEASE": release}},
+        },
+    })
+}
+
+/// When each of `count` Kustomizations `selector` picks was Ready at a generation of at
+/// least `generation` (its Ready condition True and observed at that generation), from
+/// `started`.
+async fn kustomizations_ready(
+    api: Api<kube::api::DynamicObject>,
+    selector: String,
+    count: usize,
+    generation: i64,
+    started: Instant,
+) -> Result<Duration> {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let mut ready = std::collections::BTreeSet::new();
+    let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    let deadline = tokio::time::sleep(Duration::from_secs(1200));
+    tokio::pin!(deadline);
+    while ready.len() < count {
+        let object = tokio::select! {
+            () = &mut deadline => anyhow::bail!("not all Kustomizations Ready within 1200 s ({} were)", ready.len()),
+            next = stream.try_next() => next?.ok_or_else(|| anyhow::anyhow!("the Kustomization watch ended"))?,
+        };
+        let at = object.metadata.generation.unwrap_or_default();
+        let is_ready = object.data["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "Ready"
+                    && c["status"] == "True"
+                    && c["observedGeneration"].as_i64() == Some(at)
+            });
+        if is_ready && at >= generation {
+            ready.insert(object.metadata.name.clone().unwrap_or_default());
+        }
+    }
+    Ok(started.elapsed())
+}
+
+/// The same two rounds, deployed by Flux's kustomize-controller (`$ANCHOR_KUSTOMIZE_CONTROLLER_BIN`,
+/// built by hand from its source outside this repository) instead of the layer-controller:
+/// one Kustomization per app in place of its AddonsLayer, the flux-benchmark's controller
+/// flags (`--concurrent=20`, every namespace watched), admin rights as Flux's own install
+/// binds it. Its client limit is off: it turns client-side throttling off when the API server
+/// has priority and fairness, as ours has.
+async fn anchor_rounds(
+    client: &kube::Client,
+    applier: &core_k8s::apply::Applier,
+    ns: &str,
+    names: &[(String, String)],
+) -> Result<()> {
+    use strata_e2e::services::ServiceProcess;
+    let binary = std::env::var("ANCHOR_KUSTOMIZE_CONTROLLER_BIN")?;
+    strata_e2e::support::apply_upstream_crd(client, "kustomization-crd.yaml").await?;
+    strata_e2e::support::crds_established(client, &["kustomizations.kustomize.toolkit.fluxcd.io"])
+        .await?;
+    let metrics = format!(
+        "--metrics-addr=127.0.0.1:{}",
+        strata_e2e::plane::free_port()?
+    );
+    let health = format!(
+        "--health-addr=127.0.0.1:{}",
+        strata_e2e::plane::free_port()?
+    );
+    let controller = ServiceProcess::spawn_with_env_blocking(
+        std::path::Path::new(&binary),
+        &[
+            &metrics,
+            &health,
+            "--enable-leader-election=false",
+            "--watch-all-namespaces=true",
+            "--concurrent=20",
+            "--log-level=info",
+            "--log-encoding=json",
+        ],
+        &[(
+            "KUBECONFIG".into(),
+            cluster().kubeconfig().display().to_string(),
+        )],
+        &std::env::temp_dir().join("strata-bench-logs"),
+    )?;
+    let pid = controller.pid();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_rss = rss_kib(pid, "VmRSS:");
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        ns,
+        &kube::api::ApiResource {
+            group: "kustomize.toolkit.fluxcd.io".into(),
+            version: "v1".into(),
+            api_version: "kustomize.toolkit.fluxcd.io/v1".into(),
+            kind: "Kustomization".into(),
+            plural: "kustomizations".into(),
+        },
+    );
+    let selector = format!("strata-e2e/suite={ns}");
+    let round = async |release: &str, generation: i64| -> Result<(Duration, Duration)> {
+        let started = Instant::now();
+        let floor = tokio::spawn(controller_manager_floor(
+            client.clone(),
+            names.len(),
+            release.to_string(),
+            started,
+        ));
+        let ready = tokio::spawn(kustomizations_ready(
+            api.clone(),
+            selector.clone(),
+            names.len(),
+            generation,
+            started,
+        ));
+        apply_all(
+            applier,
+            names
+                .iter()
+                .map(|(app, namespace)| kustomization(ns, app, namespace, release))
+                .collect(),
+        )
+        .await?;
+        Ok((ready.await??, floor.await??))
+    };
+    let plane_before = plane_cpu();
+    let anchor_before = cpu_seconds(pid);
+    let driver_before = cpu_seconds(std::process::id());
+    let served_before = apiserver_requests(client).await?;
+    let (create, create_floor) = round("r1", 1).await?;
+    let mut cpu_create = plane_cpu_since(&plane_before);
+    cpu_create.insert(
+        "kustomize-controller".into(),
+        cpu_seconds(pid) - anchor_before,
+    );
+    cpu_create.insert(
+        "bench driver".into(),
+        cpu_seconds(std::process::id()) - driver_before,
+    );
+    let served_create = served_per_app_since(client, &served_before, names.len()).await?;
+    let rss_after_first = rss_kib(pid, "VmRSS:");
+    eprintln!(
+        "fleet bench (kustomize-controller): {} Kustomizations Ready in {create:?} (kube-controller-manager done at {create_floor:?})",
+        names.len()
+    );
+    let (upgrade, upgrade_floor) = round("r2", 2).await?;
+    let result = serde_json::json!({
+        "anchor": "kustomize-controller",
+        "controller_manager_qps": controller_manager_qps(),
+        "layers": names.len(),
+        "objects_per_layer": 4,
+        "create_to_all_deployed_seconds": create.as_secs_f64(),
+        "create_floor_seconds": create_floor.as_secs_f64(),
+        "cpu_seconds_create": cpu_create,
+        "upgrade_to_all_deployed_seconds": upgrade.as_secs_f64(),
+        "upgrade_floor_seconds": upgrade_floor.as_secs_f64(),
+        "controller_idle_rss_kib": idle_rss,
+        "controller_rss_after_create_kib": rss_after_first,
+        "controller_peak_rss_kib": rss_kib(pid, "VmHWM:"),
+        "controller_sockets_at_end": sockets(pid),
+        "apiserver_requests_per_layer_create": served_create,
+    });
+    println!("{result}");
+    drop(controller);
     Ok(())
 }
 
@@ -647,6 +830,9 @@ async fn main() -> Result<()> {
     eprintln!("fleet bench: {apps} apps set up");
     if std::env::var_os("BENCH_FLEET_DIRECT").is_some() {
         return direct_round(&client, &applier, &names).await;
+    }
+    if std::env::var_os("ANCHOR_KUSTOMIZE_CONTROLLER_BIN").is_some() {
+        return anchor_rounds(&client, &applier, &ns, &names).await;
     }
 
     let selector = format!("strata-e2e/suite={ns}");
@@ -740,7 +926,7 @@ async fn main() -> Result<()> {
             .unwrap_or(30);
         tokio::spawn(apiserver_profile(client.clone(), seconds, to.into()))
     });
-    let (first_total, first_floor, created) = round("1", |_| true).await?;
+    let (first_total, first_floor, created) = round("r1", |_| true).await?;
     let ours_create = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - ours_before;
     let driver_create = cpu_seconds(std::process::id()) - driver_before;
     let served_create = served_per_app_since(&client, &served_before, apps).await?;
@@ -759,7 +945,7 @@ async fn main() -> Result<()> {
     );
 
     // Round 2: one variable changes in every layer (a new release), every layer re-applies.
-    let (second_total, second_floor, _) = round("2", |layer| {
+    let (second_total, second_floor, _) = round("r2", |layer| {
         layer.metadata.generation > Some(1)
             && layer.status.as_ref().and_then(|s| s.observed_generation)
                 == layer.metadata.generation
