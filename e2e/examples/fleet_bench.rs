@@ -150,12 +150,27 @@ fn layer(
     })
 }
 
-/// When kube-controller-manager has observed every bench Deployment at its generation with
-/// the label `release=<release>` (its ReplicaSet made, its status written): the floor no
+/// Watches, from `started`, for when kube-controller-manager has observed every bench
+/// Deployment at its generation with the label `release=<release>` (its ReplicaSet made, its status written): the floor no
 /// health-gated deployer can beat. Watched, not polled: a LIST of every Deployment four times
 /// a second cost the API server (and this driver, on the same two cores) CPU the system under
 /// test then lacked.
-async fn controller_manager_floor(
+fn controller_manager_floor(
+    client: &kube::Client,
+    apps: usize,
+    release: &str,
+    started: Instant,
+) -> tokio::task::JoinHandle<Result<Duration>> {
+    tokio::spawn(floor_watch(
+        client.clone(),
+        apps,
+        release.to_string(),
+        started,
+    ))
+}
+
+/// The watch behind [`controller_manager_floor`].
+async fn floor_watch(
     client: kube::Client,
     apps: usize,
     release: String,
@@ -573,12 +588,7 @@ async fn direct_round(
     let driver_before = cpu_seconds(std::process::id());
     let served_before = apiserver_requests(client).await?;
     let started = Instant::now();
-    let floor = tokio::spawn(controller_manager_floor(
-        client.clone(),
-        names.len(),
-        release.to_string(),
-        started,
-    ));
+    let floor = controller_manager_floor(client, names.len(), release, started);
     apply_all(applier, docs).await?;
     let applied = started.elapsed();
     let floor = floor.await??;
@@ -719,12 +729,7 @@ async fn anchor_rounds(
     let selector = format!("strata-e2e/suite={ns}");
     let round = async |release: &str, generation: i64| -> Result<(Duration, Duration)> {
         let started = Instant::now();
-        let floor = tokio::spawn(controller_manager_floor(
-            client.clone(),
-            names.len(),
-            release.to_string(),
-            started,
-        ));
+        let floor = controller_manager_floor(client, names.len(), release, started);
         let ready = tokio::spawn(kustomizations_ready(
             api.clone(),
             selector.clone(),
@@ -883,12 +888,7 @@ async fn main() -> Result<()> {
     // `done` says, beside kube-controller-manager's floor. (all Deployed, floor, applied in)
     let round = async |release: &str, done: fn(&AddonsLayer) -> bool| -> Result<_> {
         let started = Instant::now();
-        let floor = tokio::spawn(controller_manager_floor(
-            client.clone(),
-            apps,
-            release.to_string(),
-            started,
-        ));
+        let floor = controller_manager_floor(&client, apps, release, started);
         let deployed = tokio::spawn(layers_deployed(
             api.clone(),
             selector.clone(),
