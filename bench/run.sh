@@ -555,6 +555,9 @@ fleet_bench() {
   cargo build --release -p layer-controller -p drift-observer >&2
   cargo build -p strata-e2e --bins --example fleet_bench >&2
   : > "$work/fleet.jsonl"; : > "$work/fleet-anchor.jsonl"
+  # The driver deploys with the anchor whenever it sees its binary: only the anchor's runs may.
+  local anchor="${ANCHOR_KUSTOMIZE_CONTROLLER_BIN:-}"
+  unset ANCHOR_KUSTOMIZE_CONTROLLER_BIN
   sizes=(${BENCH_FLEET_SIZES:-100 500 1000}); qpss=(${BENCH_FLEET_QPS:-20 200})
   # With BENCH_FLEET_PROFILE=1, the first run at the largest size and last client limit also
   # takes a CPU profile of kube-apiserver over the create round (its /debug/pprof, off
@@ -582,10 +585,10 @@ fleet_bench() {
   # ANCHOR_KUSTOMIZE_CONTROLLER_BIN set (Flux's kustomize-controller, built by hand from its
   # source outside this repository), the same apps at the largest size, deployed by it instead,
   # RUNS times at each client limit in BENCH_FLEET_ANCHOR_QPS (default: the last one).
-  if [[ -n "${ANCHOR_KUSTOMIZE_CONTROLLER_BIN:-}" ]]; then
+  if [[ -n "$anchor" ]]; then
     for qps in ${BENCH_FLEET_ANCHOR_QPS:-${qpss[-1]}}; do
       for _ in $(seq 1 "$RUNS"); do
-        env ANCHOR_KUSTOMIZE_CONTROLLER_BIN="$ANCHOR_KUSTOMIZE_CONTROLLER_BIN" STRATA_BIN_DIR="$target/debug" \
+        env ANCHOR_KUSTOMIZE_CONTROLLER_BIN="$anchor" STRATA_BIN_DIR="$target/debug" \
           BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
           scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet-anchor.jsonl"
       done
