@@ -1,6 +1,8 @@
 //! The admission server as a hostile or unlucky network sees it, over real TLS: slow clients
-//! that never finish (slowloris: stalled handshakes and half-sent requests) do not stop it
-//! serving everyone else; 64 clients at once are all answered correctly; an oversized body is
+//! that never finish (slowloris: stalled handshakes, half-sent requests, headers trickled a
+//! byte at a time) do not stop it serving everyone else, and are cut off once
+//! `--request-timeout` has passed; a connection left quiet is closed after `--idle-timeout`,
+//! a busy one is not; 64 clients at once are all answered correctly; an oversized body is
 //! refused with 413; and its memory stays under the chart's limit throughout.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
@@ -23,11 +25,15 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 struct Server {
     process: ServiceProcess,
     address: std::net::SocketAddr,
+    /// HTTP/1.1 (no ALPN).
     tls: TlsConnector,
+    /// HTTP/2 by ALPN.
+    tls_h2: TlsConnector,
 }
 
-/// Starts the server with a certificate of our own (so the test can trust it), no injection.
-async fn start(ns: &str) -> Result<Server> {
+/// Starts the server with a certificate of our own (so the test can trust it), no injection,
+/// and these extra flags.
+async fn start(ns: &str, extra: &[&str]) -> Result<Server> {
     let key = rcgen::KeyPair::generate()?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.self_signed(&key)?;
     let dir = std::env::temp_dir().join(format!("strata-robust-{ns}"));
@@ -36,22 +42,24 @@ async fn start(ns: &str) -> Result<Server> {
     std::fs::write(&cert_file, cert.pem())?;
     std::fs::write(&key_file, key.serialize_pem())?;
     let address: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
-    let process = start_admission_webhook(
-        ns,
-        &address.to_string(),
-        &[
-            "--tls-cert-file",
-            &cert_file.to_string_lossy(),
-            "--tls-key-file",
-            &key_file.to_string_lossy(),
-            "--inject-ca-bundle=false",
-        ],
-    )?;
+    let (cert_file, key_file) = (cert_file.to_string_lossy(), key_file.to_string_lossy());
+    let mut args = vec![
+        "--tls-cert-file",
+        &cert_file,
+        "--tls-key-file",
+        &key_file,
+        "--inject-ca-bundle=false",
+    ];
+    args.extend_from_slice(extra);
+    let process = start_admission_webhook(ns, &address.to_string(), &args)?;
     let mut roots = tokio_rustls::rustls::RootCertStore::empty();
     roots.add(CertificateDer::from_pem_slice(cert.pem().as_bytes())?)?;
     let config = tokio_rustls::rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // As kube-apiserver connects: offering HTTP/2.
+    let mut h2 = config.clone();
+    h2.alpn_protocols = vec![b"h2".to_vec()];
     eventually("server listening", Duration::from_secs(30), || async {
         Ok(tokio::net::TcpStream::connect(address).await.ok().map(drop))
     })
@@ -60,21 +68,52 @@ async fn start(ns: &str) -> Result<Server> {
         process,
         address,
         tls: TlsConnector::from(Arc::new(config)),
+        tls_h2: TlsConnector::from(Arc::new(h2)),
     })
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-/// A TLS connection to the server.
-async fn tls_stream(
-    server: &Server,
-) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+type TlsStream = tokio_rustls::client::TlsStream<tokio::net::TcpStream>;
+
+/// A TLS connection to the server (HTTP/1.1).
+async fn tls_stream(server: &Server) -> Result<TlsStream> {
+    tls_stream_with(server, &server.tls).await
+}
+
+async fn tls_stream_with(server: &Server, connector: &TlsConnector) -> Result<TlsStream> {
     let tcp = tokio::net::TcpStream::connect(server.address).await?;
-    Ok(server
-        .tls
+    Ok(connector
         .connect(ServerName::IpAddress(server.address.ip().into()), tcp)
         .await?)
 }
+
+/// Reads until the server closes the connection (end of stream, or an error such as a reset),
+/// within `within`; everything read. `None` when it was still open then.
+async fn read_until_closed<S: tokio::io::AsyncRead + Unpin>(
+    stream: &mut S,
+    within: Duration,
+) -> Option<Vec<u8>> {
+    let mut read = Vec::new();
+    let mut chunk = [0u8; 4096];
+    tokio::time::timeout(within, async {
+        loop {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read.extend_from_slice(&chunk[..n]),
+            }
+        }
+    })
+    .await
+    .ok()
+    .map(|()| read)
+}
+
+/// The HTTP/2 client preface and an empty SETTINGS frame: a connection open and set up.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+/// An HTTP/2 PING frame (8 bytes of payload, stream 0).
+const H2_PING: &[u8] = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00strata!!";
 
 /// The headers of a review announcing `length` bytes, and the first bytes of its body.
 fn review_head(length: usize) -> Vec<u8> {
@@ -128,15 +167,27 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// The slow-client test's `--request-timeout`.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(4);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "robust").await?;
-    let server = start(&ns.name).await?;
+    let server = start(
+        &ns.name,
+        &[
+            "--request-timeout",
+            &format!("{}s", REQUEST_TIMEOUT.as_secs()),
+        ],
+    )
+    .await?;
 
     // Slowloris: 32 connections that stall in the TLS handshake (a few bytes of a ClientHello),
-    // and 32 that finish TLS and send half a request (headers promising a body that never
-    // comes). They stay open for the rest of the test.
+    // 32 that finish TLS and send half a request (headers promising a body that never comes),
+    // and 8 that send their headers a byte every 200 ms (each byte would keep an idle timer
+    // alive). The client side never lets go of them.
+    let slow_since = std::time::Instant::now();
     let mut stalled = Vec::new();
     for _ in 0..32 {
         let mut tcp = tokio::net::TcpStream::connect(server.address).await?;
@@ -149,6 +200,21 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
         stream.write_all(&review_head(100_000)).await?;
         stream.flush().await?;
         half_sent.push(stream);
+    }
+    let mut trickling = Vec::new();
+    for _ in 0..8 {
+        let mut stream = tls_stream(&server).await?;
+        trickling.push(tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            for byte in review_head(100) {
+                if stream.write_all(&[byte]).await.is_err() || stream.flush().await.is_err() {
+                    // Cut off: how long the server put up with it.
+                    return Some(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            None
+        }));
     }
 
     // 64 clients at once, each on its own connection, 10 reviews each: every one answered,
@@ -230,29 +296,42 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
 
     assert_eq!(allowed().await?, 641.0, "the review after the abuse");
 
-    // The slow connections are still open (the server neither closed them nor was stopped by
-    // them): a read finds nothing to read, not the end of the stream.
-    let open = |tcp: &tokio::net::TcpStream| {
-        let mut buf = [0u8; 4096];
-        loop {
-            match tcp.try_read(&mut buf) {
-                // TLS 1.3 session tickets may be waiting on the finished handshakes.
-                Ok(n) if n > 0 => continue,
-                Ok(_) => return false,
-                Err(e) => return e.kind() == std::io::ErrorKind::WouldBlock,
-            }
-        }
-    };
-    let closed_stalled = stalled.iter().filter(|tcp| !open(tcp)).count();
-    let closed_half = half_sent
-        .iter()
-        .filter(|tls| !open(tls.get_ref().0))
-        .count();
-    assert_eq!(
-        (closed_stalled, closed_half),
-        (0, 0),
-        "slow connections closed"
-    );
+    // The server cut every slow connection off once the request timeout had passed (and not
+    // long after): the stalled handshakes are closed, each half-sent request was answered 408,
+    // and every trickler found its connection gone long before its headers were out (111
+    // bytes at 5 a second would take 22 s).
+    let deadline = REQUEST_TIMEOUT + Duration::from_secs(3);
+    for (i, tcp) in stalled.iter_mut().enumerate() {
+        let left = deadline.saturating_sub(slow_since.elapsed());
+        assert!(
+            read_until_closed(tcp, left).await.is_some(),
+            "stalled handshake {i} still open {:?} after it began",
+            slow_since.elapsed()
+        );
+    }
+    for (i, stream) in half_sent.iter_mut().enumerate() {
+        let left = deadline.saturating_sub(slow_since.elapsed());
+        let answer = read_until_closed(stream, left).await;
+        let answer = answer.unwrap_or_else(|| {
+            panic!(
+                "half-sent request {i} still open {:?} after it began",
+                slow_since.elapsed()
+            )
+        });
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(
+            answer.starts_with("HTTP/1.1 408"),
+            "half-sent request {i}: {answer}"
+        );
+    }
+    for (i, trickler) in trickling.into_iter().enumerate() {
+        let cut_off = trickler.await?;
+        let cut_off = cut_off.unwrap_or_else(|| panic!("trickler {i} sent all its headers"));
+        assert!(
+            cut_off >= REQUEST_TIMEOUT && cut_off <= deadline,
+            "trickler {i} cut off after {cut_off:?}"
+        );
+    }
 
     // They never cost the server its memory budget.
     let chart_limit_kib = strata_e2e::chart::documented_memory_limit("admissionWebhook")? / 1024;
@@ -261,6 +340,75 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
     assert!(
         peak > 0 && peak < chart_limit_kib,
         "peak RSS {peak} KiB, chart limit {chart_limit_kib} KiB"
+    );
+    Ok(())
+}
+
+/// An HTTP/2 connection (as kube-apiserver opens them) on which the client says nothing after
+/// setting it up is closed once `--idle-timeout` has passed, not before; one kept busy (a PING
+/// a second) stays open well past it, and the server still answers reviews on new ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_connection_is_closed_after_the_idle_timeout_a_busy_one_is_not() -> Result<()> {
+    const IDLE: Duration = Duration::from_secs(3);
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "idle").await?;
+    // A long request timeout: only the idle timeout can close these.
+    let server = start(
+        &ns.name,
+        &["--idle-timeout", "3s", "--request-timeout", "30s"],
+    )
+    .await?;
+    let mut quiet = tls_stream_with(&server, &server.tls_h2).await?;
+    assert_eq!(
+        quiet.get_ref().1.alpn_protocol(),
+        Some(&b"h2"[..]),
+        "HTTP/2 negotiated"
+    );
+    let mut busy = tls_stream_with(&server, &server.tls_h2).await?;
+    let opened = std::time::Instant::now();
+    quiet.write_all(H2_PREFACE).await?;
+    busy.write_all(H2_PREFACE).await?;
+    let pinger = tokio::spawn(async move {
+        // A ping a second for eight seconds, reading the answers as they come.
+        let mut chunk = [0u8; 4096];
+        for _ in 0..8 {
+            busy.write_all(H2_PING).await?;
+            busy.flush().await?;
+            let read = tokio::time::timeout(Duration::from_secs(1), busy.read(&mut chunk)).await;
+            match read {
+                Ok(Ok(0)) | Ok(Err(_)) => bail!("the busy connection was closed"),
+                _ => {}
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        Ok::<_, anyhow::Error>(busy)
+    });
+    let closed = read_until_closed(&mut quiet, Duration::from_secs(15)).await;
+    let after = opened.elapsed();
+    assert!(
+        closed.is_some(),
+        "the quiet connection was still open after 15 s"
+    );
+    assert!(
+        after >= IDLE && after < IDLE + Duration::from_secs(3),
+        "the quiet connection closed after {after:?}"
+    );
+    let mut busy = pinger.await??;
+    assert!(
+        opened.elapsed() > IDLE * 2,
+        "the busy connection was watched past twice the idle timeout"
+    );
+    // Still open: a last ping is answered (some bytes come back).
+    busy.write_all(H2_PING).await?;
+    busy.flush().await?;
+    let mut chunk = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(2), busy.read(&mut chunk)).await??;
+    assert!(n > 0, "the busy connection answered its last ping");
+    let mut sender = connect(&server).await?;
+    let (status, answer) = post(&mut sender, review("after-idle", 2)).await?;
+    assert_eq!(
+        (status, answer["response"]["allowed"].clone()),
+        (200, serde_json::json!(true))
     );
     Ok(())
 }

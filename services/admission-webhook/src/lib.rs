@@ -6,6 +6,7 @@
 
 pub mod cert_files;
 pub mod certs;
+pub mod idle;
 pub mod inject;
 pub mod metrics;
 pub mod policy;
@@ -109,8 +110,14 @@ pub struct WebhookArgs {
     /// Budget of one admission request; decisions must be made within 90 % of it (the
     /// anchor's `-server-tls.request-timeout`). Keep it at or under the webhook
     /// configurations' `timeoutSeconds` (10 s by default).
+    /// It also bounds a client's TLS handshake, the wait for a request's headers (HTTP/1.1) and
+    /// the whole request, body included: past it the answer is 408 and the connection closes.
     #[arg(long, default_value = "10s", value_parser = core_k8s::args::parse_duration)]
     pub request_timeout: Duration,
+    /// A connection on which nothing has been read or written this long is closed (the
+    /// anchor's idle timeout). kube-apiserver closes its own idle connections after 90 s.
+    #[arg(long, default_value = "3m", value_parser = core_k8s::args::parse_duration)]
+    pub idle_timeout: Duration,
     /// On SIGTERM, keep accepting reviews this long (reporting not ready on `/readyz`) before
     /// the server stops accepting and drains: a terminating pod's endpoint leaves kube-apiserver's
     /// view only some time after the signal, and a connection refused in between is a failed
@@ -344,6 +351,10 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     let serving = server::serve(
         args.tls_address,
         tls,
+        server::Timeouts {
+            request: args.request_timeout,
+            idle: args.idle_timeout,
+        },
         app.clone(),
         ctx.shutdown.clone(),
         serving_stop,

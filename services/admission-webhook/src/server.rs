@@ -620,6 +620,51 @@ pub fn router(app: Arc<App>) -> Router {
     core_k8s::http_metrics::instrument(routes, app.http_metrics.clone())
 }
 
+/// What a client's connection may take. Without them a client that stalls (slowloris: a
+/// handshake never finished, headers or a body sent a byte at a time, a connection opened and
+/// left) holds a socket for ever, and enough of them starve kube-apiserver's calls.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    /// The TLS handshake, an HTTP/1.1 request's headers (and the wait for the next request on
+    /// a kept-alive connection), and each whole request, body read and answer included.
+    pub request: Duration,
+    /// Nothing read or written on a connection this long: closed ([`crate::idle`]).
+    pub idle: Duration,
+}
+
+/// Answers 408 to a request not received and answered within `limit`; an HTTP/1.1 connection
+/// is then closed (its body may be half read).
+async fn request_deadline(
+    limit: Duration,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let http1 = request.version() < axum::http::Version::HTTP_2;
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::debug!(?limit, "a request was not received and answered in time");
+            let mut response = (
+                StatusCode::REQUEST_TIMEOUT,
+                format!("request not received and answered within {limit:?}"),
+            )
+                .into_response();
+            if http1 {
+                close_after(&mut response);
+            }
+            response
+        }
+    }
+}
+
+/// Makes `response` the last on its HTTP/1.1 connection.
+fn close_after(response: &mut Response) {
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+}
+
 /// Serves until `stop`, draining in-flight requests for up to 2 s. Once `draining` fires
 /// (the shutdown signal, before `stop`), every HTTP/1.1 answer says `Connection: close`: the
 /// client (kube-apiserver keeps a pool of keep-alive connections to each webhook) closes that
@@ -629,6 +674,7 @@ pub fn router(app: Arc<App>) -> Router {
 pub async fn serve(
     address: SocketAddr,
     tls: RustlsConfig,
+    timeouts: Timeouts,
     app: Arc<App>,
     draining: tokio_util::sync::CancellationToken,
     stop: tokio_util::sync::CancellationToken,
@@ -639,15 +685,25 @@ pub async fn serve(
         stop.cancelled().await;
         shutdown.graceful_shutdown(Some(Duration::from_secs(2)));
     });
-    // TCP_NODELAY: an answer leaves in more than one segment (TLS records), and with Nagle
-    // the last one waits for the client's delayed ACK — up to 40 ms on Linux.
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
-        .acceptor(axum_server::accept::NoDelayAcceptor::new());
-    axum_server::from_tcp(core_k8s::net::listen(address)?)?
+        .handshake_timeout(timeouts.request)
+        .acceptor(crate::idle::IdleCutoff {
+            idle: timeouts.idle,
+        });
+    let mut server = axum_server::from_tcp(core_k8s::net::listen(address)?)?
         .acceptor(acceptor)
-        .handle(handle)
+        .handle(handle);
+    server
+        .http_builder()
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(timeouts.request);
+    server
         .serve(
             router(app)
+                .layer(axum::middleware::from_fn(move |request, next| {
+                    request_deadline(timeouts.request, request, next)
+                }))
                 .layer(axum::middleware::from_fn(
                     move |request: axum::extract::Request, next: axum::middleware::Next| {
                         let draining = draining.clone();
@@ -655,11 +711,7 @@ pub async fn serve(
                             let http1 = request.version() < axum::http::Version::HTTP_2;
                             let mut response = next.run(request).await;
                             if http1 && draining.is_cancelled() {
-                                // The last answer on this connection.
-                                response.headers_mut().insert(
-                                    header::CONNECTION,
-                                    axum::http::HeaderValue::from_static("close"),
-                                );
+                                close_after(&mut response);
                             }
                             response
                         }

@@ -110,6 +110,7 @@ impl CompatArgs {
             inject_ca_bundle: self.webhook_inject_ca_bundle,
             inject_ca_selector: None,
             request_timeout: self.webhook_request_timeout,
+            idle_timeout: admission_webhook::idle::IDLE_TIMEOUT,
             shutdown_delay: admission_webhook::DEFAULT_SHUTDOWN_DELAY,
             prepare_downscale_undo_after: self.prepare_downscale_undo_after,
         }

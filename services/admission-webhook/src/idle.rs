@@ -1,0 +1,240 @@
+//! Connections that go quiet are closed. kube-apiserver keeps its connections to a webhook
+//! busy or closes them itself (its idle timeout is 90 s); a client that opens a connection and
+//! then sends nothing, or stops reading what it is sent, would otherwise hold a socket and its
+//! buffers for as long as it likes: enough of them and the server runs out of descriptors or
+//! memory, and every admission call fails. The anchor's server has the same rule (idle 3 m).
+//!
+//! [`IdleCutoff`] is the TCP-level acceptor under TLS: every connection's stream fails with
+//! `TimedOut` once nothing has been read from or written to it for the idle timeout, whatever
+//! the protocol (a TLS handshake, HTTP/1.1 between requests, an HTTP/2 connection with no
+//! streams). Requests themselves are bounded separately (`--request-timeout`).
+
+use std::future::{Future, Ready};
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+
+/// The idle timeout by default: the anchor's.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// Accepts TCP connections with `TCP_NODELAY` (an answer leaves in more than one TLS record,
+/// and with Nagle the last waits for the client's delayed ACK, up to 40 ms on Linux) and an
+/// idle timeout.
+#[derive(Clone, Copy, Debug)]
+pub struct IdleCutoff {
+    pub idle: Duration,
+}
+
+impl<S> axum_server::accept::Accept<TcpStream, S> for IdleCutoff {
+    type Stream = IdleStream<TcpStream>;
+    type Service = S;
+    type Future = Ready<io::Result<(Self::Stream, Self::Service)>>;
+
+    fn accept(&self, stream: TcpStream, service: S) -> Self::Future {
+        std::future::ready(
+            stream
+                .set_nodelay(true)
+                .map(|()| (IdleStream::new(stream, self.idle), service)),
+        )
+    }
+}
+
+/// A stream that fails with `TimedOut` once neither side has moved a byte for `idle`.
+#[derive(Debug)]
+pub struct IdleStream<T> {
+    inner: T,
+    idle: Duration,
+    /// When a byte last moved.
+    last: Instant,
+    /// Wakes the connection when the timeout may have run out; moved on lazily (see
+    /// [`IdleStream::expired`]), so traffic costs no timer update per read.
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<T> IdleStream<T> {
+    pub fn new(inner: T, idle: Duration) -> Self {
+        let now = Instant::now();
+        Self {
+            inner,
+            idle,
+            last: now,
+            timer: Box::pin(tokio::time::sleep_until(now + idle)),
+        }
+    }
+
+    /// Whether the connection has been quiet for the whole idle timeout. Otherwise the timer is
+    /// set for when it could be, and will wake the task then.
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        loop {
+            let due = self.last + self.idle;
+            if self.timer.deadline() != due {
+                self.timer.as_mut().reset(due);
+            }
+            if self.timer.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            if Instant::now() >= self.last + self.idle {
+                return true;
+            }
+        }
+    }
+
+    /// A write's outcome: bytes out move the clock; a write that cannot go out (a client that
+    /// stops reading fills our send buffer) is quiet too.
+    fn written(
+        &mut self,
+        cx: &mut Context<'_>,
+        polled: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match polled {
+            Poll::Ready(Ok(n)) => {
+                if n > 0 {
+                    self.last = Instant::now();
+                }
+                Poll::Ready(Ok(n))
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(Self::quiet_too_long())),
+            other => other,
+        }
+    }
+
+    fn quiet_too_long() -> io::Error {
+        io::Error::new(io::ErrorKind::TimedOut, "connection idle too long")
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleStream<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.last = Instant::now();
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(Self::quiet_too_long())),
+            other => other,
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleStream<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.written(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Pending if this.expired(cx) => Poll::Ready(Err(Self::quiet_too_long())),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    const IDLE: Duration = Duration::from_secs(180);
+
+    /// A server side wrapped as the acceptor wraps it, and the client's end.
+    fn pair() -> (IdleStream<tokio::io::DuplexStream>, tokio::io::DuplexStream) {
+        let (server, client) = tokio::io::duplex(64);
+        (IdleStream::new(server, IDLE), client)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_client_is_cut_off_after_the_idle_timeout_not_before() {
+        let (mut server, _client) = pair();
+        let started = Instant::now();
+        let mut buf = [0u8; 8];
+        let error = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_byte_read_restarts_the_clock() {
+        let (mut server, mut client) = pair();
+        let started = Instant::now();
+        // A byte every 100 s: never quiet for 180 s in a row.
+        let talker = tokio::spawn(async move {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(100)).await;
+                client.write_all(b"x").await.unwrap();
+            }
+            client
+        });
+        let mut buf = [0u8; 8];
+        for _ in 0..5 {
+            assert_eq!(server.read(&mut buf).await.unwrap(), 1);
+        }
+        let _client = talker.await.unwrap();
+        // Then silence: cut off 180 s after the last byte, at 500 + 180 s.
+        let error = server.read(&mut buf).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), Duration::from_secs(500) + IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_is_cut_off_too() {
+        let (mut server, _client) = pair();
+        let started = Instant::now();
+        // The pipe holds 64 bytes; the client reads none of them.
+        let error = server.write_all(&[0u8; 1024]).await.unwrap_err();
+        assert_eq!(error.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(started.elapsed(), IDLE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_connection_stays_open() {
+        let (mut server, mut client) = pair();
+        // Half an hour of requests and answers 60 s apart.
+        for _ in 0..30 {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            client.write_all(b"ping").await.unwrap();
+            let mut buf = [0u8; 4];
+            server.read_exact(&mut buf).await.unwrap();
+            server.write_all(b"pong").await.unwrap();
+            client.read_exact(&mut buf).await.unwrap();
+            assert_eq!(&buf, b"pong");
+        }
+    }
+}
