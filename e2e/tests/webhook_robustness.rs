@@ -183,6 +183,13 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
     )
     .await?;
 
+    // A kept-alive connection, as kube-apiserver keeps them: one review now, one at the end,
+    // after longer than the request timeout with nothing sent (it must still be served).
+    let mut kept_alive = connect(&server).await?;
+    let (status, _) = post(&mut kept_alive, review("kept-alive-1", 2)).await?;
+    assert_eq!(status, 200);
+    let kept_alive_since = std::time::Instant::now();
+
     // Slowloris: 32 connections that stall in the TLS handshake (a few bytes of a ClientHello),
     // 32 that finish TLS and send half a request (headers promising a body that never comes),
     // and 8 that send their headers a byte every 200 ms (each byte would keep an idle timer
@@ -262,7 +269,7 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
             )
             .await
     };
-    assert_eq!(allowed().await?, 640.0);
+    assert_eq!(allowed().await?, 641.0);
 
     // An oversized body is refused (413) from its announced length, before it is read: the
     // client sends the headers of a 7 MiB review and a few bytes, and reads the answer.
@@ -294,7 +301,11 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
         (200, serde_json::json!(true))
     );
 
-    assert_eq!(allowed().await?, 641.0, "the review after the abuse");
+    assert_eq!(
+        allowed().await?,
+        642.0,
+        "the reviews after the abuse (and the first kept-alive one)"
+    );
 
     // The server cut every slow connection off once the request timeout had passed (and not
     // long after): the stalled handshakes are closed, each half-sent request was answered 408,
@@ -332,6 +343,18 @@ async fn slow_clients_many_clients_and_oversized_bodies() -> Result<()> {
             "trickler {i} cut off after {cut_off:?}"
         );
     }
+
+    // The kept-alive connection is still served: only a request in progress has the request
+    // timeout; a connection between requests has the idle one (3 m).
+    let quiet_for = REQUEST_TIMEOUT + Duration::from_secs(2);
+    tokio::time::sleep(quiet_for.saturating_sub(kept_alive_since.elapsed())).await;
+    let (status, answer) = post(&mut kept_alive, review("kept-alive-2", 2)).await?;
+    assert_eq!(
+        (status, answer["response"]["uid"].clone()),
+        (200, serde_json::json!("kept-alive-2")),
+        "a review on a connection kept alive for {:?}",
+        kept_alive_since.elapsed()
+    );
 
     // They never cost the server its memory budget.
     let chart_limit_kib = strata_e2e::chart::documented_memory_limit("admissionWebhook")? / 1024;

@@ -110,8 +110,8 @@ pub struct WebhookArgs {
     /// Budget of one admission request; decisions must be made within 90 % of it (the
     /// anchor's `-server-tls.request-timeout`). Keep it at or under the webhook
     /// configurations' `timeoutSeconds` (10 s by default).
-    /// It also bounds a client's TLS handshake, the wait for a request's headers (HTTP/1.1) and
-    /// the whole request, body included: past it the answer is 408 and the connection closes.
+    /// It also bounds a client's TLS handshake and each request from its first byte, however
+    /// slowly it arrives: past it the answer is 408 and, a second later, the connection closes.
     #[arg(long, default_value = "10s", value_parser = core_k8s::args::parse_duration)]
     pub request_timeout: Duration,
     /// A connection on which nothing has been read or written this long is closed (the

@@ -625,8 +625,8 @@ pub fn router(app: Arc<App>) -> Router {
 /// left) holds a socket for ever, and enough of them starve kube-apiserver's calls.
 #[derive(Clone, Copy, Debug)]
 pub struct Timeouts {
-    /// The TLS handshake, an HTTP/1.1 request's headers (and the wait for the next request on
-    /// a kept-alive connection), and each whole request, body read and answer included.
+    /// The TLS handshake, and each request from its first byte to its answer, however slowly
+    /// it arrives ([`crate::idle`] for the headers, [`request_deadline`] once they are in).
     pub request: Duration,
     /// Nothing read or written on a connection this long: closed ([`crate::idle`]).
     pub idle: Duration,
@@ -688,17 +688,16 @@ pub async fn serve(
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
         .handshake_timeout(timeouts.request)
         .acceptor(crate::idle::IdleCutoff {
-            idle: timeouts.idle,
+            limits: crate::idle::Limits {
+                idle: timeouts.idle,
+                // A second past the request deadline, so a request it stops is told so (408)
+                // before its connection is cut.
+                answer: timeouts.request + Duration::from_secs(1),
+            },
         });
-    let mut server = axum_server::from_tcp(core_k8s::net::listen(address)?)?
+    axum_server::from_tcp(core_k8s::net::listen(address)?)?
         .acceptor(acceptor)
-        .handle(handle);
-    server
-        .http_builder()
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(timeouts.request);
-    server
+        .handle(handle)
         .serve(
             router(app)
                 .layer(axum::middleware::from_fn(move |request, next| {
