@@ -620,22 +620,21 @@ if anchor_runs:
         calls = sum((r.get("apiserver_requests_per_layer_create") or {}).values())
         return (f"| {r['controller_manager_qps']} | {who} | {c:.1f} s ({c/cf:.2f}×) | {u:.1f} s ({u/uf:.2f}×) "
                 f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {mine:.1f} s | {sum(cpu.values()):.1f} s | {calls:.1f} |")
+    n = max(r["layers"] for r in anchor_runs)
     for qps in sorted({r["controller_manager_qps"] for r in anchor_runs}):
-        n = max(r["layers"] for r in anchor_runs)
         theirs = [r for r in anchor_runs if r["controller_manager_qps"] == qps and r["layers"] == n]
         ours = [r for r in ours_runs if r["controller_manager_qps"] == qps and r["layers"] == n and r.get("shards", 1) == 1]
         lines += [row("Strata layer-controller", r) for r in ours]
         lines += [row("Flux kustomize-controller", r) for r in theirs]
         if ours and theirs:
-            med = lambda rs, k: statistics.median(r[k] for r in rs)
+            def versus(label, key, unit, scale=1):
+                a, b = (statistics.median(r[key] for r in rs) / scale for rs in (ours, theirs))
+                return f"{label} {a:.1f} / {b:.1f} {unit} = {a / b:.2f}"
             ratios.append(
-                f"client limit {qps}, {n} apps, medians Strata / Flux: create "
-                f"{med(ours, 'create_to_all_deployed_seconds'):.1f} / {med(theirs, 'create_to_all_deployed_seconds'):.1f} s "
-                f"= {med(ours, 'create_to_all_deployed_seconds') / med(theirs, 'create_to_all_deployed_seconds'):.2f}, upgrade "
-                f"{med(ours, 'upgrade_to_all_deployed_seconds'):.1f} / {med(theirs, 'upgrade_to_all_deployed_seconds'):.1f} s "
-                f"= {med(ours, 'upgrade_to_all_deployed_seconds') / med(theirs, 'upgrade_to_all_deployed_seconds'):.2f}, peak RSS "
-                f"{med(ours, 'controller_peak_rss_kib')/1024:.1f} / {med(theirs, 'controller_peak_rss_kib')/1024:.1f} MiB "
-                f"= {med(ours, 'controller_peak_rss_kib') / med(theirs, 'controller_peak_rss_kib'):.2f}")
+                f"client limit {qps}, {n} apps, medians Strata / Flux: "
+                + ", ".join([versus("create", "create_to_all_deployed_seconds", "s"),
+                             versus("upgrade", "upgrade_to_all_deployed_seconds", "s"),
+                             versus("peak RSS", "controller_peak_rss_kib", "MiB", 1024)]))
     side_by_side = f"""
 **Side by side with the anchor on this machine, same run**: Flux's kustomize-controller
 (`ANCHOR_KUSTOMIZE_CONTROLLER_BIN=<path>`, built by hand from its source outside this

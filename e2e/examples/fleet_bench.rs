@@ -151,8 +151,8 @@ fn layer(
 }
 
 /// Watches, from `started`, for when kube-controller-manager has observed every bench
-/// Deployment at its generation with the label `release=<release>` (its ReplicaSet made, its status written): the floor no
-/// health-gated deployer can beat. Watched, not polled: a LIST of every Deployment four times
+/// Deployment at its generation with the label `release=<release>` (its ReplicaSet made, its
+/// status written): the floor no health-gated deployer can beat. Watched, not polled: a LIST of every Deployment four times
 /// a second cost the API server (and this driver, on the same two cores) CPU the system under
 /// test then lacked.
 fn controller_manager_floor(
@@ -559,6 +559,53 @@ async fn drift_latency(
     }))
 }
 
+/// A round's cost from its start: the CPU each plane process, the deployer's processes (if
+/// any) and this driver used, and what kube-apiserver served per app.
+struct RoundCost {
+    plane: BTreeMap<String, f64>,
+    /// The deployer's name, its processes and their CPU at the start.
+    deployer: Option<(&'static str, Vec<u32>, f64)>,
+    driver: f64,
+    served: BTreeMap<String, f64>,
+}
+
+impl RoundCost {
+    async fn start(
+        client: &kube::Client,
+        deployer: Option<(&'static str, &[u32])>,
+    ) -> Result<Self> {
+        let cpu_of = |pids: &[u32]| pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>();
+        Ok(Self {
+            plane: plane_cpu(),
+            deployer: deployer.map(|(name, pids)| (name, pids.to_vec(), cpu_of(pids))),
+            driver: cpu_seconds(std::process::id()),
+            served: apiserver_requests(client).await?,
+        })
+    }
+
+    /// CPU seconds by process since the start (the deployer under its name, this driver as
+    /// `bench driver`), and the calls kube-apiserver served per app
+    /// ([`served_per_app_since`]).
+    async fn finish(
+        self,
+        client: &kube::Client,
+        apps: usize,
+    ) -> Result<(BTreeMap<String, f64>, BTreeMap<String, f64>)> {
+        let driver = cpu_seconds(std::process::id()) - self.driver;
+        let deployer = self.deployer.map(|(name, pids, before)| {
+            let used = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - before;
+            (name, used)
+        });
+        let served = served_per_app_since(client, &self.served, apps).await?;
+        let mut cpu = plane_cpu_since(&self.plane);
+        if let Some((name, used)) = deployer {
+            cpu.insert(name.into(), used);
+        }
+        cpu.insert("bench driver".into(), driver);
+        Ok((cpu, served))
+    }
+}
+
 async fn apply_all(applier: &core_k8s::apply::Applier, docs: Vec<serde_json::Value>) -> Result<()> {
     futures::stream::iter(docs)
         .map(|doc| async move { applier.apply_dynamic(&doc, None).await })
@@ -584,20 +631,13 @@ async fn direct_round(
             .replace("${RELEASE}", release);
         docs.extend(parse_yaml(&manifests)?);
     }
-    let plane_before = plane_cpu();
-    let driver_before = cpu_seconds(std::process::id());
-    let served_before = apiserver_requests(client).await?;
+    let cost = RoundCost::start(client, None).await?;
     let started = Instant::now();
     let floor = controller_manager_floor(client, names.len(), release, started);
     apply_all(applier, docs).await?;
     let applied = started.elapsed();
     let floor = floor.await??;
-    let mut cpu = plane_cpu_since(&plane_before);
-    cpu.insert(
-        "bench driver".into(),
-        cpu_seconds(std::process::id()) - driver_before,
-    );
-    let served = served_per_app_since(client, &served_before, names.len()).await?;
+    let (cpu, served) = cost.finish(client, names.len()).await?;
     eprintln!(
         "fleet bench (direct): {} apps applied in {applied:?}, kube-controller-manager done at {floor:?}",
         names.len()
@@ -632,29 +672,12 @@ fn kustomization(ns: &str, app: &str, namespace: &str, release: &str) -> serde_j
     })
 }
 
-/// When each of `count` Kustomizations `selector` picks was Ready at a generation of at
-/// least `generation` (its Ready condition True and observed at that generation), from
-/// `started`.
-async fn kustomizations_ready(
-    api: Api<kube::api::DynamicObject>,
-    selector: String,
-    count: usize,
-    generation: i64,
-    started: Instant,
-) -> Result<Duration> {
-    use kube::runtime::{WatchStreamExt, watcher};
-    let mut ready = std::collections::BTreeSet::new();
-    let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
-    let mut stream = std::pin::pin!(stream);
-    let deadline = tokio::time::sleep(Duration::from_secs(1200));
-    tokio::pin!(deadline);
-    while ready.len() < count {
-        let object = tokio::select! {
-            () = &mut deadline => anyhow::bail!("not all Kustomizations Ready within 1200 s ({} were)", ready.len()),
-            next = stream.try_next() => next?.ok_or_else(|| anyhow::anyhow!("the Kustomization watch ended"))?,
-        };
-        let at = object.metadata.generation.unwrap_or_default();
-        let is_ready = object.data["status"]["conditions"]
+/// Whether a Kustomization is Ready (its Ready condition True, observed at its generation) at
+/// a generation of at least `generation`.
+fn ready_at_least(kustomization: &kube::api::DynamicObject, generation: i64) -> bool {
+    let at = kustomization.metadata.generation.unwrap_or_default();
+    at >= generation
+        && kustomization.data["status"]["conditions"]
             .as_array()
             .into_iter()
             .flatten()
@@ -662,12 +685,7 @@ async fn kustomizations_ready(
                 c["type"] == "Ready"
                     && c["status"] == "True"
                     && c["observedGeneration"].as_i64() == Some(at)
-            });
-        if is_ready && at >= generation {
-            ready.insert(object.metadata.name.clone().unwrap_or_default());
-        }
-    }
-    Ok(started.elapsed())
+            })
 }
 
 /// The same two rounds, deployed by Flux's kustomize-controller (`$ANCHOR_KUSTOMIZE_CONTROLLER_BIN`,
@@ -715,27 +733,18 @@ async fn anchor_rounds(
     let pid = controller.pid();
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss_kib(pid, "VmRSS:");
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &kube::api::ApiResource {
-            group: "kustomize.toolkit.fluxcd.io".into(),
-            version: "v1".into(),
-            api_version: "kustomize.toolkit.fluxcd.io/v1".into(),
-            kind: "Kustomization".into(),
-            plural: "kustomizations".into(),
-        },
-    );
+    let api = strata_e2e::flux::kustomization_api(client, ns);
     let selector = format!("strata-e2e/suite={ns}");
     let round = async |release: &str, generation: i64| -> Result<(Duration, Duration)> {
         let started = Instant::now();
         let floor = controller_manager_floor(client, names.len(), release, started);
-        let ready = tokio::spawn(kustomizations_ready(
+        let ready = tokio::spawn(strata_e2e::bench::all_reached(
             api.clone(),
             selector.clone(),
             names.len(),
-            generation,
             started,
+            "Kustomizations Ready",
+            move |k: &kube::api::DynamicObject| ready_at_least(k, generation).then_some(()),
         ));
         apply_all(
             applier,
@@ -745,23 +754,13 @@ async fn anchor_rounds(
                 .collect(),
         )
         .await?;
-        Ok((ready.await??, floor.await??))
+        let ready = ready.await??;
+        let last = ready.values().map(|(t, ())| *t).max().unwrap_or_default();
+        Ok((last, floor.await??))
     };
-    let plane_before = plane_cpu();
-    let anchor_before = cpu_seconds(pid);
-    let driver_before = cpu_seconds(std::process::id());
-    let served_before = apiserver_requests(client).await?;
+    let cost = RoundCost::start(client, Some(("kustomize-controller", &[pid]))).await?;
     let (create, create_floor) = round("r1", 1).await?;
-    let mut cpu_create = plane_cpu_since(&plane_before);
-    cpu_create.insert(
-        "kustomize-controller".into(),
-        cpu_seconds(pid) - anchor_before,
-    );
-    cpu_create.insert(
-        "bench driver".into(),
-        cpu_seconds(std::process::id()) - driver_before,
-    );
-    let served_create = served_per_app_since(client, &served_before, names.len()).await?;
+    let (cpu_create, served_create) = cost.finish(client, names.len()).await?;
     let rss_after_first = rss_kib(pid, "VmRSS:");
     eprintln!(
         "fleet bench (kustomize-controller): {} Kustomizations Ready in {create:?} (kube-controller-manager done at {create_floor:?})",
@@ -915,10 +914,7 @@ async fn main() -> Result<()> {
 
     // Round 1: every layer created at once; where the CPU went meanwhile, and what the API
     // server served.
-    let plane_before = plane_cpu();
-    let ours_before: f64 = pids.iter().map(|p| cpu_seconds(*p)).sum();
-    let driver_before = cpu_seconds(std::process::id());
-    let served_before = apiserver_requests(&client).await?;
+    let cost = RoundCost::start(&client, Some(("layer-controller", &pids))).await?;
     let profile = std::env::var_os("BENCH_FLEET_APISERVER_PROFILE").map(|to| {
         let seconds = std::env::var("BENCH_FLEET_APISERVER_PROFILE_SECONDS")
             .ok()
@@ -927,15 +923,10 @@ async fn main() -> Result<()> {
         tokio::spawn(apiserver_profile(client.clone(), seconds, to.into()))
     });
     let (first_total, first_floor, created) = round("r1", |_| true).await?;
-    let ours_create = pids.iter().map(|p| cpu_seconds(*p)).sum::<f64>() - ours_before;
-    let driver_create = cpu_seconds(std::process::id()) - driver_before;
-    let served_create = served_per_app_since(&client, &served_before, apps).await?;
+    let (cpu_create, served_create) = cost.finish(&client, apps).await?;
     if let Some(profile) = profile {
         profile.await??;
     }
-    let mut cpu_create = plane_cpu_since(&plane_before);
-    cpu_create.insert("layer-controller".into(), ours_create);
-    cpu_create.insert("bench driver".into(), driver_create);
     let requests_first = requests(&controllers).await;
     let rss_after_first = sum(&|p| rss_kib(p, "VmRSS:"));
     let sockets_after_first = sum(&sockets);

@@ -148,6 +148,29 @@ pub async fn layers_deployed(
     started: Instant,
     accept: impl Fn(&layer_controller::crd::AddonsLayer) -> bool,
 ) -> Result<std::collections::BTreeMap<String, (Duration, String)>> {
+    all_reached(api, selector, count, started, "layers Deployed", |layer| {
+        let status = layer.status.as_ref()?;
+        (status.state.as_deref() == Some("Deployed") && accept(layer))
+            .then(|| status.revision.clone().unwrap_or_default())
+    })
+    .await
+}
+
+/// Watches the objects `selector` picks until `count` of them have reached what `reached`
+/// looks for (it returns what to record then, `None` before); returns when, since `started`,
+/// each first got there, and what was recorded. Fails after 20 minutes, saying how many of
+/// the `what` (e.g. "layers Deployed") there were.
+pub async fn all_reached<K, V>(
+    api: kube::Api<K>,
+    selector: String,
+    count: usize,
+    started: Instant,
+    what: &str,
+    reached: impl Fn(&K) -> Option<V>,
+) -> Result<std::collections::BTreeMap<String, (Duration, V)>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
     let mut times = std::collections::BTreeMap::new();
     let stream = kube::runtime::watcher(
         api,
@@ -159,13 +182,11 @@ pub async fn layers_deployed(
     tokio::pin!(deadline);
     while times.len() < count {
         tokio::select! {
-            () = &mut deadline => anyhow::bail!("not all layers Deployed within 1200 s ({} were)", times.len()),
+            () = &mut deadline => anyhow::bail!("not all {what} within 1200 s ({} were)", times.len()),
             next = stream.next() => {
-                let layer = next.context("watch ended")??;
-                let status = layer.status.clone().unwrap_or_default();
-                let revision = status.revision.clone().unwrap_or_default();
-                if status.state.as_deref() == Some("Deployed") && accept(&layer) {
-                    times.entry(layer.name_any()).or_insert_with(|| (started.elapsed(), revision));
+                let object = next.context("watch ended")??;
+                if let Some(value) = reached(&object) {
+                    times.entry(object.name_any()).or_insert_with(|| (started.elapsed(), value));
                 }
             }
         }

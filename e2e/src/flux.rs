@@ -107,6 +107,15 @@ pub fn source_api(client: &Client, ns: &str, kind: &str) -> Api<DynamicObject> {
     Api::namespaced_with(client.clone(), ns, &resource)
 }
 
+/// The API of Flux's Kustomizations (`kustomize.toolkit.fluxcd.io/v1`) in `ns`.
+pub fn kustomization_api(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+        "kustomizations",
+    );
+    Api::namespaced_with(client.clone(), ns, &resource)
+}
+
 /// Sets the GitRepository's status as source-controller would after fetching a commit.
 pub async fn set_artifact(
     client: &Client,
