@@ -549,11 +549,15 @@ PY
 fleet_bench() {
   # Flux's "Mean Time To Production" shape (#29): N independent apps created at once, each an
   # OCIRepository, an impersonated ServiceAccount and one health-gated layer of four objects
-  # with three variables (release controller; the driver is a debug build). Every
-  # (kube-controller-manager client limit, N) pair runs RUNS times, each on a fresh plane.
+  # with three variables (release controller). Every (kube-controller-manager client limit,
+  # N) pair runs RUNS times, each on a fresh plane. The driver is an optimized build: it shares
+  # the two cores with the plane, and as a debug build it took 4.5 CPU-s of a 1,000-layer
+  # create round (1.2 s optimized), CPU the system under test then lacked.
   echo "bench: building the layer-controller and drift-observer (release) and the fleet driver" >&2
   cargo build --release -p layer-controller -p drift-observer >&2
-  cargo build -p strata-e2e --bins --example fleet_bench >&2
+  cargo build -p strata-e2e --bins >&2
+  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+  local driver="$target/driver/examples/fleet_bench"
   : > "$work/fleet.jsonl"; : > "$work/fleet-anchor.jsonl"
   # The driver deploys with the anchor whenever it sees its binary: only the anchor's runs may.
   local anchor="${ANCHOR_KUSTOMIZE_CONTROLLER_BIN:-}"
@@ -574,7 +578,7 @@ fleet_bench() {
         env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
           DRIFT_OBSERVER_BIN="$target/release/drift-observer" \
           BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" "${profiling[@]}" \
-          scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
+          scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet.jsonl"
       done
     done
   done
@@ -590,7 +594,7 @@ fleet_bench() {
       for _ in $(seq 1 "$RUNS"); do
         env ANCHOR_KUSTOMIZE_CONTROLLER_BIN="$anchor" STRATA_BIN_DIR="$target/debug" \
           BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
-          scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet-anchor.jsonl"
+          scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-anchor.jsonl"
       done
     done
   fi
@@ -601,7 +605,7 @@ fleet_bench() {
       env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
         BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="${qpss[-1]}" \
         BENCH_FLEET_SHARDS="$shards" \
-        scripts/with-plane.sh "$target/debug/examples/fleet_bench" | tail -n 1 >> "$work/fleet.jsonl"
+        scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet.jsonl"
     done
   done
   python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" "$work/fleet-anchor.jsonl" <<'PY'
@@ -687,10 +691,14 @@ for (qps, n, shards), rs in sorted(groups.items()):
         u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
         req = r["requests_per_layer_create"]
         growth = (r["controller_peak_rss_kib"] - r["controller_idle_rss_kib"]) / n
+        applied = lambda key: f"{r[key]:.1f} s" if key in r else "—"
+        woken = (f"{r['reconciles_per_layer_create']:.1f} / {r['reconciles_per_layer_upgrade']:.1f}"
+                 if "reconciles_per_layer_create" in r else "—")
         rows.append(
-            f"| {qps} | {n} | {shards} | {c:.1f} s | {cf:.1f} s ({c/cf:.2f}×) | {u:.1f} s | {uf:.1f} s ({u/uf:.2f}×) "
+            f"| {qps} | {n} | {shards} | {c:.1f} s | {applied('create_deployments_applied_seconds')} | {cf:.1f} s ({c/cf:.2f}×) "
+            f"| {u:.1f} s | {applied('upgrade_deployments_applied_seconds')} | {uf:.1f} s ({u/uf:.2f}×) "
             f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {growth:.1f} KiB | {r['controller_peak_sockets']} "
-            f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} |")
+            f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} | {woken} |")
         o = r.get("observer")
         if o:
             lat = o.get("edit_to_drift") or {}
@@ -715,7 +723,11 @@ created at once; *create* is until every layer is Deployed, *upgrade* until ever
 Deployed again after one variable (the release, carried by every object) changed in every
 layer. The *floor* is when kube-controller-manager had observed every Deployment at
 its generation (ReplicaSet made, status written): no health-gated deployer can be done sooner;
-the ratio is ours to it. *KCM QPS* is kube-controller-manager's `--kube-api-qps` (20 is its
+the ratio is ours to it. *Applied* is when the last Deployment of the round reached the API
+server at that release: the floor cannot come sooner, so where *applied* is close to the floor
+the deployer's own pace set the round, and where it is well before it, kube-controller-manager's.
+*Reconciles* per layer (create / upgrade) count every reconcile the controllers ran, whatever
+woke it. *KCM QPS* is kube-controller-manager's `--kube-api-qps` (20 is its
 default, as in Flux's kind runs). *Growth per layer* is (peak − idle RSS) / N. Requests are the
 controller's own (its client metrics), per layer, for the create round: GET / PATCH / POST.
 *Shards*: the layers spread over that many shards by `sharding.fluxcd.io/key` (the first the
@@ -723,8 +735,8 @@ unlabelled default shard), one controller each (`BENCH_FLEET_SHARD_COUNTS="{sys.
 largest size and last client limit); RSS, sockets and requests are then the sums over the
 controllers (peak RSS: the sum of each one's peak).
 
-| KCM QPS | layers | shards | create | floor (ratio) | upgrade | floor (ratio) | peak RSS | growth per layer | peak sockets | requests per layer |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| KCM QPS | layers | shards | create | applied | floor (ratio) | upgrade | applied | floor (ratio) | peak RSS | growth per layer | peak sockets | requests per layer | reconciles per layer |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
 The drift-observer on the same deployed fleet, started once both rounds are measured (dry runs

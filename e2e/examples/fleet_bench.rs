@@ -25,7 +25,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark driver fails loudly
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -160,7 +160,7 @@ fn controller_manager_floor(
     apps: usize,
     release: &str,
     started: Instant,
-) -> tokio::task::JoinHandle<Result<Duration>> {
+) -> tokio::task::JoinHandle<Result<Floor>> {
     tokio::spawn(floor_watch(
         client.clone(),
         apps,
@@ -169,17 +169,27 @@ fn controller_manager_floor(
     ))
 }
 
+/// When kube-controller-manager had observed every Deployment of a round, and when the last
+/// of them had reached the API server at that release: which of the deployer and
+/// kube-controller-manager held the round back.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    done: Duration,
+    applied: Duration,
+}
+
 /// The watch behind [`controller_manager_floor`].
 async fn floor_watch(
     client: kube::Client,
     apps: usize,
     release: String,
     started: Instant,
-) -> Result<Duration> {
+) -> Result<Floor> {
     use kube::runtime::{WatchStreamExt, watcher};
     let api: Api<Deployment> = Api::all(client);
     let selector = format!("strata-bench/fleet=true,release={release}");
-    let mut observed = std::collections::BTreeSet::new();
+    let (mut observed, mut seen) = (BTreeSet::new(), BTreeSet::new());
+    let mut applied = Duration::ZERO;
     let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
     let mut stream = std::pin::pin!(stream);
     while observed.len() < apps {
@@ -187,19 +197,27 @@ async fn floor_watch(
             .try_next()
             .await?
             .ok_or_else(|| anyhow::anyhow!("the Deployment watch ended"))?;
+        let key = (
+            deployment.metadata.namespace.clone().unwrap_or_default(),
+            deployment.metadata.name.clone().unwrap_or_default(),
+        );
+        // Its first event at this release (the selector): applied by now.
+        if seen.insert(key.clone()) {
+            applied = started.elapsed();
+        }
         if deployment
             .status
             .as_ref()
             .and_then(|s| s.observed_generation)
             == deployment.metadata.generation
         {
-            observed.insert((
-                deployment.metadata.namespace.clone().unwrap_or_default(),
-                deployment.metadata.name.clone().unwrap_or_default(),
-            ));
+            observed.insert(key);
         }
     }
-    Ok(started.elapsed())
+    Ok(Floor {
+        done: started.elapsed(),
+        applied,
+    })
 }
 
 /// What kube-apiserver has served so far, by verb and resource (`apiserver_request_total`,
@@ -362,19 +380,35 @@ fn sockets(pid: u32) -> u64 {
 async fn requests(controllers: &[strata_e2e::services::ServiceProcess]) -> BTreeMap<String, f64> {
     let mut by_verb = BTreeMap::new();
     for verb in ["GET", "POST", "PATCH", "PUT", "DELETE"] {
-        let mut n = 0.0;
-        for controller in controllers {
-            n += controller
-                .metric(
-                    "layer_controller_kubernetes_api_client_request_duration_seconds_count",
-                    &[&format!("method=\"{verb}\"")],
-                )
-                .await
-                .unwrap_or(0.0);
-        }
-        by_verb.insert(verb.to_string(), n);
+        by_verb.insert(
+            verb.to_string(),
+            summed(
+                controllers,
+                "layer_controller_kubernetes_api_client_request_duration_seconds_count",
+                &format!("method=\"{verb}\""),
+            )
+            .await,
+        );
     }
     by_verb
+}
+
+/// The controllers' reconciles so far, whatever their outcome: how often a layer was woken.
+async fn reconciles(controllers: &[strata_e2e::services::ServiceProcess]) -> f64 {
+    summed(controllers, "layer_controller_reconcile_total", "").await
+}
+
+/// One metric (its series matching `filter`) summed over the controllers.
+async fn summed(
+    controllers: &[strata_e2e::services::ServiceProcess],
+    metric: &str,
+    filter: &str,
+) -> f64 {
+    let mut n = 0.0;
+    for controller in controllers {
+        n += controller.metric(metric, &[filter]).await.unwrap_or(0.0);
+    }
+    n
 }
 
 /// Starts the drift-observer on the deployed fleet (dry runs as each layer's account, as the
@@ -636,7 +670,7 @@ async fn direct_round(
     let floor = controller_manager_floor(client, names.len(), release, started);
     apply_all(applier, docs).await?;
     let applied = started.elapsed();
-    let floor = floor.await??;
+    let floor = floor.await??.done;
     let (cpu, served) = cost.finish(client, names.len()).await?;
     eprintln!(
         "fleet bench (direct): {} apps applied in {applied:?}, kube-controller-manager done at {floor:?}",
@@ -756,7 +790,7 @@ async fn anchor_rounds(
         .await?;
         let ready = ready.await??;
         let last = ready.values().map(|(t, ())| *t).max().unwrap_or_default();
-        Ok((last, floor.await??))
+        Ok((last, floor.await??.done))
     };
     let cost = RoundCost::start(client, Some(("kustomize-controller", &[pid]))).await?;
     let (create, create_floor) = round("r1", 1).await?;
@@ -928,23 +962,29 @@ async fn main() -> Result<()> {
         profile.await??;
     }
     let requests_first = requests(&controllers).await;
+    let reconciles_first = reconciles(&controllers).await;
     let rss_after_first = sum(&|p| rss_kib(p, "VmRSS:"));
     let sockets_after_first = sum(&sockets);
     eprintln!(
-        "fleet bench: {apps} layers Deployed in {first_total:?} (created in {created:?}, kube-controller-manager done at {first_floor:?}), RSS {} MiB, {sockets_after_first} sockets",
+        "fleet bench: {apps} layers Deployed in {first_total:?} (created in {created:?}, the last Deployment applied at {:?}, kube-controller-manager done at {:?}), RSS {} MiB, {sockets_after_first} sockets",
+        first_floor.applied,
+        first_floor.done,
         rss_after_first / 1024
     );
 
     // Round 2: one variable changes in every layer (a new release), every layer re-applies.
+    let cost = RoundCost::start(&client, Some(("layer-controller", &pids))).await?;
     let (second_total, second_floor, _) = round("r2", |layer| {
         layer.metadata.generation > Some(1)
             && layer.status.as_ref().and_then(|s| s.observed_generation)
                 == layer.metadata.generation
     })
     .await?;
+    let (cpu_upgrade, served_upgrade) = cost.finish(&client, apps).await?;
     sampling.store(false, Ordering::Relaxed);
     sampler.await?;
     let requests_total = requests(&controllers).await;
+    let reconciles_total = reconciles(&controllers).await;
     let observer = match std::env::var_os("DRIFT_OBSERVER_BIN") {
         Some(_) => Some(observe_fleet(&api, &selector, &ns, &names, &impersonation).await?),
         None => None,
@@ -963,10 +1003,14 @@ async fn main() -> Result<()> {
         "layers": apps,
         "objects_per_layer": 4,
         "create_to_all_deployed_seconds": first_total.as_secs_f64(),
-        "create_floor_seconds": first_floor.as_secs_f64(),
+        "create_floor_seconds": first_floor.done.as_secs_f64(),
+        "create_deployments_applied_seconds": first_floor.applied.as_secs_f64(),
         "cpu_seconds_create": cpu_create,
         "upgrade_to_all_deployed_seconds": second_total.as_secs_f64(),
-        "upgrade_floor_seconds": second_floor.as_secs_f64(),
+        "upgrade_floor_seconds": second_floor.done.as_secs_f64(),
+        "upgrade_deployments_applied_seconds": second_floor.applied.as_secs_f64(),
+        "cpu_seconds_upgrade": cpu_upgrade,
+        "apiserver_requests_per_layer_upgrade": served_upgrade,
         "controller_idle_rss_kib": idle_rss,
         "controller_rss_after_create_kib": rss_after_first,
         "controller_peak_rss_kib": sum(&|p| rss_kib(p, "VmHWM:")),
@@ -975,6 +1019,8 @@ async fn main() -> Result<()> {
         "requests_per_layer_create": per_layer(&requests_first),
         "apiserver_requests_per_layer_create": served_create,
         "requests_per_layer_both_rounds": per_layer(&requests_total),
+        "reconciles_per_layer_create": reconciles_first / apps as f64,
+        "reconciles_per_layer_upgrade": (reconciles_total - reconciles_first) / apps as f64,
         "observer": observer,
     });
     println!("{result}");

@@ -1327,3 +1327,120 @@ async fn a_layer_waiting_on_an_object_wakes_when_it_changes() -> Result<()> {
     cleanup(&client, &ns, &["waits"], controller).await;
     Ok(())
 }
+
+/// A waiting layer's re-check reads only what may have changed. Its objects already Current
+/// are registered with the health wake-ups too: one that no watch event has touched since it
+/// was judged is not read again when the layer wakes (the controller's GETs of
+/// ServiceAccounts stay flat across the wake-up), while one deleted as the layer waits wakes
+/// it at once and is re-applied, long before the hourly poll, and is never counted Current
+/// while it is gone.
+#[tokio::test]
+async fn a_waiting_layer_rereads_only_the_objects_that_changed() -> Result<()> {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use strata_e2e::flux::{configmap_layer, set_source_artifact, source_yaml};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "reread").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "1h"])?;
+    let accounts_api: Api<ServiceAccount> = Api::namespaced(client.clone(), &ns);
+    let account_gets = || {
+        controller.metric(
+            "layer_controller_kubernetes_api_client_request_duration_seconds_count",
+            &["method=\"GET\"", "path=\"core/v1/serviceaccounts object\""],
+        )
+    };
+    let waiting_layer = |layer: &'static str, accounts: &[&str]| {
+        let inner = source_yaml("GitRepository", layer).replacen(
+            &format!("metadata: {{name: {layer}}}"),
+            &format!("metadata: {{name: {layer}, namespace: {ns}}}"),
+            1,
+        );
+        let accounts: String = accounts
+            .iter()
+            .map(|a| format!("---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {a}, namespace: {ns}}}\n"))
+            .collect();
+        configmap_layer(
+            &ns,
+            layer,
+            "10m",
+            &[("inner.yaml", inner), ("accounts.yaml", accounts)],
+        )
+    };
+    let ready = |source: &'static str| {
+        set_source_artifact(
+            &client,
+            &ns,
+            "GitRepository",
+            source,
+            "main@sha1:1",
+            "http://127.0.0.1:1/a.tar.gz",
+            "sha256:0",
+        )
+    };
+
+    // Three accounts Current at apply, one GitRepository the layer waits on.
+    apply_yaml(&client, &ns, &waiting_layer("quiet", &["a", "b", "c"])).await?;
+    let layer = format!("{ns}-quiet");
+    let status = wait_state(&client, &layer, "Applying", Duration::from_secs(30)).await?;
+    assert_eq!(inventory_names(&status).len(), 4, "{status}");
+    // The ServiceAccount watch the registration started has listed (its LIST and WATCH are
+    // GETs of the collection) before the layer is woken.
+    eventually(
+        "the ServiceAccount watch",
+        Duration::from_secs(20),
+        || async {
+            let collection = controller
+                .metric(
+                    "layer_controller_kubernetes_api_client_request_duration_seconds_count",
+                    &[
+                        "method=\"GET\"",
+                        "path=\"core/v1/serviceaccounts collection\"",
+                    ],
+                )
+                .await?;
+            Ok((collection >= 1.0).then_some(()))
+        },
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = account_gets().await?;
+    ready("quiet").await?;
+    let status = wait_state(&client, &layer, "Deployed", Duration::from_secs(15)).await?;
+    assert!(
+        status["inventory"]
+            .as_array()
+            .is_some_and(|i| i.iter().all(|e| e["status"] == "Current")),
+        "{status}"
+    );
+    let reread = account_gets().await? - before;
+    assert_eq!(
+        reread, 0.0,
+        "the wake-up re-read {reread} ServiceAccounts that no event had touched since they were judged Current"
+    );
+
+    // An account deleted while the layer waits: re-applied at once, the layer still waiting.
+    apply_yaml(&client, &ns, &waiting_layer("edited", &["d"])).await?;
+    let layer = format!("{ns}-edited");
+    wait_state(&client, &layer, "Applying", Duration::from_secs(30)).await?;
+    let original = accounts_api.get("d").await?.uid();
+    accounts_api.delete("d", &Default::default()).await?;
+    let recreated = eventually(
+        "the deleted account re-applied",
+        Duration::from_secs(15),
+        || async {
+            Ok(accounts_api
+                .get_opt("d")
+                .await?
+                .filter(|a| a.uid() != original && a.metadata.deletion_timestamp.is_none()))
+        },
+    )
+    .await?;
+    let status = layer_status(&client, &layer).await?;
+    assert_eq!(status["state"], "Applying", "{status}");
+    ready("edited").await?;
+    wait_state(&client, &layer, "Deployed", Duration::from_secs(15)).await?;
+    assert_eq!(accounts_api.get("d").await?.uid(), recreated.uid());
+    cleanup(&client, &ns, &["quiet", "edited"], controller).await;
+    Ok(())
+}

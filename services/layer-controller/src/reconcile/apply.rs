@@ -22,7 +22,7 @@ use crate::read::Reader;
 use crate::source::{self, Files, Manifest};
 use core_status::policy::Rules;
 
-use super::health_watch::{Awaited, JudgedVersions, Wakeup, judged_key};
+use super::health_watch::{Awaited, HealthWakeups, JudgedVersions, Wakeup, judged_key};
 use super::prune::prune;
 use super::status::{Report, reconcile_request_pending, write_status};
 use super::{Access, Shared, access};
@@ -68,8 +68,13 @@ pub(super) async fn apply_layer(
             ));
         }
         if (previous_state == state::APPLYING || previous_state == state::FAILED)
-            && let Some((inventory, versions)) =
-                recheck(&shared.reader, &previous.inventory, &rules).await?
+            && let Some((inventory, versions)) = recheck(
+                &shared.reader,
+                &previous.inventory,
+                &rules,
+                Some((&shared.health, &name)),
+            )
+            .await?
         {
             let attempt = Attempt {
                 revision,
@@ -428,7 +433,7 @@ async fn wait_established(
 ) -> Result<()> {
     let started = Instant::now();
     loop {
-        if let Some((fresh, _)) = recheck(reader, inventory, rules).await? {
+        if let Some((fresh, _)) = recheck(reader, inventory, rules, None).await? {
             inventory.clone_from_slice(&fresh);
         }
         if inventory
@@ -446,10 +451,13 @@ async fn wait_established(
 /// must be re-applied).
 /// Under rules that judge pods, a workload that is not ready yet also has its pods listed
 /// (one LIST by its selector).
+/// With `known` (the health wake-ups and the layer), an object Current at the layer's last
+/// pass that its kind's watch shows unchanged since is not read again: it is still Current.
 async fn recheck(
     reader: &Reader,
     inventory: &[InventoryEntry],
     rules: &Rules,
+    known: Option<(&HealthWakeups, &str)>,
 ) -> Result<Option<(Vec<InventoryEntry>, JudgedVersions)>> {
     let now = Timestamp::now();
     let mut out = Vec::with_capacity(inventory.len());
@@ -460,6 +468,21 @@ async fn recheck(
             continue;
         }
         let resolved = reader.resolve(&entry.api_version, &entry.kind).await?;
+        let unchanged = known
+            .filter(|_| entry.status == core_status::Status::Current.to_string())
+            .and_then(|(health, layer)| {
+                health.unchanged(
+                    layer,
+                    &resolved.resource,
+                    entry.namespace.as_deref(),
+                    &entry.name,
+                )
+            });
+        if let Some(version) = unchanged {
+            versions.insert(judged_key(entry), version);
+            out.push(entry.clone());
+            continue;
+        }
         let Some(value) = reader
             .get_value(&resolved, entry.namespace.as_deref(), &entry.name)
             .await?
@@ -660,23 +683,27 @@ async fn next_health_check(
     if observed.judges_pods {
         return poll;
     }
+    let current = core_status::Status::Current.to_string();
+    if desired.iter().all(|e| e.status == current) {
+        return poll;
+    }
+    // The objects already Current too: a change of one wakes the layer, and the next
+    // re-check reads only those not known unchanged (see `health_watch`).
     let mut awaited = Vec::new();
-    for entry in desired
-        .iter()
-        .filter(|e| e.status != core_status::Status::Current.to_string())
-    {
-        let Ok(resolved) = shared.reader.resolve(&entry.api_version, &entry.kind).await else {
-            return poll;
+    for entry in desired {
+        let resolved = match shared.reader.resolve(&entry.api_version, &entry.kind).await {
+            Ok(resolved) => resolved,
+            // Not a wake-up source then, and read again at the next re-check.
+            Err(_) if entry.status == current => continue,
+            Err(_) => return poll,
         };
         awaited.push(Awaited {
             resource: resolved.resource,
             namespace: entry.namespace.clone(),
             name: entry.name.clone(),
             version: observed.versions.get(&judged_key(entry)).cloned(),
+            current: entry.status == current,
         });
-    }
-    if awaited.is_empty() {
-        return poll;
     }
     match shared.health.wait_for(name, &awaited, observed.at) {
         Wakeup::Watched => SAFETY_NET.min(remaining).max(poll),

@@ -8,6 +8,11 @@
 //! ~116 GETs per layer), and it adds up to a poll interval to every deploy (a 100-layer fleet
 //! whose floor is 4.5 s finished in 6–7 s). A kind this replica cannot watch (no list/watch
 //! right) or whose watch is not listed yet leaves its layers polling as before.
+//!
+//! The same registrations spare a waiting layer's re-check its reads: the objects that were
+//! already Current are registered too (their changes wake the layer as well), and one whose
+//! kind's watch stayed live and showed no other version since it was judged is known
+//! unchanged, so it is not read again. Only the objects still progressing, or changed, are.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,12 +52,21 @@ pub(super) fn judged_key(entry: &InventoryEntry) -> (String, String, Option<Stri
     )
 }
 
+/// How a layer judged one object: at which version, whether Current, and whether the watch
+/// has shown it at another version since (or may have missed that: a relist).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Judged {
+    version: Option<String>,
+    current: bool,
+    moved: bool,
+}
+
 /// What one kind's watch knows: which layers wait on which objects, and which objects changed
 /// lately. Pure bookkeeping, so it is tested without a cluster.
 #[derive(Debug, Default)]
 struct KindState {
-    /// Object → the layers waiting on it, each with the version it judged.
-    waiting: HashMap<ObjectKey, BTreeMap<String, Option<String>>>,
+    /// Object → the layers waiting on it, each with how it judged it.
+    waiting: HashMap<ObjectKey, BTreeMap<String, Judged>>,
     /// Object → when its last change was seen, and its version then.
     recent: HashMap<ObjectKey, (Instant, String)>,
     pruned: Option<Instant>,
@@ -72,12 +86,15 @@ impl KindState {
         }
         let layers = self
             .waiting
-            .get(&object)
+            .get_mut(&object)
             .map(|layers| {
                 layers
-                    .iter()
-                    .filter(|(_, judged)| judged.as_deref() != Some(version.as_str()))
-                    .map(|(layer, _)| layer.clone())
+                    .iter_mut()
+                    .filter(|(_, judged)| judged.version.as_deref() != Some(version.as_str()))
+                    .map(|(layer, judged)| {
+                        judged.moved = true;
+                        layer.clone()
+                    })
                     .collect()
             })
             .unwrap_or_default();
@@ -85,24 +102,52 @@ impl KindState {
         layers
     }
 
-    /// `layer` waits on `object`, which it judged at `version`; true when the object changed
-    /// to another version at or after `since` (a change the layer's re-check may have missed).
+    /// `layer` waits on `object`, which it judged at `version` (Current or not); true when
+    /// the object changed to another version at or after `since` (a change the layer's
+    /// re-check may have missed).
     fn wait(
         &mut self,
         layer: &str,
         object: ObjectKey,
         version: Option<String>,
+        current: bool,
         since: Instant,
     ) -> bool {
         let changed = self
             .recent
             .get(&object)
             .is_some_and(|(at, seen)| *at >= since && version.as_deref() != Some(seen.as_str()));
-        self.waiting
-            .entry(object)
-            .or_default()
-            .insert(layer.to_string(), version);
+        self.waiting.entry(object).or_default().insert(
+            layer.to_string(),
+            Judged {
+                version,
+                current,
+                // Changed since the re-check read it: read it again.
+                moved: changed,
+            },
+        );
         changed
+    }
+
+    /// The watch is listing the kind afresh: an object deleted while it was down shows in no
+    /// event, so no registered object is known unchanged any more.
+    fn relisting(&mut self) {
+        for judged in self
+            .waiting
+            .values_mut()
+            .flat_map(|layers| layers.values_mut())
+        {
+            judged.moved = true;
+        }
+    }
+
+    /// The version at which `layer` judged `object` Current, while the watch has shown it at
+    /// no other since.
+    fn unchanged(&self, layer: &str, object: &ObjectKey) -> Option<&str> {
+        let judged = self.waiting.get(object)?.get(layer)?;
+        (judged.current && !judged.moved)
+            .then_some(judged.version.as_deref())
+            .flatten()
     }
 
     fn stop_waiting(&mut self, layer: &str, object: &ObjectKey) {
@@ -137,13 +182,16 @@ pub(super) enum Wakeup {
     Polled,
 }
 
-/// An object a layer waits on.
+/// An object of a waiting layer: one it waits on, or one already Current (registered so that
+/// its change wakes the layer too, and so that its re-check may skip reading it).
 pub(super) struct Awaited {
     pub resource: ApiResource,
     pub namespace: Option<String>,
     pub name: String,
     /// Its resource version when the layer judged it.
     pub version: Option<String>,
+    /// Already Current: the layer does not wait on it (its kind's watch need not be live).
+    pub current: bool,
 }
 
 /// The kind watches and who waits on what (see the module's documentation).
@@ -174,6 +222,8 @@ impl HealthWakeups {
 
     /// `layer` waits on `objects` (replacing what it waited on before); `since` is when its
     /// re-check began, so a change that arrived before this call but after that is not lost.
+    /// Whether the layer is woken or must poll is decided by the objects it waits on; those
+    /// already Current only add wake-ups.
     pub(super) fn wait_for(&self, layer: &str, objects: &[Awaited], since: Instant) -> Wakeup {
         self.forget(layer);
         let mut registered = Vec::with_capacity(objects.len());
@@ -184,8 +234,14 @@ impl HealthWakeups {
                 object.namespace.clone().unwrap_or_default(),
                 object.name.clone(),
             );
-            changed |= lock(&kind.state).wait(layer, key.clone(), object.version.clone(), since);
-            live &= kind.live.load(Ordering::Acquire);
+            changed |= lock(&kind.state).wait(
+                layer,
+                key.clone(),
+                object.version.clone(),
+                object.current,
+                since,
+            );
+            live &= object.current || kind.live.load(Ordering::Acquire);
             registered.push((kind, key));
         }
         if !registered.is_empty() {
@@ -196,6 +252,24 @@ impl HealthWakeups {
             (false, true) => Wakeup::Watched,
             (false, false) => Wakeup::Polled,
         }
+    }
+
+    /// The version at which `layer` last judged the object Current, when it is certainly
+    /// unchanged since: registered so by the layer's last pass, its kind's watch live, and no
+    /// other version shown since (nor a relist, which could hide a deletion). `None`: read it.
+    pub(super) fn unchanged(
+        &self,
+        layer: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<String> {
+        let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
+        if !kind.live.load(Ordering::Acquire) {
+            return None;
+        }
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        lock(&kind.state).unchanged(layer, &key).map(str::to_string)
     }
 
     /// `layer` waits on nothing (it is Deployed, Failed, deleted or gone to another shard).
@@ -210,7 +284,7 @@ impl HealthWakeups {
 
     /// The watch of `resource`'s kind, started on first use.
     fn kind(&self, resource: &ApiResource) -> Arc<KindWatch> {
-        let id = format!("{}/{}", resource.api_version, resource.plural);
+        let id = kind_id(resource);
         let mut kinds = lock(&self.kinds);
         if let Some(kind) = kinds.get(&id) {
             return kind.clone();
@@ -225,6 +299,11 @@ impl HealthWakeups {
         ));
         kind
     }
+}
+
+/// A kind's key among the watches: `group/version/plural`.
+fn kind_id(resource: &ApiResource) -> String {
+    format!("{}/{}", resource.api_version, resource.plural)
 }
 
 /// Forwards the changes of one kind's objects to the layers waiting on them until shutdown.
@@ -242,13 +321,21 @@ async fn watch_kind(
         async move {
             let object = match event {
                 // A (re)list: objects changed while the watch was down are in it.
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,
-                Ok(watcher::Event::Delete(o)) => o,
+                Ok(watcher::Event::InitApply(o)) => o,
+                // After an error the watch resumes from the last version it saw (a relist
+                // starts with `Init` instead): an event means nothing was missed.
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                    kind.live.store(true, Ordering::Release);
+                    o
+                }
                 Ok(watcher::Event::InitDone) => {
                     kind.live.store(true, Ordering::Release);
                     return;
                 }
-                Ok(watcher::Event::Init) => return,
+                Ok(watcher::Event::Init) => {
+                    lock(&kind.state).relisting();
+                    return;
+                }
                 Err(e) => {
                     // Until it is listed again its layers poll (no list/watch right, say).
                     kind.live.store(false, Ordering::Release);
@@ -289,9 +376,9 @@ mod tests {
     fn a_change_wakes_exactly_the_layers_waiting_on_that_object() {
         let mut state = KindState::default();
         let start = Instant::now();
-        assert!(!state.wait("a", object("web"), v("1"), start));
-        assert!(!state.wait("b", object("web"), v("1"), start));
-        assert!(!state.wait("c", object("db"), None, start));
+        assert!(!state.wait("a", object("web"), v("1"), false, start));
+        assert!(!state.wait("b", object("web"), v("1"), false, start));
+        assert!(!state.wait("c", object("db"), None, false, start));
         let at = start + Duration::from_millis(10);
         assert_eq!(state.changed(object("web"), "2".into(), at), ["a", "b"]);
         assert_eq!(state.changed(object("db"), "7".into(), at), ["c"]);
@@ -311,7 +398,7 @@ mod tests {
         let mut state = KindState::default();
         let start = Instant::now();
         // The event of the layer's own apply, arriving after it registered.
-        assert!(!state.wait("a", object("web"), v("10"), start));
+        assert!(!state.wait("a", object("web"), v("10"), false, start));
         assert!(
             state
                 .changed(object("web"), "10".into(), start + Duration::from_millis(1))
@@ -333,14 +420,14 @@ mod tests {
             "1".into(),
             recheck - Duration::from_millis(1),
         );
-        assert!(!state.wait("a", object("old"), v("1"), recheck));
+        assert!(!state.wait("a", object("old"), v("1"), false, recheck));
         // Seen after the re-check began, at the version the re-check read: nothing new.
         state.changed(
             object("same"),
             "4".into(),
             recheck + Duration::from_millis(2),
         );
-        assert!(!state.wait("a", object("same"), v("4"), recheck));
+        assert!(!state.wait("a", object("same"), v("4"), false, recheck));
         // Seen after the re-check began, at another version, before the layer registered:
         // it must look again.
         state.changed(
@@ -348,10 +435,53 @@ mod tests {
             "9".into(),
             recheck + Duration::from_millis(5),
         );
-        assert!(state.wait("a", object("web"), v("8"), recheck));
+        assert!(state.wait("a", object("web"), v("8"), false, recheck));
         // Forgotten once older than RECENT (pruned on the next change).
         let later = recheck + RECENT + Duration::from_secs(1);
         state.changed(object("x"), "2".into(), later);
         assert!(!state.recent.contains_key(&object("web")));
+    }
+
+    #[test]
+    fn an_object_judged_current_is_unchanged_until_the_watch_shows_another_version() {
+        let mut state = KindState::default();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        assert!(!state.wait("a", object("sa"), v("5"), true, start));
+        assert!(!state.wait("a", object("web"), v("6"), false, start));
+        assert_eq!(state.unchanged("a", &object("sa")), Some("5"));
+        // Judged not Current: always read again.
+        assert_eq!(state.unchanged("a", &object("web")), None);
+        // Another layer, or an object never registered: unknown.
+        assert_eq!(state.unchanged("b", &object("sa")), None);
+        assert_eq!(state.unchanged("a", &object("other")), None);
+        // The layer's own apply, seen late: the version it judged, still unchanged.
+        assert!(state.changed(object("sa"), "5".into(), at(1)).is_empty());
+        assert_eq!(state.unchanged("a", &object("sa")), Some("5"));
+        // Edited (or deleted): it wakes the layer, and is read again.
+        assert_eq!(state.changed(object("sa"), "9".into(), at(2)), ["a"]);
+        assert_eq!(state.unchanged("a", &object("sa")), None);
+        // Registered afresh at the version read: unchanged again.
+        assert!(!state.wait("a", object("sa"), v("9"), true, at(3)));
+        assert_eq!(state.unchanged("a", &object("sa")), Some("9"));
+        // Changed after the re-check began and before the registration: read again.
+        state.changed(object("late"), "3".into(), at(4));
+        assert!(state.wait("a", object("late"), v("2"), true, at(3)));
+        assert_eq!(state.unchanged("a", &object("late")), None);
+        // Without a version to compare, never known unchanged.
+        assert!(!state.wait("a", object("nv"), None, true, at(3)));
+        assert_eq!(state.unchanged("a", &object("nv")), None);
+    }
+
+    #[test]
+    fn a_relist_forgets_what_was_known_unchanged() {
+        let mut state = KindState::default();
+        let start = Instant::now();
+        assert!(!state.wait("a", object("sa"), v("5"), true, start));
+        assert!(!state.wait("b", object("sa"), v("5"), true, start));
+        // A deletion while the watch was down shows in no event of the relist.
+        state.relisting();
+        assert_eq!(state.unchanged("a", &object("sa")), None);
+        assert_eq!(state.unchanged("b", &object("sa")), None);
     }
 }
