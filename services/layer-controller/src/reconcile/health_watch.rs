@@ -301,6 +301,24 @@ impl HealthWakeups {
     }
 }
 
+/// One kind's watch events, backed off (`watch_backoff`, which drops a relist's `Init`); the
+/// start of every (re)list first forgets which objects were known unchanged: an object deleted
+/// while the watch was down shows in none of the relist's events.
+fn kind_events<S>(
+    events: S,
+    kind: Arc<KindWatch>,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>> + Send
+where
+    S: futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>>
+        + Send,
+{
+    core_k8s::controller::watch_backoff(events.inspect(move |event| {
+        if matches!(event, Ok(watcher::Event::Init)) {
+            lock(&kind.state).relisting();
+        }
+    }))
+}
+
 /// A kind's key among the watches: `group/version/plural`.
 fn kind_id(resource: &ApiResource) -> String {
     format!("{}/{}", resource.api_version, resource.plural)
@@ -315,7 +333,7 @@ async fn watch_kind(
     wake: mpsc::Sender<LayerKey<AddonsLayer>>,
     shutdown: CancellationToken,
 ) {
-    let events = core_k8s::controller::watch_backoff(watcher(api, watcher::Config::default()));
+    let events = kind_events(watcher(api, watcher::Config::default()), kind.clone());
     let forward = events.for_each(|event| {
         let (kind, wake) = (kind.clone(), wake.clone());
         async move {
@@ -332,10 +350,8 @@ async fn watch_kind(
                     kind.live.store(true, Ordering::Release);
                     return;
                 }
-                Ok(watcher::Event::Init) => {
-                    lock(&kind.state).relisting();
-                    return;
-                }
+                // Seen by `kind_events` (the backoff drops it).
+                Ok(watcher::Event::Init) => return,
                 Err(e) => {
                     // Until it is listed again its layers poll (no list/watch right, say).
                     kind.live.store(false, Ordering::Release);
@@ -483,5 +499,29 @@ mod tests {
         state.relisting();
         assert_eq!(state.unchanged("a", &object("sa")), None);
         assert_eq!(state.unchanged("b", &object("sa")), None);
+    }
+
+    /// The backoff drops a relist's `Init`: it must reach the bookkeeping before that.
+    #[tokio::test]
+    async fn a_relist_of_the_watch_forgets_what_was_known_unchanged() {
+        let kind = Arc::new(KindWatch::default());
+        assert!(!lock(&kind.state).wait("a", object("sa"), v("5"), true, Instant::now()));
+        let quiet: Vec<watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>> =
+            vec![Ok(watcher::Event::InitDone)];
+        let seen: Vec<_> = kind_events(futures::stream::iter(quiet), kind.clone())
+            .collect()
+            .await;
+        assert_eq!(seen.len(), 1);
+        assert_eq!(lock(&kind.state).unchanged("a", &object("sa")), Some("5"));
+        let relist: Vec<watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>> =
+            vec![Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)];
+        let seen: Vec<_> = kind_events(futures::stream::iter(relist), kind.clone())
+            .collect()
+            .await;
+        assert!(
+            seen.iter().all(|e| !matches!(e, Ok(watcher::Event::Init))),
+            "the backoff drops Init"
+        );
+        assert_eq!(lock(&kind.state).unchanged("a", &object("sa")), None);
     }
 }
