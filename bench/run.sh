@@ -713,7 +713,8 @@ docs_section.write("fleet", f"""
 Command: `make bench` (this part alone: `BENCH_ONLY=fleet bench/run.sh`; sizes and client
 limits from `BENCH_FLEET_SIZES="{sys.argv[4]}"` and `BENCH_FLEET_QPS="{sys.argv[3]}"`); {sys.argv[2]}
 run(s) per row, each on a fresh local control plane, {datetime.date.today().isoformat()}. Release
-controller, one replica per shard, `--concurrent` 10, `--client-max-in-flight` 32. Per app: a namespace,
+controller, one replica per shard, `--concurrent` 10, `--client-max-in-flight` 32; the driver
+(this benchmark's own process, on the same two cores) an optimized build. Per app: a namespace,
 its own OCIRepository (Flux's CRD; the artifact served by a local HTTP server, its status
 written as source-controller writes it), a ServiceAccount the layer acts as (impersonation)
 with `admin` in the app's namespace, and one AddonsLayer applying a ServiceAccount, a Service,
