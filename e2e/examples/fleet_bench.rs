@@ -385,7 +385,7 @@ async fn requests(controllers: &[strata_e2e::services::ServiceProcess]) -> BTree
             summed(
                 controllers,
                 "layer_controller_kubernetes_api_client_request_duration_seconds_count",
-                &format!("method=\"{verb}\""),
+                &[&format!("method=\"{verb}\"")],
             )
             .await,
         );
@@ -395,18 +395,18 @@ async fn requests(controllers: &[strata_e2e::services::ServiceProcess]) -> BTree
 
 /// The controllers' reconciles so far, whatever their outcome: how often a layer was woken.
 async fn reconciles(controllers: &[strata_e2e::services::ServiceProcess]) -> f64 {
-    summed(controllers, "layer_controller_reconcile_total", "").await
+    summed(controllers, "layer_controller_reconcile_total", &[]).await
 }
 
-/// One metric (its series matching `filter`) summed over the controllers.
+/// One metric (its series matching every filter) summed over the controllers.
 async fn summed(
     controllers: &[strata_e2e::services::ServiceProcess],
     metric: &str,
-    filter: &str,
+    filters: &[&str],
 ) -> f64 {
     let mut n = 0.0;
     for controller in controllers {
-        n += controller.metric(metric, &[filter]).await.unwrap_or(0.0);
+        n += controller.metric(metric, filters).await.unwrap_or(0.0);
     }
     n
 }

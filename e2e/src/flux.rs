@@ -141,6 +141,15 @@ pub fn source_yaml(kind: &str, name: &str) -> String {
     )
 }
 
+/// [`source_yaml`] with the source in namespace `ns`.
+pub fn source_yaml_in(kind: &str, name: &str, ns: &str) -> String {
+    source_yaml(kind, name).replacen(
+        &format!("metadata: {{name: {name}}}"),
+        &format!("metadata: {{name: {name}, namespace: {ns}}}"),
+        1,
+    )
+}
+
 /// Creates the source `kind/name` in `ns` ([`source_yaml`]) and, once the API server serves
 /// it, gives it the artifact `url` (`digest`) of `revision` ([`set_source_artifact`]).
 pub async fn create_source_with_artifact(

@@ -1286,17 +1286,13 @@ spec:
 /// wakes it: the layer re-applies hourly, and the GitRepository is no layer's source.
 #[tokio::test]
 async fn a_layer_waiting_on_an_object_wakes_when_it_changes() -> Result<()> {
-    use strata_e2e::flux::{configmap_layer, set_source_artifact, source_yaml};
+    use strata_e2e::flux::{configmap_layer, set_source_artifact, source_yaml_in};
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "healthwake").await?;
     let ns = ns.name.clone();
     install_layer_crds(&client, &ns).await?;
     let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "1h"])?;
-    let inner = source_yaml("GitRepository", "inner").replacen(
-        "metadata: {name: inner}",
-        &format!("metadata: {{name: inner, namespace: {ns}}}"),
-        1,
-    );
+    let inner = source_yaml_in("GitRepository", "inner", &ns);
     apply_yaml(
         &client,
         &ns,
@@ -1337,7 +1333,7 @@ async fn a_layer_waiting_on_an_object_wakes_when_it_changes() -> Result<()> {
 #[tokio::test]
 async fn a_waiting_layer_rereads_only_the_objects_that_changed() -> Result<()> {
     use k8s_openapi::api::core::v1::ServiceAccount;
-    use strata_e2e::flux::{configmap_layer, set_source_artifact, source_yaml};
+    use strata_e2e::flux::{configmap_layer, set_source_artifact, source_yaml_in};
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "reread").await?;
     let ns = ns.name.clone();
@@ -1351,11 +1347,7 @@ async fn a_waiting_layer_rereads_only_the_objects_that_changed() -> Result<()> {
         )
     };
     let waiting_layer = |layer: &'static str, accounts: &[&str]| {
-        let inner = source_yaml("GitRepository", layer).replacen(
-            &format!("metadata: {{name: {layer}}}"),
-            &format!("metadata: {{name: {layer}, namespace: {ns}}}"),
-            1,
-        );
+        let inner = source_yaml_in("GitRepository", layer, &ns);
         let accounts: String = accounts
             .iter()
             .map(|a| format!("---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: {a}, namespace: {ns}}}\n"))

@@ -34,6 +34,9 @@ use crate::lock;
 /// registration still wakes it (see [`HealthWakeups::wait_for`]).
 const RECENT: Duration = Duration::from_secs(10);
 
+/// What a kind's metadata-only watch yields.
+type MetaEvent = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>;
+
 /// An object of one kind: namespace (empty when cluster-scoped) and name.
 type ObjectKey = (String, String);
 
@@ -304,13 +307,9 @@ impl HealthWakeups {
 /// One kind's watch events, backed off (`watch_backoff`, which drops a relist's `Init`); the
 /// start of every (re)list first forgets which objects were known unchanged: an object deleted
 /// while the watch was down shows in none of the relist's events.
-fn kind_events<S>(
-    events: S,
-    kind: Arc<KindWatch>,
-) -> impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>> + Send
+fn kind_events<S>(events: S, kind: Arc<KindWatch>) -> impl futures::Stream<Item = MetaEvent> + Send
 where
-    S: futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>>
-        + Send,
+    S: futures::Stream<Item = MetaEvent> + Send,
 {
     core_k8s::controller::watch_backoff(events.inspect(move |event| {
         if matches!(event, Ok(watcher::Event::Init)) {
@@ -506,15 +505,13 @@ mod tests {
     async fn a_relist_of_the_watch_forgets_what_was_known_unchanged() {
         let kind = Arc::new(KindWatch::default());
         assert!(!lock(&kind.state).wait("a", object("sa"), v("5"), true, Instant::now()));
-        let quiet: Vec<watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>> =
-            vec![Ok(watcher::Event::InitDone)];
+        let quiet: Vec<MetaEvent> = vec![Ok(watcher::Event::InitDone)];
         let seen: Vec<_> = kind_events(futures::stream::iter(quiet), kind.clone())
             .collect()
             .await;
         assert_eq!(seen.len(), 1);
         assert_eq!(lock(&kind.state).unchanged("a", &object("sa")), Some("5"));
-        let relist: Vec<watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>> =
-            vec![Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)];
+        let relist: Vec<MetaEvent> = vec![Ok(watcher::Event::Init), Ok(watcher::Event::InitDone)];
         let seen: Vec<_> = kind_events(futures::stream::iter(relist), kind.clone())
             .collect()
             .await;
