@@ -564,10 +564,12 @@ fleet_bench() {
   unset ANCHOR_KUSTOMIZE_CONTROLLER_BIN
   sizes=(${BENCH_FLEET_SIZES:-100 500 1000}); qpss=(${BENCH_FLEET_QPS:-20 200})
   # With BENCH_FLEET_PROFILE=1, one more run at the largest size and last client limit takes a
-  # CPU profile of kube-apiserver over the create round (its /debug/pprof, off otherwise) and
-  # says where that CPU went (bench/pprof_breakdown.py). That run is not recorded: the profiler
-  # costs kube-apiserver CPU (the recorded run that carried it was the slowest of its row).
-  profile="$work/apiserver-create.pprof"; rm -f "$profile" "$work/apiserver-breakdown.md"
+  # CPU profile of kube-apiserver over the create round (BENCH_FLEET_PROFILE_ROUND=upgrade: the
+  # upgrade round; its /debug/pprof, off otherwise) and says where that CPU went
+  # (bench/pprof_breakdown.py). That run is not recorded: the profiler costs kube-apiserver CPU
+  # (the recorded run that carried it was the slowest of its row).
+  export BENCH_FLEET_PROFILE_ROUND="${BENCH_FLEET_PROFILE_ROUND:-create}"
+  profile="$work/apiserver-$BENCH_FLEET_PROFILE_ROUND.pprof"; rm -f "$profile" "$work/apiserver-breakdown.md"
   for qps in "${qpss[@]}"; do
     for n in "${sizes[@]}"; do
       if [[ "${BENCH_FLEET_PROFILE:-}" == 1 && "$n" == "${sizes[-1]}" && "$qps" == "${qpss[-1]}" ]]; then
@@ -575,6 +577,7 @@ fleet_bench() {
           BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
           STRATA_PLANE_APISERVER_PROFILING=1 BENCH_FLEET_APISERVER_PROFILE="$profile" \
           BENCH_FLEET_APISERVER_PROFILE_SECONDS="${BENCH_FLEET_PROFILE_SECONDS:-30}" \
+          BENCH_FLEET_APISERVER_PROFILE_ROUND="$BENCH_FLEET_PROFILE_ROUND" \
           scripts/with-plane.sh "$driver" > /dev/null
       fi
       for _ in $(seq 1 "$RUNS"); do
@@ -663,7 +666,7 @@ per app in the create round.
 breakdown = ""
 if os.path.exists(sys.argv[6]):
     breakdown = (f"""
-Where kube-apiserver's CPU went in the create round of an extra run at {sys.argv[4].split()[-1]} layers and
+Where kube-apiserver's CPU went in the {os.environ.get("BENCH_FLEET_PROFILE_ROUND", "create")} round of an extra run at {sys.argv[4].split()[-1]} layers and
 client limit {sys.argv[3].split()[-1]}, not among the rows above (`BENCH_FLEET_PROFILE=1`: a {os.environ.get("BENCH_FLEET_PROFILE_SECONDS", "30")} s CPU profile from its
 `/debug/pprof`, each sampled stack counted once, in the first matching row; `bench/pprof_breakdown.py`):
 

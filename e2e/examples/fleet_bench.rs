@@ -949,13 +949,22 @@ async fn main() -> Result<()> {
     // Round 1: every layer created at once; where the CPU went meanwhile, and what the API
     // server served.
     let cost = RoundCost::start(&client, Some(("layer-controller", &pids))).await?;
-    let profile = std::env::var_os("BENCH_FLEET_APISERVER_PROFILE").map(|to| {
-        let seconds = std::env::var("BENCH_FLEET_APISERVER_PROFILE_SECONDS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(30);
-        tokio::spawn(apiserver_profile(client.clone(), seconds, to.into()))
-    });
+    // The profile covers the create round, or the upgrade round with
+    // BENCH_FLEET_APISERVER_PROFILE_ROUND=upgrade.
+    let profiled_round =
+        std::env::var("BENCH_FLEET_APISERVER_PROFILE_ROUND").unwrap_or_else(|_| "create".into());
+    let start_profile = |round: &str| {
+        std::env::var_os("BENCH_FLEET_APISERVER_PROFILE")
+            .filter(|_| profiled_round == round)
+            .map(|to| {
+                let seconds = std::env::var("BENCH_FLEET_APISERVER_PROFILE_SECONDS")
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(30);
+                tokio::spawn(apiserver_profile(client.clone(), seconds, to.into()))
+            })
+    };
+    let profile = start_profile("create");
     let (first_total, first_floor, created) = round("r1", |_| true).await?;
     let (cpu_create, served_create) = cost.finish(&client, apps).await?;
     if let Some(profile) = profile {
@@ -974,6 +983,7 @@ async fn main() -> Result<()> {
 
     // Round 2: one variable changes in every layer (a new release), every layer re-applies.
     let cost = RoundCost::start(&client, Some(("layer-controller", &pids))).await?;
+    let profile = start_profile("upgrade");
     let (second_total, second_floor, _) = round("r2", |layer| {
         layer.metadata.generation > Some(1)
             && layer.status.as_ref().and_then(|s| s.observed_generation)
@@ -981,6 +991,9 @@ async fn main() -> Result<()> {
     })
     .await?;
     let (cpu_upgrade, served_upgrade) = cost.finish(&client, apps).await?;
+    if let Some(profile) = profile {
+        profile.await??;
+    }
     sampling.store(false, Ordering::Relaxed);
     sampler.await?;
     let requests_total = requests(&controllers).await;
