@@ -18,7 +18,8 @@
 //! and S controllers run, one per shard, as the chart's `sharding.shards` deploys them.
 //! With `$BENCH_FLEET_DIRECT` set no controller runs: the driver applies every app's four
 //! objects itself (server-side apply, 16 at a time, as itself) and times kube-controller-manager
-//! observing every Deployment: what the plane alone needs on this machine, the floor of floors.
+//! observing every Deployment, in both rounds: what the plane alone needs on this machine, the
+//! floor of floors.
 //! With `$ANCHOR_KUSTOMIZE_CONTROLLER_BIN` set, Flux's kustomize-controller deploys the same
 //! apps instead, one Kustomization each (see [`anchor_rounds`]): the anchor, side by side.
 //! Prints one JSON line.
@@ -649,42 +650,45 @@ async fn apply_all(applier: &core_k8s::apply::Applier, docs: Vec<serde_json::Val
     Ok(())
 }
 
-/// Every app's objects applied by the driver itself, no deployer in between: when
+/// Every app's objects applied by the driver itself, no deployer in between, in the same two
+/// rounds as the layers (created at release r1, then every object changed to r2): when
 /// kube-controller-manager has observed every Deployment, and the CPU each process used.
 async fn direct_round(
     client: &kube::Client,
     applier: &core_k8s::apply::Applier,
     names: &[(String, String)],
 ) -> Result<()> {
-    let release = "r1";
-    let mut docs = Vec::new();
-    for (app, namespace) in names {
-        let manifests = app_manifests()
-            .replace("${APP}", app)
-            .replace("${NAMESPACE}", namespace)
-            .replace("${RELEASE}", release);
-        docs.extend(parse_yaml(&manifests)?);
-    }
-    let cost = RoundCost::start(client, None).await?;
-    let started = Instant::now();
-    let floor = controller_manager_floor(client, names.len(), release, started);
-    apply_all(applier, docs).await?;
-    let applied = started.elapsed();
-    let floor = floor.await??.done;
-    let (cpu, served) = cost.finish(client, names.len()).await?;
-    eprintln!(
-        "fleet bench (direct): {} apps applied in {applied:?}, kube-controller-manager done at {floor:?}",
-        names.len()
-    );
-    let result = serde_json::json!({
+    let mut result = serde_json::json!({
         "direct": true,
         "controller_manager_qps": controller_manager_qps(),
         "layers": names.len(),
-        "applied_seconds": applied.as_secs_f64(),
-        "create_floor_seconds": floor.as_secs_f64(),
-        "cpu_seconds_create": cpu,
-        "apiserver_requests_per_app_create": served,
     });
+    for (round, release) in [("create", "r1"), ("upgrade", "r2")] {
+        let mut docs = Vec::new();
+        for (app, namespace) in names {
+            let manifests = app_manifests()
+                .replace("${APP}", app)
+                .replace("${NAMESPACE}", namespace)
+                .replace("${RELEASE}", release);
+            docs.extend(parse_yaml(&manifests)?);
+        }
+        let cost = RoundCost::start(client, None).await?;
+        let started = Instant::now();
+        let floor = controller_manager_floor(client, names.len(), release, started);
+        apply_all(applier, docs).await?;
+        let applied = started.elapsed();
+        let floor = floor.await??.done;
+        let (cpu, served) = cost.finish(client, names.len()).await?;
+        eprintln!(
+            "fleet bench (direct, {round}): {} apps applied in {applied:?}, kube-controller-manager done at {floor:?}",
+            names.len()
+        );
+        let key = |what: &str| format!("{round}_{what}");
+        result[key("applied_seconds")] = applied.as_secs_f64().into();
+        result[key("floor_seconds")] = floor.as_secs_f64().into();
+        result[format!("cpu_seconds_{round}")] = serde_json::json!(cpu);
+        result[format!("apiserver_requests_per_app_{round}")] = serde_json::json!(served);
+    }
     println!("{result}");
     Ok(())
 }
