@@ -1436,3 +1436,60 @@ async fn a_waiting_layer_rereads_only_the_objects_that_changed() -> Result<()> {
     cleanup(&client, &ns, &["quiet", "edited"], controller).await;
     Ok(())
 }
+
+/// A layer waiting on a Deployment judges it from the watch's events, not by reading it: with
+/// `--health-poll 1h`, a Deployment rolled out by kube-controller-manager and kwok (several
+/// status writes on its way to Current) takes its layer to Deployed with no GET of a
+/// Deployment by the controller. A first layer has the Deployment watch listed beforehand.
+#[tokio::test]
+async fn a_waiting_layer_judges_its_deployment_from_the_watch() -> Result<()> {
+    use strata_e2e::flux::configmap_layer;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "judged").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "1h"])?;
+    let deployment_gets = || {
+        controller.metric(
+            "layer_controller_kubernetes_api_client_request_duration_seconds_count",
+            &["method=\"GET\"", "path=\"apps/v1/deployments object\""],
+        )
+    };
+    let layer_of = |layer: &'static str| {
+        configmap_layer(
+            &ns,
+            layer,
+            "10m",
+            &[("app.yaml", deployment(&ns, layer, true))],
+        )
+    };
+    apply_yaml(&client, &ns, &layer_of("warm")).await?;
+    wait_state(
+        &client,
+        &format!("{ns}-warm"),
+        "Deployed",
+        Duration::from_secs(60),
+    )
+    .await?;
+
+    let before = deployment_gets().await?;
+    apply_yaml(&client, &ns, &layer_of("web")).await?;
+    let layer = format!("{ns}-web");
+    let status = wait_state(&client, &layer, "Deployed", Duration::from_secs(60)).await?;
+    assert_eq!(status["inventory"][0]["status"], "Current", "{status}");
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &ns);
+    let web = deployments.get("web").await?;
+    assert_eq!(
+        web.status.and_then(|s| s.ready_replicas),
+        Some(1),
+        "the layer was Deployed before its Deployment rolled out"
+    );
+    let reads = deployment_gets().await? - before;
+    assert_eq!(
+        reads, 0.0,
+        "the layer read its Deployment {reads} times instead of judging the watch's events"
+    );
+    cleanup(&client, &ns, &["warm", "web"], controller).await;
+    Ok(())
+}

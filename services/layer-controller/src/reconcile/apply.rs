@@ -22,7 +22,7 @@ use crate::read::Reader;
 use crate::source::{self, Files, Manifest};
 use core_status::policy::Rules;
 
-use super::health_watch::{Awaited, HealthWakeups, JudgedVersions, Wakeup, judged_key};
+use super::health_watch::{Awaited, HealthWakeups, JudgedVersions, Verdict, Wakeup, judged_key};
 use super::prune::prune;
 use super::status::{Report, reconcile_request_pending, write_status};
 use super::{Access, Shared, access};
@@ -86,6 +86,7 @@ pub(super) async fn apply_layer(
                     at: checked_at,
                     versions,
                     judges_pods: rules.needs_pods(),
+                    kstatus_rules: rules.is_kstatus(),
                 },
             };
             return judge(layer, ctx, shared, attempt, inventory).await;
@@ -316,6 +317,7 @@ pub(super) async fn apply_layer(
             at: checked_at,
             versions,
             judges_pods: rules.needs_pods(),
+            kstatus_rules: rules.is_kstatus(),
         },
     };
     judge(layer, ctx, shared, attempt, inventory).await
@@ -468,8 +470,26 @@ async fn recheck(
             continue;
         }
         let resolved = reader.resolve(&entry.api_version, &entry.kind).await?;
+        // Woken by an event the watch judged: its verdict is this object's (no read).
+        let woken_by = known.and_then(|(health, layer)| {
+            health.woken_by(
+                layer,
+                &resolved.resource,
+                entry.namespace.as_deref(),
+                &entry.name,
+            )
+        });
+        if let Some((version, verdict)) = woken_by {
+            versions.insert(judged_key(entry), version);
+            out.push(InventoryEntry {
+                status: verdict.status,
+                reason: verdict.reason,
+                message: verdict.message,
+                ..entry.clone()
+            });
+            continue;
+        }
         let unchanged = known
-            .filter(|_| entry.status == core_status::Status::Current.to_string())
             .and_then(|(health, layer)| {
                 health.unchanged(
                     layer,
@@ -477,10 +497,23 @@ async fn recheck(
                     entry.namespace.as_deref(),
                     &entry.name,
                 )
+            })
+            // Registered Current counts only where this inventory says Current too.
+            .filter(|(_, verdict)| {
+                verdict.is_some() || entry.status == core_status::Status::Current.to_string()
             });
-        if let Some(version) = unchanged {
+        if let Some((version, verdict)) = unchanged {
             versions.insert(judged_key(entry), version);
-            out.push(entry.clone());
+            out.push(match verdict {
+                // Judged from the watch's events: as registered and unchanged since.
+                Some(verdict) => InventoryEntry {
+                    status: verdict.status,
+                    reason: verdict.reason,
+                    message: verdict.message,
+                    ..entry.clone()
+                },
+                None => entry.clone(),
+            });
             continue;
         }
         let Some(value) = reader
@@ -549,6 +582,8 @@ struct Observed {
     versions: JudgedVersions,
     /// The rules judge pods, whose changes no object watch sees: poll.
     judges_pods: bool,
+    /// The rules are kstatus' own, as the workload watches judge their events.
+    kstatus_rules: bool,
 }
 
 /// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
@@ -703,6 +738,11 @@ async fn next_health_check(
             name: entry.name.clone(),
             version: observed.versions.get(&judged_key(entry)).cloned(),
             current: entry.status == current,
+            verdict: observed.kstatus_rules.then(|| Verdict {
+                status: entry.status.clone(),
+                reason: entry.reason.clone(),
+                message: entry.message.clone(),
+            }),
         });
     }
     match shared.health.wait_for(name, &awaited, observed.at) {

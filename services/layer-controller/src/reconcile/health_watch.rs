@@ -13,6 +13,13 @@
 //! already Current are registered too (their changes wake the layer as well), and one whose
 //! kind's watch stayed live and showed no other version since it was judged is known
 //! unchanged, so it is not read again. Only the objects still progressing, or changed, are.
+//!
+//! Workloads (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs) walk through several
+//! status writes on their way to Current. Their kinds are watched as full objects, and a layer
+//! judging them by kstatus' own rules has each event judged by the watch: a change that leaves
+//! its verdict (status, reason, message) as the layer last judged it wakes nobody, and the
+//! re-check of one that changed it takes the watch's verdict instead of reading the object.
+//! A re-check with no such event behind it (the safety-net poll) still reads.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +43,32 @@ const RECENT: Duration = Duration::from_secs(10);
 
 /// What a kind's metadata-only watch yields.
 type MetaEvent = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>;
+
+/// How an object stands for a layer: its status, reason and message, as in an inventory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Verdict {
+    pub status: String,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+}
+
+impl Verdict {
+    /// kstatus' own verdict on `object` (no pods, no policy: what a layer with the default
+    /// rules concludes from the same object).
+    fn of(object: &serde_json::Value) -> Self {
+        let (status, reason, message) = crate::plan::inventory_health(
+            object,
+            &[],
+            jiff::Timestamp::now(),
+            &core_status::policy::Rules::default(),
+        );
+        Self {
+            status: status.to_string(),
+            reason,
+            message,
+        }
+    }
+}
 
 /// An object of one kind: namespace (empty when cluster-scoped) and name.
 type ObjectKey = (String, String);
@@ -62,6 +95,11 @@ struct Judged {
     version: Option<String>,
     current: bool,
     moved: bool,
+    /// The layer's verdict, when it judges this object from the watch's events (see the
+    /// module's documentation); the watch keeps it up to date with `version`.
+    verdict: Option<Verdict>,
+    /// An event changed the verdict and woke the layer: its re-check may take the verdict.
+    woke: bool,
 }
 
 /// What one kind's watch knows: which layers wait on which objects, and which objects changed
@@ -70,21 +108,35 @@ struct Judged {
 struct KindState {
     /// Object → the layers waiting on it, each with how it judged it.
     waiting: HashMap<ObjectKey, BTreeMap<String, Judged>>,
-    /// Object → when its last change was seen, and its version then.
-    recent: HashMap<ObjectKey, (Instant, String)>,
+    /// Object → when its last change was seen, its version then and the watch's verdict.
+    recent: HashMap<ObjectKey, (Instant, String, Option<Verdict>)>,
     pruned: Option<Instant>,
 }
 
 impl KindState {
     /// Records a change of `object` to `version`, seen `at`; returns the layers waiting on it
     /// that judged another version.
+    #[cfg(test)]
     fn changed(&mut self, object: ObjectKey, version: String, at: Instant) -> Vec<String> {
+        self.changed_to(object, version, None, at)
+    }
+
+    /// [`KindState::changed`] with the watch's verdict on the object at `version` (`None`: a
+    /// deletion, or a metadata-only watch). A layer judging the object from events whose
+    /// verdict it leaves as it was is not woken; the others are.
+    fn changed_to(
+        &mut self,
+        object: ObjectKey,
+        version: String,
+        verdict: Option<Verdict>,
+        at: Instant,
+    ) -> Vec<String> {
         if self
             .pruned
             .is_none_or(|p| at.saturating_duration_since(p) >= RECENT)
         {
             self.recent
-                .retain(|_, (seen, _)| at.saturating_duration_since(*seen) < RECENT);
+                .retain(|_, (seen, _, _)| at.saturating_duration_since(*seen) < RECENT);
             self.pruned = Some(at);
         }
         let layers = self
@@ -94,20 +146,33 @@ impl KindState {
                 layers
                     .iter_mut()
                     .filter(|(_, judged)| judged.version.as_deref() != Some(version.as_str()))
-                    .map(|(layer, judged)| {
+                    .filter_map(|(layer, judged)| {
+                        if let (Some(mine), Some(seen)) = (&judged.verdict, &verdict) {
+                            // Judged at this version now, by the watch, as the layer would.
+                            judged.version = Some(version.clone());
+                            if mine == seen {
+                                return None;
+                            }
+                            judged.verdict = Some(seen.clone());
+                            judged.woke = true;
+                        } else {
+                            judged.verdict = None;
+                            judged.woke = false;
+                        }
                         judged.moved = true;
-                        layer.clone()
+                        Some(layer.clone())
                     })
                     .collect()
             })
             .unwrap_or_default();
-        self.recent.insert(object, (at, version));
+        self.recent.insert(object, (at, version, verdict));
         layers
     }
 
     /// `layer` waits on `object`, which it judged at `version` (Current or not); true when
     /// the object changed to another version at or after `since` (a change the layer's
     /// re-check may have missed).
+    #[cfg(test)]
     fn wait(
         &mut self,
         layer: &str,
@@ -116,19 +181,55 @@ impl KindState {
         current: bool,
         since: Instant,
     ) -> bool {
-        let changed = self
+        self.wait_judging(layer, object, version, current, None, since)
+    }
+
+    /// [`KindState::wait`]; with `verdict`, the layer judges the object from the watch's
+    /// events from now on.
+    fn wait_judging(
+        &mut self,
+        layer: &str,
+        object: ObjectKey,
+        version: Option<String>,
+        current: bool,
+        verdict: Option<Verdict>,
+        since: Instant,
+    ) -> bool {
+        let mut judged = Judged {
+            version,
+            current,
+            moved: false,
+            verdict,
+            woke: false,
+        };
+        let since_recheck = self
             .recent
             .get(&object)
-            .is_some_and(|(at, seen)| *at >= since && version.as_deref() != Some(seen.as_str()));
-        self.waiting.entry(object).or_default().insert(
-            layer.to_string(),
-            Judged {
-                version,
-                current,
-                // Changed since the re-check read it: read it again.
-                moved: changed,
-            },
-        );
+            .filter(|(at, seen, _)| *at >= since && judged.version.as_deref() != Some(seen));
+        // Changed since the re-check read it: look again, unless the watch judged the change
+        // and it leaves the layer's verdict as it was.
+        let changed = match since_recheck {
+            None => false,
+            Some((_, seen, Some(theirs))) if judged.verdict.is_some() => {
+                judged.version = Some(seen.clone());
+                let same = judged.verdict.as_ref() == Some(theirs);
+                if !same {
+                    judged.verdict = Some(theirs.clone());
+                    judged.woke = true;
+                    judged.moved = true;
+                }
+                !same
+            }
+            Some(_) => {
+                judged.verdict = None;
+                judged.moved = true;
+                true
+            }
+        };
+        self.waiting
+            .entry(object)
+            .or_default()
+            .insert(layer.to_string(), judged);
         changed
     }
 
@@ -141,16 +242,33 @@ impl KindState {
             .flat_map(|layers| layers.values_mut())
         {
             judged.moved = true;
+            judged.woke = false;
         }
     }
 
-    /// The version at which `layer` judged `object` Current, while the watch has shown it at
-    /// no other since.
+    /// The watch's verdict on `object` and its version, when an event changed what `layer`
+    /// judged and woke it.
+    fn woken_by(&self, layer: &str, object: &ObjectKey) -> Option<(String, Verdict)> {
+        let judged = self.waiting.get(object)?.get(layer)?;
+        judged
+            .woke
+            .then(|| Some((judged.version.clone()?, judged.verdict.clone()?)))
+            .flatten()
+    }
+
+    /// The version at which `layer` judged `object` Current, or judges it from the watch's
+    /// events (at whatever verdict), while the watch has shown it at no other version since
+    /// (or only at versions whose verdict was the same).
     fn unchanged(&self, layer: &str, object: &ObjectKey) -> Option<&str> {
         let judged = self.waiting.get(object)?.get(layer)?;
-        (judged.current && !judged.moved)
+        ((judged.current || judged.verdict.is_some()) && !judged.moved)
             .then_some(judged.version.as_deref())
             .flatten()
+    }
+
+    /// The verdict `layer` registered for `object`, when it judges it from the watch's events.
+    fn verdict(&self, layer: &str, object: &ObjectKey) -> Option<Verdict> {
+        self.waiting.get(object)?.get(layer)?.verdict.clone()
     }
 
     fn stop_waiting(&mut self, layer: &str, object: &ObjectKey) {
@@ -168,6 +286,8 @@ impl KindState {
 struct KindWatch {
     /// Listed and watching: a change of its objects will be seen.
     live: AtomicBool,
+    /// A full-object watch (a workload kind), whose events carry a verdict.
+    judges: bool,
     state: Mutex<KindState>,
 }
 
@@ -195,6 +315,9 @@ pub(super) struct Awaited {
     pub version: Option<String>,
     /// Already Current: the layer does not wait on it (its kind's watch need not be live).
     pub current: bool,
+    /// How the layer judged it, when it may judge it from the watch's events: a workload,
+    /// judged by kstatus' own rules (see the module's documentation).
+    pub verdict: Option<Verdict>,
 }
 
 /// The kind watches and who waits on what (see the module's documentation).
@@ -237,11 +360,14 @@ impl HealthWakeups {
                 object.namespace.clone().unwrap_or_default(),
                 object.name.clone(),
             );
-            changed |= lock(&kind.state).wait(
+            // Only a full-object watch judges its events.
+            let verdict = object.verdict.clone().filter(|_| kind.judges);
+            changed |= lock(&kind.state).wait_judging(
                 layer,
                 key.clone(),
                 object.version.clone(),
                 object.current,
+                verdict,
                 since,
             );
             live &= object.current || kind.live.load(Ordering::Acquire);
@@ -257,7 +383,8 @@ impl HealthWakeups {
         }
     }
 
-    /// The version at which `layer` last judged the object Current, when it is certainly
+    /// The version at which `layer` last judged the object Current (or judged it at all, for
+    /// an object it judges from the watch's events, with that verdict), when it is certainly
     /// unchanged since: registered so by the layer's last pass, its kind's watch live, and no
     /// other version shown since (nor a relist, which could hide a deletion). `None`: read it.
     pub(super) fn unchanged(
@@ -266,13 +393,33 @@ impl HealthWakeups {
         resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
-    ) -> Option<String> {
+    ) -> Option<(String, Option<Verdict>)> {
         let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
         if !kind.live.load(Ordering::Acquire) {
             return None;
         }
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        lock(&kind.state).unchanged(layer, &key).map(str::to_string)
+        let state = lock(&kind.state);
+        let version = state.unchanged(layer, &key)?.to_string();
+        Some((version, state.verdict(layer, &key)))
+    }
+
+    /// The watch's verdict on the object and its version, when an event that changed what
+    /// `layer` had judged woke it, and the kind's watch is live: its re-check takes this
+    /// instead of reading the object. `None`: read it.
+    pub(super) fn woken_by(
+        &self,
+        layer: &str,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Option<(String, Verdict)> {
+        let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
+        if !kind.live.load(Ordering::Acquire) {
+            return None;
+        }
+        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        lock(&kind.state).woken_by(layer, &key)
     }
 
     /// `layer` waits on nothing (it is Deployed, Failed, deleted or gone to another shard).
@@ -292,14 +439,27 @@ impl HealthWakeups {
         if let Some(kind) = kinds.get(&id) {
             return kind.clone();
         }
-        let kind = Arc::new(KindWatch::default());
+        let judges = core_status::workload::is_workload(&resource.api_version, &resource.kind);
+        let kind = Arc::new(KindWatch {
+            judges,
+            ..KindWatch::default()
+        });
         kinds.insert(id, kind.clone());
-        tokio::spawn(watch_kind(
-            Api::all_with(self.client.clone(), resource),
-            kind.clone(),
-            self.wake.clone(),
-            self.shutdown.clone(),
-        ));
+        if judges {
+            tokio::spawn(watch_kind_objects(
+                Api::all_with(self.client.clone(), resource),
+                kind.clone(),
+                self.wake.clone(),
+                self.shutdown.clone(),
+            ));
+        } else {
+            tokio::spawn(watch_kind(
+                Api::all_with(self.client.clone(), resource),
+                kind.clone(),
+                self.wake.clone(),
+                self.shutdown.clone(),
+            ));
+        }
         kind
     }
 }
@@ -307,9 +467,13 @@ impl HealthWakeups {
 /// One kind's watch events, backed off (`watch_backoff`, which drops a relist's `Init`); the
 /// start of every (re)list first forgets which objects were known unchanged: an object deleted
 /// while the watch was down shows in none of the relist's events.
-fn kind_events<S>(events: S, kind: Arc<KindWatch>) -> impl futures::Stream<Item = MetaEvent> + Send
+fn kind_events<S, K>(
+    events: S,
+    kind: Arc<KindWatch>,
+) -> impl futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send
 where
-    S: futures::Stream<Item = MetaEvent> + Send,
+    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    K: Send,
 {
     core_k8s::controller::watch_backoff(events.inspect(move |event| {
         if matches!(event, Ok(watcher::Event::Init)) {
@@ -332,18 +496,63 @@ async fn watch_kind(
     wake: mpsc::Sender<LayerKey<AddonsLayer>>,
     shutdown: CancellationToken,
 ) {
-    let events = kind_events(watcher(api, watcher::Config::default()), kind.clone());
+    let events: std::pin::Pin<Box<dyn futures::Stream<Item = MetaEvent> + Send>> = Box::pin(
+        kind_events(watcher(api, watcher::Config::default()), kind.clone()),
+    );
+    forward(events, kind, wake, shutdown, |object, _| {
+        (object.metadata, None)
+    })
+    .await;
+}
+
+/// [`watch_kind`] for a workload kind: full objects, each event judged by kstatus' rules so
+/// that the layers judging from events are woken only when their verdict changes.
+async fn watch_kind_objects(
+    api: Api<DynamicObject>,
+    kind: Arc<KindWatch>,
+    wake: mpsc::Sender<LayerKey<AddonsLayer>>,
+    shutdown: CancellationToken,
+) {
+    let events = Box::pin(kind_events(
+        watcher(api, watcher::Config::default()),
+        kind.clone(),
+    ));
+    forward(events, kind, wake, shutdown, |object, deleted| {
+        let verdict = (!deleted)
+            .then(|| serde_json::to_value(&object).ok())
+            .flatten()
+            .map(|value| Verdict::of(&value));
+        (object.metadata, verdict)
+    })
+    .await;
+}
+
+/// The loop behind both watches: `judge` turns an event's object (and whether it was deleted)
+/// into its metadata and the watch's verdict.
+async fn forward<S, K>(
+    events: S,
+    kind: Arc<KindWatch>,
+    wake: mpsc::Sender<LayerKey<AddonsLayer>>,
+    shutdown: CancellationToken,
+    judge: fn(K, bool) -> (kube::api::ObjectMeta, Option<Verdict>),
+) where
+    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + Unpin,
+{
     let forward = events.for_each(|event| {
         let (kind, wake) = (kind.clone(), wake.clone());
         async move {
-            let object = match event {
+            let (object, deleted) = match event {
                 // A (re)list: objects changed while the watch was down are in it.
-                Ok(watcher::Event::InitApply(o)) => o,
+                Ok(watcher::Event::InitApply(o)) => (o, false),
                 // After an error the watch resumes from the last version it saw (a relist
                 // starts with `Init` instead): an event means nothing was missed.
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => {
+                Ok(watcher::Event::Apply(o)) => {
                     kind.live.store(true, Ordering::Release);
-                    o
+                    (o, false)
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    kind.live.store(true, Ordering::Release);
+                    (o, true)
                 }
                 Ok(watcher::Event::InitDone) => {
                     kind.live.store(true, Ordering::Release);
@@ -358,12 +567,13 @@ async fn watch_kind(
                     return;
                 }
             };
+            let (metadata, verdict) = judge(object, deleted);
             let key = (
-                object.metadata.namespace.unwrap_or_default(),
-                object.metadata.name.unwrap_or_default(),
+                metadata.namespace.unwrap_or_default(),
+                metadata.name.unwrap_or_default(),
             );
-            let version = object.metadata.resource_version.unwrap_or_default();
-            let layers = lock(&kind.state).changed(key, version, Instant::now());
+            let version = metadata.resource_version.unwrap_or_default();
+            let layers = lock(&kind.state).changed_to(key, version, verdict, Instant::now());
             for layer in layers {
                 let _ = wake.send(LayerKey::new(&layer)).await;
             }
@@ -486,6 +696,128 @@ mod tests {
         // Without a version to compare, never known unchanged.
         assert!(!state.wait("a", object("nv"), None, true, at(3)));
         assert_eq!(state.unchanged("a", &object("nv")), None);
+    }
+
+    fn verdict(status: &str, message: &str) -> Option<Verdict> {
+        Some(Verdict {
+            status: status.to_string(),
+            reason: None,
+            message: Some(message.to_string()).filter(|m| !m.is_empty()),
+        })
+    }
+
+    #[test]
+    fn a_judged_event_wakes_a_layer_only_when_it_changes_the_verdict() {
+        let mut state = KindState::default();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let waiting = verdict("InProgress", "waiting for rollout");
+        // "a" judges from events; "b" (other rules) does not.
+        assert!(!state.wait_judging("a", object("web"), v("1"), false, waiting.clone(), start));
+        assert!(!state.wait("b", object("web"), v("1"), false, start));
+        // A status write that leaves the verdict as it was: only "b" is woken.
+        assert_eq!(
+            state.changed_to(object("web"), "2".into(), waiting.clone(), at(1)),
+            ["b"]
+        );
+        assert_eq!(state.woken_by("a", &object("web")), None);
+        // Known unchanged in its verdict at the new version (a re-check need not read it);
+        // "b", not Current and not judging from events, must read it.
+        assert_eq!(state.unchanged("a", &object("web")), Some("2"));
+        assert_eq!(state.unchanged("b", &object("web")), None);
+        // The same version again (a relist's replay) does not wake "a" either.
+        assert_eq!(
+            state.changed_to(object("web"), "2".into(), waiting, at(2)),
+            ["b"]
+        );
+        // Current now: "a" is woken and its re-check takes the watch's verdict.
+        let current = verdict("Current", "");
+        assert_eq!(
+            state.changed_to(object("web"), "3".into(), current.clone(), at(3)),
+            ["a", "b"]
+        );
+        assert_eq!(
+            state.woken_by("a", &object("web")),
+            Some(("3".to_string(), current.clone().unwrap()))
+        );
+        assert_eq!(state.woken_by("b", &object("web")), None);
+        // Its verdict changed: not "unchanged" (the wake-up's verdict is taken instead).
+        assert_eq!(state.unchanged("a", &object("web")), None);
+        // A later change keeps it up to date, whether it wakes or not.
+        assert!(
+            state
+                .changed_to(object("web"), "4".into(), current.clone(), at(4))
+                .contains(&"b".to_string())
+        );
+        assert_eq!(
+            state.woken_by("a", &object("web")),
+            Some(("4".to_string(), current.unwrap()))
+        );
+    }
+
+    #[test]
+    fn a_judged_change_before_the_registration_is_taken_as_the_watch_judged_it() {
+        let mut state = KindState::default();
+        let recheck = Instant::now();
+        let at = |ms| recheck + Duration::from_millis(ms);
+        let waiting = verdict("InProgress", "waiting for rollout");
+        let current = verdict("Current", "");
+        // A status write that leaves the verdict: nothing to look at again.
+        state.changed_to(object("same"), "2".into(), waiting.clone(), at(1));
+        assert!(!state.wait_judging("a", object("same"), v("1"), false, waiting.clone(), recheck));
+        assert_eq!(state.woken_by("a", &object("same")), None);
+        // Later events compare with that version's verdict: the same again wakes nobody.
+        assert!(
+            state
+                .changed_to(object("same"), "3".into(), waiting.clone(), at(2))
+                .is_empty()
+        );
+        // One that made it Current: look again now, taking the watch's verdict.
+        state.changed_to(object("done"), "5".into(), current.clone(), at(3));
+        assert!(state.wait_judging("a", object("done"), v("4"), false, waiting.clone(), recheck));
+        assert_eq!(
+            state.woken_by("a", &object("done")),
+            Some(("5".to_string(), current.unwrap()))
+        );
+        // A deletion: look again, and read it.
+        state.changed_to(object("gone"), "7".into(), None, at(4));
+        assert!(state.wait_judging("a", object("gone"), v("6"), false, waiting, recheck));
+        assert_eq!(state.woken_by("a", &object("gone")), None);
+    }
+
+    #[test]
+    fn a_deletion_or_a_relist_leaves_the_layer_to_read_the_object() {
+        let mut state = KindState::default();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        let waiting = verdict("InProgress", "waiting for rollout");
+        state.wait_judging("a", object("web"), v("1"), false, waiting, start);
+        assert_eq!(
+            state.changed_to(object("web"), "2".into(), verdict("Current", ""), at(1)),
+            ["a"]
+        );
+        assert!(state.woken_by("a", &object("web")).is_some());
+        // Deleted: woken, and nothing the watch judged stands.
+        assert_eq!(
+            state.changed_to(object("web"), "3".into(), None, at(2)),
+            ["a"]
+        );
+        assert_eq!(state.woken_by("a", &object("web")), None);
+        // Judged again, woken again, then a relist: read it.
+        state.wait_judging(
+            "a",
+            object("web"),
+            v("3"),
+            false,
+            verdict("InProgress", "x"),
+            at(3),
+        );
+        assert_eq!(
+            state.changed_to(object("web"), "4".into(), verdict("Current", ""), at(4)),
+            ["a"]
+        );
+        state.relisting();
+        assert_eq!(state.woken_by("a", &object("web")), None);
     }
 
     #[test]
