@@ -41,9 +41,6 @@ use crate::lock;
 /// registration still wakes it (see [`HealthWakeups::wait_for`]).
 const RECENT: Duration = Duration::from_secs(10);
 
-/// What a kind's metadata-only watch yields.
-type MetaEvent = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>;
-
 /// How an object stands for a layer: its status, reason and message, as in an inventory entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Verdict {
@@ -448,6 +445,7 @@ impl HealthWakeups {
         if judges {
             tokio::spawn(watch_kind_objects(
                 Api::all_with(self.client.clone(), resource),
+                resource.clone(),
                 kind.clone(),
                 self.wake.clone(),
                 self.shutdown.clone(),
@@ -496,9 +494,10 @@ async fn watch_kind(
     wake: mpsc::Sender<LayerKey<AddonsLayer>>,
     shutdown: CancellationToken,
 ) {
-    let events: std::pin::Pin<Box<dyn futures::Stream<Item = MetaEvent> + Send>> = Box::pin(
-        kind_events(watcher(api, watcher::Config::default()), kind.clone()),
-    );
+    let events = Box::pin(kind_events(
+        watcher(api, watcher::Config::default()),
+        kind.clone(),
+    ));
     forward(events, kind, wake, shutdown, |object, _| {
         (object.metadata, None)
     })
@@ -509,6 +508,7 @@ async fn watch_kind(
 /// that the layers judging from events are woken only when their verdict changes.
 async fn watch_kind_objects(
     api: Api<DynamicObject>,
+    resource: ApiResource,
     kind: Arc<KindWatch>,
     wake: mpsc::Sender<LayerKey<AddonsLayer>>,
     shutdown: CancellationToken,
@@ -518,56 +518,75 @@ async fn watch_kind_objects(
         kind.clone(),
     ));
     forward(events, kind, wake, shutdown, |object, deleted| {
-        let verdict = (!deleted)
-            .then(|| serde_json::to_value(&object).ok())
-            .flatten()
-            .map(|value| Verdict::of(&value));
-        (object.metadata, verdict)
+        judged(object, deleted, &resource)
     })
     .await;
 }
 
+/// A workload watch's object and the verdict on it (none for a deletion). The items of a
+/// LIST (a relist's events) come without apiVersion and kind, and kstatus' rules for a kind
+/// need them: without, a Deployment would be judged as an unknown kind, Current at once.
+fn judged(
+    mut object: DynamicObject,
+    deleted: bool,
+    resource: &ApiResource,
+) -> (kube::api::ObjectMeta, Option<Verdict>) {
+    object.types = Some(kube::api::TypeMeta {
+        api_version: resource.api_version.clone(),
+        kind: resource.kind.clone(),
+    });
+    let verdict = (!deleted)
+        .then(|| serde_json::to_value(&object).ok())
+        .flatten()
+        .map(|value| Verdict::of(&value));
+    (object.metadata, verdict)
+}
+
 /// The loop behind both watches: `judge` turns an event's object (and whether it was deleted)
 /// into its metadata and the watch's verdict.
-async fn forward<S, K>(
+async fn forward<S, K, J>(
     events: S,
     kind: Arc<KindWatch>,
     wake: mpsc::Sender<LayerKey<AddonsLayer>>,
     shutdown: CancellationToken,
-    judge: fn(K, bool) -> (kube::api::ObjectMeta, Option<Verdict>),
+    judge: J,
 ) where
     S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + Unpin,
+    J: Fn(K, bool) -> (kube::api::ObjectMeta, Option<Verdict>),
 {
     let forward = events.for_each(|event| {
+        let (object, deleted) = match event {
+            // A (re)list: objects changed while the watch was down are in it.
+            Ok(watcher::Event::InitApply(o)) => (Some(o), false),
+            // After an error the watch resumes from the last version it saw (a relist
+            // starts with `Init` instead): an event means nothing was missed.
+            Ok(watcher::Event::Apply(o)) => {
+                kind.live.store(true, Ordering::Release);
+                (Some(o), false)
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                kind.live.store(true, Ordering::Release);
+                (Some(o), true)
+            }
+            Ok(watcher::Event::InitDone) => {
+                kind.live.store(true, Ordering::Release);
+                (None, false)
+            }
+            // Seen by `kind_events` (the backoff drops it).
+            Ok(watcher::Event::Init) => (None, false),
+            Err(e) => {
+                // Until it is listed again its layers poll (no list/watch right, say).
+                kind.live.store(false, Ordering::Release);
+                tracing::debug!(error = %e, "health watch failed; layers waiting on this kind poll");
+                (None, false)
+            }
+        };
+        let change = object.map(|object| judge(object, deleted));
         let (kind, wake) = (kind.clone(), wake.clone());
         async move {
-            let (object, deleted) = match event {
-                // A (re)list: objects changed while the watch was down are in it.
-                Ok(watcher::Event::InitApply(o)) => (o, false),
-                // After an error the watch resumes from the last version it saw (a relist
-                // starts with `Init` instead): an event means nothing was missed.
-                Ok(watcher::Event::Apply(o)) => {
-                    kind.live.store(true, Ordering::Release);
-                    (o, false)
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    kind.live.store(true, Ordering::Release);
-                    (o, true)
-                }
-                Ok(watcher::Event::InitDone) => {
-                    kind.live.store(true, Ordering::Release);
-                    return;
-                }
-                // Seen by `kind_events` (the backoff drops it).
-                Ok(watcher::Event::Init) => return,
-                Err(e) => {
-                    // Until it is listed again its layers poll (no list/watch right, say).
-                    kind.live.store(false, Ordering::Release);
-                    tracing::debug!(error = %e, "health watch failed; layers waiting on this kind poll");
-                    return;
-                }
+            let Some((metadata, verdict)) = change else {
+                return;
             };
-            let (metadata, verdict) = judge(object, deleted);
             let key = (
                 metadata.namespace.unwrap_or_default(),
                 metadata.name.unwrap_or_default(),
@@ -588,6 +607,9 @@ async fn forward<S, K>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What a kind's metadata-only watch yields.
+    type MetaEvent = watcher::Result<watcher::Event<PartialObjectMeta<DynamicObject>>>;
 
     fn object(name: &str) -> ObjectKey {
         ("apps".to_string(), name.to_string())
@@ -753,6 +775,28 @@ mod tests {
             state.woken_by("a", &object("web")),
             Some(("4".to_string(), current.unwrap()))
         );
+    }
+
+    #[test]
+    fn a_listed_workload_without_apiversion_and_kind_is_judged_as_its_kind() {
+        // A LIST's items carry no apiVersion or kind.
+        let listed: DynamicObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "apps", "generation": 1, "resourceVersion": "7"},
+            "spec": {"replicas": 1},
+            "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                       "readyReplicas": 0, "availableReplicas": 0},
+        }))
+        .unwrap();
+        let deployments = ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        );
+        let (metadata, verdict) = judged(listed.clone(), false, &deployments);
+        assert_eq!(metadata.resource_version.as_deref(), Some("7"));
+        let verdict = verdict.unwrap();
+        assert_eq!(verdict.status, "InProgress", "{verdict:?}");
+        // A deletion carries no verdict.
+        assert_eq!(judged(listed, true, &deployments).1, None);
     }
 
     #[test]
