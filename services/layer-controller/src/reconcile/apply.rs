@@ -470,28 +470,11 @@ async fn recheck(
             continue;
         }
         let resolved = reader.resolve(&entry.api_version, &entry.kind).await?;
-        // Woken by an event the watch judged: its verdict is this object's (no read).
-        let woken_by = known.and_then(|(health, layer)| {
-            health.woken_by(
-                layer,
-                &resolved.resource,
-                entry.namespace.as_deref(),
-                &entry.name,
-            )
-        });
-        if let Some((version, verdict)) = woken_by {
-            versions.insert(judged_key(entry), version);
-            out.push(InventoryEntry {
-                status: verdict.status,
-                reason: verdict.reason,
-                message: verdict.message,
-                ..entry.clone()
-            });
-            continue;
-        }
-        let unchanged = known
+        // Known without reading it (see `health_watch`): the verdict of the event that woke the
+        // layer, or unchanged since it was judged.
+        let known = known
             .and_then(|(health, layer)| {
-                health.unchanged(
+                health.known(
                     layer,
                     &resolved.resource,
                     entry.namespace.as_deref(),
@@ -502,18 +485,9 @@ async fn recheck(
             .filter(|(_, verdict)| {
                 verdict.is_some() || entry.status == core_status::Status::Current.to_string()
             });
-        if let Some((version, verdict)) = unchanged {
+        if let Some((version, verdict)) = known {
             versions.insert(judged_key(entry), version);
-            out.push(match verdict {
-                // Judged from the watch's events: as registered and unchanged since.
-                Some(verdict) => InventoryEntry {
-                    status: verdict.status,
-                    reason: verdict.reason,
-                    message: verdict.message,
-                    ..entry.clone()
-                },
-                None => entry.clone(),
-            });
+            out.push(verdict.map_or_else(|| entry.clone(), |v| v.applied_to(entry)));
             continue;
         }
         let Some(value) = reader
@@ -738,11 +712,7 @@ async fn next_health_check(
             name: entry.name.clone(),
             version: observed.versions.get(&judged_key(entry)).cloned(),
             current: entry.status == current,
-            verdict: observed.kstatus_rules.then(|| Verdict {
-                status: entry.status.clone(),
-                reason: entry.reason.clone(),
-                message: entry.message.clone(),
-            }),
+            verdict: observed.kstatus_rules.then(|| Verdict::of_entry(entry)),
         });
     }
     match shared.health.wait_for(name, &awaited, observed.at) {

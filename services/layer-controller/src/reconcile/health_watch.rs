@@ -18,8 +18,9 @@
 //! status writes on their way to Current. Their kinds are watched as full objects, and a layer
 //! judging them by kstatus' own rules has each event judged by the watch: a change that leaves
 //! its verdict (status, reason, message) as the layer last judged it wakes nobody, and the
-//! re-check of one that changed it takes the watch's verdict instead of reading the object.
-//! A re-check with no such event behind it (the safety-net poll) still reads.
+//! re-check of one that changed it takes the watch's verdict instead of reading the object
+//! (as does a re-check with no event behind it, while the watch has shown no other version).
+//! A deletion, a relist or a watch that is not live makes it read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,6 +66,25 @@ impl Verdict {
             message,
         }
     }
+
+    /// How `entry` says the layer judged its object.
+    pub(super) fn of_entry(entry: &InventoryEntry) -> Self {
+        Self {
+            status: entry.status.clone(),
+            reason: entry.reason.clone(),
+            message: entry.message.clone(),
+        }
+    }
+
+    /// `entry` judged so.
+    pub(super) fn applied_to(self, entry: &InventoryEntry) -> InventoryEntry {
+        InventoryEntry {
+            status: self.status,
+            reason: self.reason,
+            message: self.message,
+            ..entry.clone()
+        }
+    }
 }
 
 /// An object of one kind: namespace (empty when cluster-scoped) and name.
@@ -97,6 +117,27 @@ struct Judged {
     verdict: Option<Verdict>,
     /// An event changed the verdict and woke the layer: its re-check may take the verdict.
     woke: bool,
+}
+
+impl Judged {
+    /// The watch showed the object at another `version`, judged `seen` (`None`: a deletion, or
+    /// a metadata-only watch); true when the layer must look at it again. A layer judging from
+    /// events is then judged at that version, and looks again only if the verdict changed.
+    fn saw(&mut self, version: &str, seen: Option<&Verdict>) -> bool {
+        if let (Some(mine), Some(seen)) = (&self.verdict, seen) {
+            self.version = Some(version.to_string());
+            if mine == seen {
+                return false;
+            }
+            self.verdict = Some(seen.clone());
+            self.woke = true;
+        } else {
+            self.verdict = None;
+            self.woke = false;
+        }
+        self.moved = true;
+        true
+    }
 }
 
 /// What one kind's watch knows: which layers wait on which objects, and which objects changed
@@ -144,20 +185,9 @@ impl KindState {
                     .iter_mut()
                     .filter(|(_, judged)| judged.version.as_deref() != Some(version.as_str()))
                     .filter_map(|(layer, judged)| {
-                        if let (Some(mine), Some(seen)) = (&judged.verdict, &verdict) {
-                            // Judged at this version now, by the watch, as the layer would.
-                            judged.version = Some(version.clone());
-                            if mine == seen {
-                                return None;
-                            }
-                            judged.verdict = Some(seen.clone());
-                            judged.woke = true;
-                        } else {
-                            judged.verdict = None;
-                            judged.woke = false;
-                        }
-                        judged.moved = true;
-                        Some(layer.clone())
+                        judged
+                            .saw(&version, verdict.as_ref())
+                            .then(|| layer.clone())
                     })
                     .collect()
             })
@@ -199,30 +229,13 @@ impl KindState {
             verdict,
             woke: false,
         };
-        let since_recheck = self
-            .recent
-            .get(&object)
-            .filter(|(at, seen, _)| *at >= since && judged.version.as_deref() != Some(seen));
         // Changed since the re-check read it: look again, unless the watch judged the change
         // and it leaves the layer's verdict as it was.
-        let changed = match since_recheck {
-            None => false,
-            Some((_, seen, Some(theirs))) if judged.verdict.is_some() => {
-                judged.version = Some(seen.clone());
-                let same = judged.verdict.as_ref() == Some(theirs);
-                if !same {
-                    judged.verdict = Some(theirs.clone());
-                    judged.woke = true;
-                    judged.moved = true;
-                }
-                !same
-            }
-            Some(_) => {
-                judged.verdict = None;
-                judged.moved = true;
-                true
-            }
-        };
+        let changed = self
+            .recent
+            .get(&object)
+            .filter(|(at, seen, _)| *at >= since && judged.version.as_deref() != Some(seen))
+            .is_some_and(|(_, seen, theirs)| judged.saw(seen, theirs.as_ref()));
         self.waiting
             .entry(object)
             .or_default()
@@ -263,9 +276,16 @@ impl KindState {
             .flatten()
     }
 
-    /// The verdict `layer` registered for `object`, when it judges it from the watch's events.
-    fn verdict(&self, layer: &str, object: &ObjectKey) -> Option<Verdict> {
-        self.waiting.get(object)?.get(layer)?.verdict.clone()
+    /// What `layer`'s re-check may take for `object` without reading it: the verdict of the
+    /// event that woke it, else the version it judged unchanged since (with its verdict when it
+    /// judges from events).
+    fn known(&self, layer: &str, object: &ObjectKey) -> Option<(String, Option<Verdict>)> {
+        if let Some((version, verdict)) = self.woken_by(layer, object) {
+            return Some((version, Some(verdict)));
+        }
+        let version = self.unchanged(layer, object)?.to_string();
+        let verdict = self.waiting.get(object)?.get(layer)?.verdict.clone();
+        Some((version, verdict))
     }
 
     fn stop_waiting(&mut self, layer: &str, object: &ObjectKey) {
@@ -380,11 +400,12 @@ impl HealthWakeups {
         }
     }
 
-    /// The version at which `layer` last judged the object Current (or judged it at all, for
-    /// an object it judges from the watch's events, with that verdict), when it is certainly
-    /// unchanged since: registered so by the layer's last pass, its kind's watch live, and no
-    /// other version shown since (nor a relist, which could hide a deletion). `None`: read it.
-    pub(super) fn unchanged(
+    /// What `layer`'s re-check may take for an object without reading it, its kind's watch
+    /// live: the verdict of an event that changed what the layer had judged and woke it, else
+    /// the version at which it judged the object Current (or judged it at all, for one it
+    /// judges from events, with that verdict) while no other version was shown since (nor a
+    /// relist, which could hide a deletion). `None`: read it.
+    pub(super) fn known(
         &self,
         layer: &str,
         resource: &ApiResource,
@@ -396,27 +417,7 @@ impl HealthWakeups {
             return None;
         }
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        let state = lock(&kind.state);
-        let version = state.unchanged(layer, &key)?.to_string();
-        Some((version, state.verdict(layer, &key)))
-    }
-
-    /// The watch's verdict on the object and its version, when an event that changed what
-    /// `layer` had judged woke it, and the kind's watch is live: its re-check takes this
-    /// instead of reading the object. `None`: read it.
-    pub(super) fn woken_by(
-        &self,
-        layer: &str,
-        resource: &ApiResource,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Option<(String, Verdict)> {
-        let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
-        if !kind.live.load(Ordering::Acquire) {
-            return None;
-        }
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        lock(&kind.state).woken_by(layer, &key)
+        lock(&kind.state).known(layer, &key)
     }
 
     /// `layer` waits on nothing (it is Deployed, Failed, deleted or gone to another shard).
@@ -442,21 +443,25 @@ impl HealthWakeups {
             ..KindWatch::default()
         });
         kinds.insert(id, kind.clone());
+        let (wake, shutdown) = (self.wake.clone(), self.shutdown.clone());
+        let config = watcher::Config::default();
         if judges {
-            tokio::spawn(watch_kind_objects(
-                Api::all_with(self.client.clone(), resource),
-                resource.clone(),
+            // Full objects, each event judged by kstatus' rules.
+            let events = watcher(Api::all_with(self.client.clone(), resource), config);
+            let resource = resource.clone();
+            tokio::spawn(watch_kind(
+                events,
                 kind.clone(),
-                self.wake.clone(),
-                self.shutdown.clone(),
+                wake,
+                shutdown,
+                move |o, deleted| judged(o, deleted, &resource),
             ));
         } else {
-            tokio::spawn(watch_kind(
-                Api::all_with(self.client.clone(), resource),
-                kind.clone(),
-                self.wake.clone(),
-                self.shutdown.clone(),
-            ));
+            // Metadata only: a change of status moves the resource version, which is all a
+            // wake-up needs; the layer's re-check reads the object itself.
+            let events = watcher(Api::all_with(self.client.clone(), resource), config);
+            let metadata = |o: PartialObjectMeta<DynamicObject>, _| (o.metadata, None);
+            tokio::spawn(watch_kind(events, kind.clone(), wake, shutdown, metadata));
         }
         kind
     }
@@ -485,44 +490,6 @@ fn kind_id(resource: &ApiResource) -> String {
     format!("{}/{}", resource.api_version, resource.plural)
 }
 
-/// Forwards the changes of one kind's objects to the layers waiting on them until shutdown.
-/// Metadata only: a change of status moves the resource version, which is all a wake-up
-/// needs; the layer's re-check reads the object itself.
-async fn watch_kind(
-    api: Api<PartialObjectMeta<DynamicObject>>,
-    kind: Arc<KindWatch>,
-    wake: mpsc::Sender<LayerKey<AddonsLayer>>,
-    shutdown: CancellationToken,
-) {
-    let events = Box::pin(kind_events(
-        watcher(api, watcher::Config::default()),
-        kind.clone(),
-    ));
-    forward(events, kind, wake, shutdown, |object, _| {
-        (object.metadata, None)
-    })
-    .await;
-}
-
-/// [`watch_kind`] for a workload kind: full objects, each event judged by kstatus' rules so
-/// that the layers judging from events are woken only when their verdict changes.
-async fn watch_kind_objects(
-    api: Api<DynamicObject>,
-    resource: ApiResource,
-    kind: Arc<KindWatch>,
-    wake: mpsc::Sender<LayerKey<AddonsLayer>>,
-    shutdown: CancellationToken,
-) {
-    let events = Box::pin(kind_events(
-        watcher(api, watcher::Config::default()),
-        kind.clone(),
-    ));
-    forward(events, kind, wake, shutdown, |object, deleted| {
-        judged(object, deleted, &resource)
-    })
-    .await;
-}
-
 /// A workload watch's object and the verdict on it (none for a deletion). The items of a
 /// LIST (a relist's events) come without apiVersion and kind, and kstatus' rules for a kind
 /// need them: without, a Deployment would be judged as an unknown kind, Current at once.
@@ -542,18 +509,21 @@ fn judged(
     (object.metadata, verdict)
 }
 
-/// The loop behind both watches: `judge` turns an event's object (and whether it was deleted)
-/// into its metadata and the watch's verdict.
-async fn forward<S, K, J>(
+/// Forwards the changes of one kind's objects to the layers waiting on them until shutdown:
+/// `judge` turns an event's object (and whether it was deleted) into its metadata and the
+/// watch's verdict.
+async fn watch_kind<S, K, J>(
     events: S,
     kind: Arc<KindWatch>,
     wake: mpsc::Sender<LayerKey<AddonsLayer>>,
     shutdown: CancellationToken,
     judge: J,
 ) where
-    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send + Unpin,
+    S: futures::Stream<Item = watcher::Result<watcher::Event<K>>> + Send,
+    K: Send,
     J: Fn(K, bool) -> (kube::api::ObjectMeta, Option<Verdict>),
 {
+    let events = std::pin::pin!(kind_events(events, kind.clone()));
     let forward = events.for_each(|event| {
         let (object, deleted) = match event {
             // A (re)list: objects changed while the watch was down are in it.
