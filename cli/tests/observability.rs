@@ -76,6 +76,7 @@ fn registered() -> BTreeSet<String> {
     let layers = layer_controller::metrics::Metrics::register(&mut registry);
     layers.set_state("layer", "Deployed");
     layers.count_applied("layer");
+    layers.count_unchanged("layer");
     layers.count_pruned("layer", 1);
     layers.observe_dependency_wait("layer", 1.0);
     let rollout = rollout_operator::metrics::Metrics::register(&mut registry);

@@ -5,8 +5,8 @@
 //! health-gated AddonsLayer applying a ServiceAccount, a Service, a Deployment scaled to zero
 //! and an Ingress into the app's namespace, with three variables substituted
 //! (`spec.postBuild.substitute`). All layers are created at once; measured: create → every
-//! layer Deployed, an upgrade round (one variable changes in every layer) → every layer
-//! Deployed at its new generation,
+//! layer Deployed, an upgrade round (one variable changes in every layer, as Flux's upgrade
+//! changes only each Deployment's pod template) → every layer Deployed at its new generation,
 //! the controller's peak RSS, its most open sockets, its API requests, and the floor set by
 //! kube-controller-manager (every Deployment's status observed at its generation).
 //!
@@ -42,20 +42,29 @@ use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
 
 /// Every app's manifests: our own podinfo-like set (the same four kinds as Flux's
 /// benchmark), with three variables: the app's name and namespace, and the release (the
-/// round), which every object carries so an upgrade changes them all. Variables are quoted:
+/// round). As in Flux's benchmark, whose upgrade changes the CPU request of the Deployment's
+/// pod template, the release is in the Deployment alone, so an upgrade changes that object
+/// and rolls it out; with `$BENCH_FLEET_UPGRADE_EVERY_OBJECT` set every object carries it
+/// (a label), so an upgrade changes all four (the bench of sessions up to 2026-11-27).
+/// Variables are quoted:
 /// a `${` inside a flow mapping is not valid YAML. The release is never a bare number
 /// (`r1`, `r2`): Flux substitutes after its YAML is re-serialized, quotes gone, and `1` in a
 /// label or annotation would then be an integer its apply rejects.
 fn app_manifests() -> String {
     let (app, namespace, release) = ("${APP}", "${NAMESPACE}", "${RELEASE}");
+    let stamp = if std::env::var_os("BENCH_FLEET_UPGRADE_EVERY_OBJECT").is_some() {
+        format!(", release: \"{release}\"")
+    } else {
+        String::new()
+    };
     format!(
         "apiVersion: v1
 kind: ServiceAccount
-metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\"{stamp}}}}}
 ---
 apiVersion: v1
 kind: Service
-metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\"{stamp}}}}}
 spec:
   selector: {{app: \"{app}\"}}
   ports: [{{name: http, port: 9898, targetPort: http}}]
@@ -78,7 +87,7 @@ spec:
 ---
 apiVersion: networking.k8s.io/v1
 kind: Ingress
-metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\", release: \"{release}\"}}}}
+metadata: {{name: \"{app}\", namespace: \"{namespace}\", labels: {{app: \"{app}\"{stamp}}}}}
 spec:
   rules:
   - host: \"{app}.example.invalid\"

@@ -1493,3 +1493,106 @@ async fn a_waiting_layer_judges_its_deployment_from_the_watch() -> Result<()> {
     cleanup(&client, &ns, &["warm", "web"], controller).await;
     Ok(())
 }
+
+/// A new revision sends only the applies that change something. The layer holds a
+/// Deployment, a ConfigMap and a ServiceAccount; each revision changes only the Deployment.
+/// Once the controller has applied them while watching their kinds (the second revision), a
+/// third leaves the ServiceAccount as it stands, but re-applies the ConfigMap that a user edited
+/// in between: the edit is undone, as every apply undoes it.
+#[tokio::test]
+async fn a_new_revision_applies_only_the_objects_it_changes() -> Result<()> {
+    use strata_e2e::flux::configmap_layer;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "unchanged").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_layer_service("layer-controller", &ns, &[])?;
+    let layer = format!("{ns}-app");
+    let by_layer = format!("layer=\"{layer}\"");
+    let by_layer = [by_layer.as_str()];
+    let applied = || controller.metric("layer_controller_applied_objects_total", &by_layer);
+    let unchanged = || controller.metric("layer_controller_unchanged_objects_total", &by_layer);
+    let revision_of = |release: &str| {
+        let files = [
+            (
+                "account.yaml",
+                format!(
+                    "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: app, namespace: {ns}}}\n"
+                ),
+            ),
+            ("config.yaml", cm(&ns, "settings")),
+            (
+                "app.yaml",
+                format!(
+                    "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: app, namespace: {ns}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: app}}}}
+  template:
+    metadata: {{labels: {{app: app}}, annotations: {{release: {release}}}}}
+    spec: {{containers: [{{name: c, image: example/app:1}}]}}
+"
+                ),
+            ),
+        ];
+        configmap_layer(&ns, "app", "10m", &files)
+    };
+    let deploy = |release: &'static str| {
+        let (client, layer, yaml) = (client.clone(), layer.clone(), revision_of(release));
+        let ns = ns.clone();
+        async move {
+            let before = layer_status(&client, &layer).await.unwrap_or_default();
+            apply_yaml(&client, &ns, &yaml).await?;
+            eventually(
+                &format!("layer {layer} Deployed at {release}"),
+                Duration::from_secs(60),
+                || async {
+                    let status = layer_status(&client, &layer).await?;
+                    let new = status["revision"] != before["revision"];
+                    Ok((status["state"] == "Deployed" && new).then_some(status))
+                },
+            )
+            .await
+        }
+    };
+    deploy("r1").await?;
+    // Applied while their kinds are watched (the first wait started the watches).
+    deploy("r2").await?;
+
+    // A user edits the ConfigMap; the watch sees it before the next revision comes.
+    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), &ns);
+    configmaps
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "edited"}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    let (applied_before, unchanged_before) = (applied().await?, unchanged().await?);
+    deploy("r3").await?;
+    let sent = applied().await? - applied_before;
+    let left = unchanged().await? - unchanged_before;
+    assert_eq!(
+        (sent, left),
+        (2.0, 1.0),
+        "expected the Deployment and the edited ConfigMap applied, the ServiceAccount left as it \
+         stands; {sent} applied, {left} left unapplied"
+    );
+    let settings = configmaps.get("settings").await?;
+    assert_eq!(
+        settings
+            .data
+            .unwrap_or_default()
+            .get("k")
+            .map(String::as_str),
+        Some("v"),
+        "the edited ConfigMap was not applied again"
+    );
+    cleanup(&client, &ns, &["app"], controller).await;
+    Ok(())
+}

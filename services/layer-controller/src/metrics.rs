@@ -27,6 +27,9 @@ pub struct Metrics {
     /// with the labels in the right order).
     pub layer_state: Family<StateLabels, Gauge>,
     pub applied_objects: Family<LayerLabels, Counter>,
+    /// Objects a new attempt left unapplied: unchanged since this controller applied them
+    /// exactly as the attempt would.
+    pub unchanged_objects: Family<LayerLabels, Counter>,
     pub pruned_objects: Family<LayerLabels, Counter>,
     /// From a layer being blocked by its prerequisites to all of them being met, per layer
     /// (one histogram per layer, like the state gauge: bounded by the number of layers).
@@ -40,6 +43,7 @@ impl Metrics {
         let metrics = Self {
             layer_state: Family::default(),
             applied_objects: Family::default(),
+            unchanged_objects: Family::default(),
             pruned_objects: Family::default(),
             dependency_wait_seconds: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(0.01, 2.0, 18))
@@ -55,6 +59,11 @@ impl Metrics {
             "layer_controller_applied_objects",
             "Objects applied with server-side apply",
             metrics.applied_objects.clone(),
+        );
+        registry.register(
+            "layer_controller_unchanged_objects",
+            "Objects a new attempt did not apply: unchanged since applied exactly so",
+            metrics.unchanged_objects.clone(),
         );
         registry.register(
             "layer_controller_pruned_objects",
@@ -103,6 +112,14 @@ impl Metrics {
             .inc();
     }
 
+    pub fn count_unchanged(&self, layer: &str) {
+        self.unchanged_objects
+            .get_or_create(&LayerLabels {
+                layer: layer.to_string(),
+            })
+            .inc();
+    }
+
     pub fn count_pruned(&self, layer: &str, objects: u64) {
         self.pruned_objects
             .get_or_create(&LayerLabels {
@@ -124,6 +141,7 @@ impl Metrics {
             layer: layer.to_string(),
         };
         self.applied_objects.remove(&labels);
+        self.unchanged_objects.remove(&labels);
         self.pruned_objects.remove(&labels);
         self.dependency_wait_seconds.remove(&labels);
     }

@@ -105,6 +105,8 @@ pub struct LayerArgs {
 struct Access {
     client: kube::Client,
     applier: core_k8s::apply::Applier,
+    /// The impersonated user; `None` for the controller's own identity.
+    user: Option<String>,
 }
 
 /// The user a layer acts as (see [`ActingAccount`]); `None` for the controller's own identity.
@@ -124,12 +126,14 @@ fn access(ctx: &Context, shared: &Shared, layer: &AddonsLayer) -> Result<Access>
         return Ok(Access {
             client: ctx.client.clone(),
             applier: ctx.applier.clone(),
+            user: None,
         });
     };
     let client = ctx.impersonating_client(&user)?;
     Ok(Access {
         applier: ctx.applier.with_client(client.clone()),
         client,
+        user: Some(user),
     })
 }
 

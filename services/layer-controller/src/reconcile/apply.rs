@@ -2,6 +2,7 @@
 //! the rest in kind order, stale objects pruned; then the inventory judged into a state.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 use core_k8s::Context;
@@ -202,6 +203,13 @@ pub(super) async fn apply_layer(
     let mut inventory = Vec::new();
     let mut versions = JudgedVersions::new();
     let mut failures = Vec::new();
+    // A new attempt sends only the applies that change something (see `Unapplied`); a
+    // re-apply of the same attempt (the interval, a reconcile request, a retry after a
+    // failure) sends every one, so that the account's rights and the admission chain are
+    // asked again.
+    let unapplied = (!same_attempt && !requested && rules.is_kstatus()).then(|| Unapplied {
+        previous: &previous.inventory,
+    });
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     // CRDs first, when the layer has any (no empty apply span otherwise).
     if !definitions.is_empty() {
@@ -212,6 +220,7 @@ pub(super) async fn apply_layer(
             &manifests,
             &definitions,
             &rules,
+            unapplied.as_ref(),
             &mut inventory,
             &mut versions,
             &mut failures,
@@ -252,6 +261,7 @@ pub(super) async fn apply_layer(
                 &manifests,
                 &ordered,
                 &rules,
+                unapplied.as_ref(),
                 &mut inventory,
                 &mut versions,
                 &mut failures,
@@ -323,8 +333,71 @@ pub(super) async fn apply_layer(
     judge(layer, ctx, shared, attempt, inventory).await
 }
 
+/// Which objects of a new attempt need no apply: those this controller applied exactly so
+/// (same manifest, field manager and acting user) and that nobody changed since, by their
+/// kind's watch (see `health_watch`). Applying them again would change nothing, and each
+/// apply costs kube-apiserver a full server-side apply (impersonated, authorized, merged)
+/// only to find that out. Such an object keeps its inventory entry, which must say Current:
+/// under kstatus' rules an unchanged object that was Current still is (Pods excepted, which
+/// are judged by the clock too).
+struct Unapplied<'a> {
+    previous: &'a [InventoryEntry],
+}
+
+impl Unapplied<'_> {
+    /// The previous entry of `manifest`'s object and the version it stands at, when applying
+    /// `fingerprint` to it would change nothing.
+    async fn unchanged(
+        &self,
+        shared: &Shared,
+        manifest: &Manifest,
+        fingerprint: u64,
+    ) -> Option<(InventoryEntry, String)> {
+        if manifest.api_version == "v1" && manifest.object.kind == "Pod" {
+            return None;
+        }
+        let object = shared.reader.identity(manifest).await;
+        let current = core_status::Status::Current.to_string();
+        let entry = self.previous.iter().find(|e| {
+            e.api_version == manifest.api_version && e.status == current && object.is_entry(e)
+        })?;
+        let resolved = shared
+            .reader
+            .resolve(&manifest.api_version, &manifest.object.kind)
+            .await
+            .ok()?;
+        let version = shared.health.unchanged_since_applied(
+            &resolved.resource,
+            object.namespace.as_deref(),
+            &object.name,
+            fingerprint,
+        )?;
+        Some((entry.clone(), version))
+    }
+}
+
+/// What an apply sends, as one number: the prepared manifest, the field manager and the user
+/// acting (the same manifest applied as another account is another apply).
+fn fingerprint(value: &Value, access: &Access) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    access.applier.field_manager().hash(&mut hasher);
+    access.user.hash(&mut hasher);
+    value.to_string().hash(&mut hasher);
+    hasher.finish()
+}
+
+/// How one object of an attempt went.
+enum ObjectApply {
+    /// Applied: the object as the server left it.
+    Sent(Box<core_k8s::Result<DynamicObject>>),
+    /// Not applied: unchanged since it was applied exactly so (see [`Unapplied`]); its
+    /// previous entry and the version it stands at.
+    Unchanged(InventoryEntry, String),
+}
+
 /// Applies manifests in the given order, four at a time, recording inventory entries and
-/// failures (`file: document N: object: error`).
+/// failures (`file: document N: object: error`); with `unapplied`, the objects whose apply
+/// would change nothing are left as they stand.
 #[tracing::instrument(
     name = "layer.apply",
     skip_all,
@@ -338,11 +411,13 @@ async fn apply_all(
     manifests: &[Manifest],
     ordered: &[(usize, Value)],
     rules: &Rules,
+    unapplied: Option<&Unapplied<'_>>,
     inventory: &mut Vec<InventoryEntry>,
     versions: &mut JudgedVersions,
     failures: &mut Vec<String>,
 ) {
     let now = Timestamp::now();
+    let started = Instant::now();
     // Collected first: a lazily mapped iterator held across the await trips the compiler's
     // higher-ranked Send check.
     let applies: Vec<_> = ordered
@@ -350,15 +425,29 @@ async fn apply_all(
         .map(|(i, value)| {
             let m = &manifests[*i];
             async move {
-                (
-                    m,
-                    access.applier.apply_dynamic(value, Some("default")).await,
-                )
+                let fingerprint = fingerprint(value, access);
+                if let Some(unapplied) = unapplied
+                    && let Some((entry, version)) =
+                        unapplied.unchanged(shared, m, fingerprint).await
+                {
+                    return (m, fingerprint, ObjectApply::Unchanged(entry, version));
+                }
+                let sent = access.applier.apply_dynamic(value, Some("default")).await;
+                (m, fingerprint, ObjectApply::Sent(Box::new(sent)))
             }
         })
         .collect();
     let results: Vec<_> = futures::stream::iter(applies).buffered(4).collect().await;
-    for (m, applied) in results {
+    for (m, fingerprint, applied) in results {
+        let applied = match applied {
+            ObjectApply::Unchanged(entry, version) => {
+                shared.metrics.count_unchanged(layer);
+                versions.insert(judged_key(&entry), version);
+                inventory.push(entry);
+                continue;
+            }
+            ObjectApply::Sent(applied) => *applied,
+        };
         match applied {
             Ok(object) => {
                 shared.metrics.count_applied(layer);
@@ -384,6 +473,18 @@ async fn apply_all(
                     message,
                 };
                 if let Some(version) = object.resource_version() {
+                    if let Ok(resolved) =
+                        shared.reader.resolve(&m.api_version, &m.object.kind).await
+                    {
+                        shared.health.record_applied(
+                            &resolved.resource,
+                            entry.namespace.as_deref(),
+                            &entry.name,
+                            version.clone(),
+                            fingerprint,
+                            started,
+                        );
+                    }
                     versions.insert(judged_key(&entry), version);
                 }
                 inventory.push(entry);
