@@ -207,9 +207,7 @@ pub(super) async fn apply_layer(
     // re-apply of the same attempt (the interval, a reconcile request, a retry after a
     // failure) sends every one, so that the account's rights and the admission chain are
     // asked again.
-    let unapplied = (!same_attempt && !requested && rules.is_kstatus()).then(|| Unapplied {
-        previous: &previous.inventory,
-    });
+    let unapplied = (!same_attempt && !requested && rules.is_kstatus()).then_some(Unapplied);
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     // CRDs first, when the layer has any (no empty apply span otherwise).
     if !definitions.is_empty() {
@@ -337,15 +335,14 @@ pub(super) async fn apply_layer(
 /// (same manifest, field manager and acting user) and that nobody changed since, by their
 /// kind's watch (see `health_watch`). Applying them again would change nothing, and each
 /// apply costs kube-apiserver a full server-side apply (impersonated, authorized, merged)
-/// only to find that out. Such an object keeps its inventory entry, which must say Current:
-/// under kstatus' rules an unchanged object that was Current still is (Pods excepted, which
-/// are judged by the clock too).
-struct Unapplied<'a> {
-    previous: &'a [InventoryEntry],
-}
+/// only to find that out. Only an object that its apply left Current by kstatus' rules is
+/// left so: unchanged since, it still is (Pods excepted, which are judged by the clock too).
+/// One left InProgress (a new generation its controller has not observed) is applied again,
+/// so that its inventory entry is judged afresh.
+struct Unapplied;
 
-impl Unapplied<'_> {
-    /// The previous entry of `manifest`'s object and the version it stands at, when applying
+impl Unapplied {
+    /// The inventory entry of `manifest`'s object and the version it stands at, when applying
     /// `fingerprint` to it would change nothing.
     async fn unchanged(
         &self,
@@ -357,22 +354,30 @@ impl Unapplied<'_> {
             return None;
         }
         let object = shared.reader.identity(manifest).await;
-        let current = core_status::Status::Current.to_string();
-        let entry = self.previous.iter().find(|e| {
-            e.api_version == manifest.api_version && e.status == current && object.is_entry(e)
-        })?;
         let resolved = shared
             .reader
             .resolve(&manifest.api_version, &manifest.object.kind)
             .await
             .ok()?;
-        let version = shared.health.unchanged_since_applied(
+        let (version, verdict) = shared.health.unchanged_since_applied(
             &resolved.resource,
             object.namespace.as_deref(),
             &object.name,
             fingerprint,
         )?;
-        Some((entry.clone(), version))
+        if verdict.status != core_status::Status::Current.to_string() {
+            return None;
+        }
+        let entry = InventoryEntry {
+            api_version: manifest.api_version.clone(),
+            kind: manifest.object.kind.clone(),
+            namespace: object.namespace,
+            name: object.name,
+            status: String::new(),
+            reason: None,
+            message: None,
+        };
+        Some((verdict.applied_to(&entry), version))
     }
 }
 
@@ -411,7 +416,7 @@ async fn apply_all(
     manifests: &[Manifest],
     ordered: &[(usize, Value)],
     rules: &Rules,
-    unapplied: Option<&Unapplied<'_>>,
+    unapplied: Option<&Unapplied>,
     inventory: &mut Vec<InventoryEntry>,
     versions: &mut JudgedVersions,
     failures: &mut Vec<String>,
@@ -473,8 +478,10 @@ async fn apply_all(
                     message,
                 };
                 if let Some(version) = object.resource_version() {
-                    if let Ok(resolved) =
-                        shared.reader.resolve(&m.api_version, &m.object.kind).await
+                    // Judged by kstatus' rules, the verdict a later attempt may take over.
+                    if rules.is_kstatus()
+                        && let Ok(resolved) =
+                            shared.reader.resolve(&m.api_version, &m.object.kind).await
                     {
                         shared.health.record_applied(
                             &resolved.resource,
@@ -482,6 +489,7 @@ async fn apply_all(
                             &entry.name,
                             version.clone(),
                             fingerprint,
+                            Verdict::of_entry(&entry),
                             started,
                         );
                     }

@@ -164,12 +164,14 @@ struct KindState {
     applied: HashMap<ObjectKey, Applied>,
 }
 
-/// What this controller applied to an object: the version the apply left it at, and the
-/// fingerprint of what it applied (see [`HealthWakeups::unchanged_since_applied`]).
+/// What this controller applied to an object: the version the apply left it at, the
+/// fingerprint of what it applied, and kstatus' verdict on the object the apply returned (see
+/// [`HealthWakeups::unchanged_since_applied`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Applied {
     version: String,
     fingerprint: u64,
+    verdict: Verdict,
 }
 
 impl KindState {
@@ -286,34 +288,28 @@ impl KindState {
         self.applied.clear();
     }
 
-    /// This controller applied `fingerprint` to `object`, which the apply left at `version`.
-    /// Not remembered when the watch showed the object at another version after `since` (when
-    /// the apply began): which of the two is newer is unknown, so the next apply must be sent.
-    fn applied(&mut self, object: ObjectKey, version: String, fingerprint: u64, since: Instant) {
+    /// This controller applied `applied.fingerprint` to `object`, which the apply left at
+    /// `applied.version`. Not remembered when the watch showed the object at another version
+    /// after `since` (when the apply began): which of the two is newer is unknown, so the next
+    /// apply must be sent.
+    fn applied(&mut self, object: ObjectKey, applied: Applied, since: Instant) {
         let moved = self
             .recent
             .get(&object)
-            .is_some_and(|(at, seen, _)| *at >= since && *seen != version);
+            .is_some_and(|(at, seen, _)| *at >= since && *seen != applied.version);
         if moved {
             self.applied.remove(&object);
         } else {
-            self.applied.insert(
-                object,
-                Applied {
-                    version,
-                    fingerprint,
-                },
-            );
+            self.applied.insert(object, applied);
         }
     }
 
-    /// The version `object` stands at, when that is the version this controller's apply of
-    /// `fingerprint` left it at and the watch has shown no other since.
-    fn unchanged_since_applied(&self, object: &ObjectKey, fingerprint: u64) -> Option<&str> {
+    /// The version `object` stands at and the verdict on it, when that is the version this
+    /// controller's apply of `fingerprint` left it at and the watch has shown no other since.
+    fn unchanged_since_applied(&self, object: &ObjectKey, fingerprint: u64) -> Option<&Applied> {
         self.applied
             .get(object)
             .filter(|applied| applied.fingerprint == fingerprint)
-            .map(|applied| applied.version.as_str())
     }
 
     /// The watch's verdict on `object` and its version, when an event changed what `layer`
@@ -480,9 +476,10 @@ impl HealthWakeups {
         lock(&kind.state).known(layer, &key)
     }
 
-    /// This controller applied `fingerprint` to an object, which the apply left at `version`;
-    /// `since` is when the apply began. Remembered only for a kind already watched: this starts
-    /// no watch.
+    /// This controller applied `fingerprint` to an object, which the apply left at `version`,
+    /// judged `verdict` by kstatus' rules; `since` is when the apply began. Remembered only for
+    /// a kind already watched: this starts no watch.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn record_applied(
         &self,
         resource: &ApiResource,
@@ -490,26 +487,32 @@ impl HealthWakeups {
         name: &str,
         version: String,
         fingerprint: u64,
+        verdict: Verdict,
         since: Instant,
     ) {
         let Some(kind) = lock(&self.kinds).get(&kind_id(resource)).cloned() else {
             return;
         };
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        lock(&kind.state).applied(key, version, fingerprint, since);
+        let applied = Applied {
+            version,
+            fingerprint,
+            verdict,
+        };
+        lock(&kind.state).applied(key, applied, since);
     }
 
-    /// The version an object stands at, when applying `fingerprint` to it again would change
-    /// nothing: this controller's last apply to it was the same fingerprint and left it at that
-    /// version, and its kind's watch, live, has shown no other version since (nor relisted).
-    /// `None`: apply it.
+    /// The version an object stands at and kstatus' verdict on it, when applying `fingerprint`
+    /// to it again would change nothing: this controller's last apply to it was the same
+    /// fingerprint and left it at that version (judged so), and its kind's watch, live, has
+    /// shown no other version since (nor relisted). `None`: apply it.
     pub(super) fn unchanged_since_applied(
         &self,
         resource: &ApiResource,
         namespace: Option<&str>,
         name: &str,
         fingerprint: u64,
-    ) -> Option<String> {
+    ) -> Option<(String, Verdict)> {
         let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
         if !kind.live.load(Ordering::Acquire) {
             return None;
@@ -517,7 +520,7 @@ impl HealthWakeups {
         let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         lock(&kind.state)
             .unchanged_since_applied(&key, fingerprint)
-            .map(str::to_string)
+            .map(|applied| (applied.version.clone(), applied.verdict.clone()))
     }
 
     /// `layer` waits on nothing (it is Deployed, Failed, deleted or gone to another shard).
@@ -968,27 +971,49 @@ mod tests {
         assert_eq!(lock(&kind.state).unchanged("a", &object("sa")), None);
     }
 
+    fn applied(version: &str) -> Applied {
+        Applied {
+            version: version.to_string(),
+            fingerprint: 7,
+            verdict: Verdict {
+                status: "Current".into(),
+                reason: None,
+                message: None,
+            },
+        }
+    }
+
+    fn version_applied<'a>(
+        state: &'a KindState,
+        object: &ObjectKey,
+        fingerprint: u64,
+    ) -> Option<&'a str> {
+        state
+            .unchanged_since_applied(object, fingerprint)
+            .map(|applied| applied.version.as_str())
+    }
+
     #[test]
     fn an_object_is_unchanged_since_its_apply_until_the_watch_shows_another_version() {
         let mut state = KindState::default();
         let start = Instant::now();
-        state.applied(object("sa"), "5".into(), 7, start);
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), Some("5"));
+        state.applied(object("sa"), applied("5"), start);
+        assert_eq!(version_applied(&state, &object("sa"), 7), Some("5"));
         // Another manifest (or account) is another apply.
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 8), None);
-        assert_eq!(state.unchanged_since_applied(&object("db"), 7), None);
+        assert_eq!(version_applied(&state, &object("sa"), 8), None);
+        assert_eq!(version_applied(&state, &object("db"), 7), None);
         // The watch showing the apply's own version changes nothing.
         let at = start + Duration::from_millis(10);
         state.changed(object("sa"), "5".into(), at);
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), Some("5"));
+        assert_eq!(version_applied(&state, &object("sa"), 7), Some("5"));
         // Someone else's edit (or a deletion) does.
         state.changed(object("sa"), "6".into(), at + Duration::from_millis(10));
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), None);
+        assert_eq!(version_applied(&state, &object("sa"), 7), None);
         // Applied again: known again, until a relist.
-        state.applied(object("sa"), "9".into(), 7, at + Duration::from_millis(20));
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), Some("9"));
+        state.applied(object("sa"), applied("9"), at + Duration::from_millis(20));
+        assert_eq!(version_applied(&state, &object("sa"), 7), Some("9"));
         state.relisting();
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), None);
+        assert_eq!(version_applied(&state, &object("sa"), 7), None);
     }
 
     #[test]
@@ -998,15 +1023,15 @@ mod tests {
         // An edit seen after the apply began, before its answer is recorded: which came last
         // is unknown.
         state.changed(object("sa"), "6".into(), start + Duration::from_millis(5));
-        state.applied(object("sa"), "5".into(), 7, start);
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), None);
+        state.applied(object("sa"), applied("5"), start);
+        assert_eq!(version_applied(&state, &object("sa"), 7), None);
         // The apply's own version seen first is no such edit.
         state.changed(object("cm"), "8".into(), start + Duration::from_millis(5));
-        state.applied(object("cm"), "8".into(), 7, start);
-        assert_eq!(state.unchanged_since_applied(&object("cm"), 7), Some("8"));
+        state.applied(object("cm"), applied("8"), start);
+        assert_eq!(version_applied(&state, &object("cm"), 7), Some("8"));
         // Nor is a change seen before the apply began.
         let later = start + Duration::from_millis(50);
-        state.applied(object("sa"), "11".into(), 7, later);
-        assert_eq!(state.unchanged_since_applied(&object("sa"), 7), Some("11"));
+        state.applied(object("sa"), applied("11"), later);
+        assert_eq!(version_applied(&state, &object("sa"), 7), Some("11"));
     }
 }
