@@ -727,8 +727,12 @@ with `admin` in the app's namespace, and one AddonsLayer applying a ServiceAccou
 a Deployment scaled to zero and an Ingress (our own podinfo-like manifests) with three
 variables substituted (`spec.postBuild.substitute`: app, namespace, release). All layers are
 created at once; *create* is until every layer is Deployed, *upgrade* until every layer is
-Deployed again after one variable (the release, carried by every object) changed in every
-layer. The *floor* is when kube-controller-manager had observed every Deployment at
+Deployed again after one variable changed in every layer: the release, carried by the
+Deployment alone (its labels and pod template), as Flux's benchmark upgrades by changing each
+Deployment's CPU request; the other three objects are unchanged, and the layer-controller
+does not re-send their applies (`layer_controller_unchanged_objects_total`). Runs recorded
+before that change stamped the release on all four objects (`BENCH_FLEET_UPGRADE_EVERY_OBJECT=1`
+still does). The *floor* is when kube-controller-manager had observed every Deployment at
 its generation (ReplicaSet made, status written): no health-gated deployer can be done sooner;
 the ratio is ours to it. *Applied* is when the last Deployment of the round reached the API
 server at that release: the floor cannot come sooner, so where *applied* is close to the floor

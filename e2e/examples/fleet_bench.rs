@@ -45,7 +45,7 @@ use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
 /// round). As in Flux's benchmark, whose upgrade changes the CPU request of the Deployment's
 /// pod template, the release is in the Deployment alone, so an upgrade changes that object
 /// and rolls it out; with `$BENCH_FLEET_UPGRADE_EVERY_OBJECT` set every object carries it
-/// (a label), so an upgrade changes all four (the bench of sessions up to 2026-11-27).
+/// (a label), so an upgrade changes all four (the bench as recorded before that change).
 /// Variables are quoted:
 /// a `${` inside a flow mapping is not valid YAML. The release is never a bare number
 /// (`r1`, `r2`): Flux substitutes after its YAML is re-serialized, quotes gone, and `1` in a
