@@ -54,7 +54,6 @@ impl Prometheus {
         apiserver: Option<(&str, &Path)>,
         rules: &str,
     ) -> Result<Self> {
-        let port = free_port()?;
         let dir = std::env::temp_dir().join(format!(
             "strata-e2e-prometheus-{}",
             core_k8s::args::random_suffix()
@@ -90,22 +89,36 @@ impl Prometheus {
             ));
         }
         std::fs::write(dir.join("prometheus.yml"), &config)?;
-        let process = ServiceProcess::spawn_plain_blocking(
-            &binary()?,
-            &[
-                &format!("--config.file={}", dir.join("prometheus.yml").display()),
-                &format!("--storage.tsdb.path={}", dir.join("data").display()),
-                &format!("--web.listen-address=127.0.0.1:{port}"),
-            ],
-            &std::env::temp_dir().join("strata-e2e-logs"),
-        )?;
-        let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
-        eventually("Prometheus ready", Duration::from_secs(60), || async {
-            Ok(matches!(http_get(address, "/-/ready").await, Ok((200, _))).then_some(()))
-        })
-        .await
-        .with_context(|| format!("Prometheus log:\n{}", process.logs()))?;
-        Ok(Self { address, process })
+        // A port found free can be taken before Prometheus binds it (an outgoing connection
+        // of any process may get it as its ephemeral port): then another is tried.
+        for attempt in 1..=3 {
+            let port = free_port()?;
+            let process = ServiceProcess::spawn_plain_blocking(
+                &binary()?,
+                &[
+                    &format!("--config.file={}", dir.join("prometheus.yml").display()),
+                    &format!(
+                        "--storage.tsdb.path={}",
+                        dir.join(format!("data-{attempt}")).display()
+                    ),
+                    &format!("--web.listen-address=127.0.0.1:{port}"),
+                ],
+                &std::env::temp_dir().join("strata-e2e-logs"),
+            )?;
+            let address: SocketAddr = format!("127.0.0.1:{port}").parse()?;
+            let bound = eventually("Prometheus ready", Duration::from_secs(60), || async {
+                if process.logs().contains("address already in use") {
+                    return Ok(Some(false));
+                }
+                Ok(matches!(http_get(address, "/-/ready").await, Ok((200, _))).then_some(true))
+            })
+            .await
+            .with_context(|| format!("Prometheus log:\n{}", process.logs()))?;
+            if bound {
+                return Ok(Self { address, process });
+            }
+        }
+        bail!("Prometheus found its port taken 3 times in a row")
     }
 
     fn data(body: &str, what: &str) -> Result<Value> {

@@ -225,7 +225,7 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
     apply_yaml(
         &client,
         &ns,
-        &source_configmap(&ns, "base", &[("web.yaml", deployment)]),
+        &source_configmap(&ns, "base", &[("web.yaml", deployment.clone())]),
     )
     .await?;
     eventually("settings pruned", Duration::from_secs(60), || async {
@@ -244,6 +244,30 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
             .output()?;
         Ok(out.stdout.is_empty().then_some(()))
     })
+    .await?;
+    // A revision that leaves the Deployment as the last one applied it: not re-sent.
+    let more = configmap_yaml(&ns, "more", "");
+    apply_yaml(
+        &client,
+        &ns,
+        &source_configmap(
+            &ns,
+            "base",
+            &[("web.yaml", deployment), ("more.yaml", more)],
+        ),
+    )
+    .await?;
+    eventually(
+        "the unchanged Deployment left unapplied",
+        Duration::from_secs(60),
+        || async {
+            Ok((controller
+                .metric("layer_controller_unchanged_objects_total", &[])
+                .await?
+                > 0.0)
+                .then_some(()))
+        },
+    )
     .await?;
 
     // Drift, healed.
