@@ -559,7 +559,7 @@ async fn drift_latency(
                 &PatchParams::apply("strata-bench-tamper").force(),
                 &Patch::Apply(serde_json::json!({
                     "apiVersion": "v1", "kind": "Service",
-                    "metadata": {"name": app, "namespace": namespace, "labels": {"release": tampered}},
+                    "metadata": {"name": app, "namespace": namespace, "labels": {"app": tampered}},
                 })),
             )
             .await?;
