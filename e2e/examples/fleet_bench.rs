@@ -483,7 +483,7 @@ async fn observe_fleet(
 /// Edit → drift in the layer's status, under a steady background of 50 unrelated edits a
 /// second (annotations of Services no layer applied, in a namespace of their own: events the
 /// observer's one Service watch receives and must pass over). Each sample changes the
-/// `release` label of one app's Service as another field manager and times until an event of
+/// `app` label of one app's Service as another field manager and times until an event of
 /// its layer (a watch on that layer, opened before the edit) shows the drift in
 /// `status.drift`. The layer-controller then heals it, as in production.
 async fn drift_latency(
@@ -660,7 +660,8 @@ async fn apply_all(applier: &core_k8s::apply::Applier, docs: Vec<serde_json::Val
 }
 
 /// Every app's objects applied by the driver itself, no deployer in between, in the same two
-/// rounds as the layers (created at release r1, then every object changed to r2): when
+/// rounds as the layers (created at release r1, then at r2: the Deployment changed, or every
+/// object with `$BENCH_FLEET_UPGRADE_EVERY_OBJECT`; the others applied again unchanged): when
 /// kube-controller-manager has observed every Deployment, and the CPU each process used.
 async fn direct_round(
     client: &kube::Client,
