@@ -9,7 +9,7 @@ use core_k8s::Context;
 use futures::StreamExt;
 use jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef as LayerKey;
 use serde_json::{Value, json};
@@ -203,11 +203,11 @@ pub(super) async fn apply_layer(
     let mut inventory = Vec::new();
     let mut versions = JudgedVersions::new();
     let mut failures = Vec::new();
-    // A new attempt sends only the applies that change something (see `Unapplied`); a
-    // re-apply of the same attempt (the interval, a reconcile request, a retry after a
-    // failure) sends every one, so that the account's rights and the admission chain are
-    // asked again.
-    let unapplied = (!same_attempt && !requested && rules.is_kstatus()).then_some(Unapplied);
+    // A new attempt sends only the applies that change something (see
+    // `unchanged_since_applied`); a re-apply of the same attempt (the interval, a reconcile
+    // request, a retry after a failure) sends every one, so that the account's rights and the
+    // admission chain are asked again.
+    let skip_unchanged = !same_attempt && !requested && rules.is_kstatus();
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     // CRDs first, when the layer has any (no empty apply span otherwise).
     if !definitions.is_empty() {
@@ -218,7 +218,7 @@ pub(super) async fn apply_layer(
             &manifests,
             &definitions,
             &rules,
-            unapplied.as_ref(),
+            skip_unchanged,
             &mut inventory,
             &mut versions,
             &mut failures,
@@ -259,7 +259,7 @@ pub(super) async fn apply_layer(
                 &manifests,
                 &ordered,
                 &rules,
-                unapplied.as_ref(),
+                skip_unchanged,
                 &mut inventory,
                 &mut versions,
                 &mut failures,
@@ -331,54 +331,44 @@ pub(super) async fn apply_layer(
     judge(layer, ctx, shared, attempt, inventory).await
 }
 
-/// Which objects of a new attempt need no apply: those this controller applied exactly so
-/// (same manifest, field manager and acting user) and that nobody changed since, by their
-/// kind's watch (see `health_watch`). Applying them again would change nothing, and each
-/// apply costs kube-apiserver a full server-side apply (impersonated, authorized, merged)
-/// only to find that out. Only an object that its apply left Current by kstatus' rules is
-/// left so: unchanged since, it still is (Pods excepted, which are judged by the clock too).
-/// One left InProgress (a new generation its controller has not observed) is applied again,
-/// so that its inventory entry is judged afresh.
-struct Unapplied;
-
-impl Unapplied {
-    /// The inventory entry of `manifest`'s object and the version it stands at, when applying
-    /// `fingerprint` to it would change nothing.
-    async fn unchanged(
-        &self,
-        shared: &Shared,
-        manifest: &Manifest,
-        fingerprint: u64,
-    ) -> Option<(InventoryEntry, String)> {
-        if manifest.api_version == "v1" && manifest.object.kind == "Pod" {
-            return None;
-        }
-        let object = shared.reader.identity(manifest).await;
-        let resolved = shared
-            .reader
-            .resolve(&manifest.api_version, &manifest.object.kind)
-            .await
-            .ok()?;
-        let (version, verdict) = shared.health.unchanged_since_applied(
-            &resolved.resource,
-            object.namespace.as_deref(),
-            &object.name,
-            fingerprint,
-        )?;
-        if verdict.status != core_status::Status::Current.to_string() {
-            return None;
-        }
-        let entry = InventoryEntry {
-            api_version: manifest.api_version.clone(),
-            kind: manifest.object.kind.clone(),
-            namespace: object.namespace,
-            name: object.name,
-            status: String::new(),
-            reason: None,
-            message: None,
-        };
-        Some((verdict.applied_to(&entry), version))
+/// Whether a new attempt may leave `manifest`'s object unapplied, and if so its inventory
+/// entry and the version it stands at: this controller applied exactly so (same manifest,
+/// field manager and acting user, `fingerprint`) and nobody changed it since, by its kind's
+/// watch (see `health_watch`). Applying it again would change nothing, and each apply costs
+/// kube-apiserver a full server-side apply (impersonated, authorized, merged) only to find
+/// that out. Only an object that its apply left Current by kstatus' rules is left so:
+/// unchanged since, it still is (Pods excepted, which are judged by the clock too). One left
+/// InProgress (a new generation its controller has not observed) is applied again, so that its
+/// inventory entry is judged afresh.
+async fn unchanged_since_applied(
+    shared: &Shared,
+    manifest: &Manifest,
+    resource: &ApiResource,
+    fingerprint: u64,
+) -> Option<(InventoryEntry, String)> {
+    if manifest.api_version == "v1" && manifest.object.kind == "Pod" {
+        return None;
     }
+    let object = shared.reader.identity(manifest).await;
+    let (version, verdict) = shared.health.unchanged_since_applied(
+        resource,
+        object.namespace.as_deref(),
+        &object.name,
+        fingerprint,
+    )?;
+    if verdict.status != core_status::Status::Current.to_string() {
+        return None;
+    }
+    let entry = InventoryEntry {
+        api_version: manifest.api_version.clone(),
+        kind: manifest.object.kind.clone(),
+        namespace: object.namespace,
+        name: object.name,
+        status: verdict.status,
+        reason: verdict.reason,
+        message: verdict.message,
+    };
+    Some((entry, version))
 }
 
 /// What an apply sends, as one number: the prepared manifest, the field manager and the user
@@ -395,14 +385,14 @@ fn fingerprint(value: &Value, access: &Access) -> u64 {
 enum ObjectApply {
     /// Applied: the object as the server left it.
     Sent(Box<core_k8s::Result<DynamicObject>>),
-    /// Not applied: unchanged since it was applied exactly so (see [`Unapplied`]); its
-    /// previous entry and the version it stands at.
+    /// Not applied: unchanged since it was applied exactly so (see
+    /// [`unchanged_since_applied`]); its entry and the version it stands at.
     Unchanged(InventoryEntry, String),
 }
 
 /// Applies manifests in the given order, four at a time, recording inventory entries and
-/// failures (`file: document N: object: error`); with `unapplied`, the objects whose apply
-/// would change nothing are left as they stand.
+/// failures (`file: document N: object: error`); with `skip_unchanged`, the objects whose
+/// apply would change nothing are left as they stand.
 #[tracing::instrument(
     name = "layer.apply",
     skip_all,
@@ -416,7 +406,7 @@ async fn apply_all(
     manifests: &[Manifest],
     ordered: &[(usize, Value)],
     rules: &Rules,
-    unapplied: Option<&Unapplied>,
+    skip_unchanged: bool,
     inventory: &mut Vec<InventoryEntry>,
     versions: &mut JudgedVersions,
     failures: &mut Vec<String>,
@@ -430,20 +420,30 @@ async fn apply_all(
         .map(|(i, value)| {
             let m = &manifests[*i];
             async move {
-                let fingerprint = fingerprint(value, access);
-                if let Some(unapplied) = unapplied
+                // What a later attempt compares with (see `unchanged_since_applied`): only
+                // kstatus' verdicts are remembered, so only under its rules.
+                let remembered = if rules.is_kstatus() {
+                    let resolved = shared.reader.resolve(&m.api_version, &m.object.kind).await;
+                    resolved
+                        .ok()
+                        .map(|r| (r.resource, fingerprint(value, access)))
+                } else {
+                    None
+                };
+                if skip_unchanged
+                    && let Some((resource, fingerprint)) = &remembered
                     && let Some((entry, version)) =
-                        unapplied.unchanged(shared, m, fingerprint).await
+                        unchanged_since_applied(shared, m, resource, *fingerprint).await
                 {
-                    return (m, fingerprint, ObjectApply::Unchanged(entry, version));
+                    return (m, remembered, ObjectApply::Unchanged(entry, version));
                 }
                 let sent = access.applier.apply_dynamic(value, Some("default")).await;
-                (m, fingerprint, ObjectApply::Sent(Box::new(sent)))
+                (m, remembered, ObjectApply::Sent(Box::new(sent)))
             }
         })
         .collect();
     let results: Vec<_> = futures::stream::iter(applies).buffered(4).collect().await;
-    for (m, fingerprint, applied) in results {
+    for (m, remembered, applied) in results {
         let applied = match applied {
             ObjectApply::Unchanged(entry, version) => {
                 shared.metrics.count_unchanged(layer);
@@ -479,16 +479,13 @@ async fn apply_all(
                 };
                 if let Some(version) = object.resource_version() {
                     // Judged by kstatus' rules, the verdict a later attempt may take over.
-                    if rules.is_kstatus()
-                        && let Ok(resolved) =
-                            shared.reader.resolve(&m.api_version, &m.object.kind).await
-                    {
+                    if let Some((resource, fingerprint)) = &remembered {
                         shared.health.record_applied(
-                            &resolved.resource,
+                            resource,
                             entry.namespace.as_deref(),
                             &entry.name,
                             version.clone(),
-                            fingerprint,
+                            *fingerprint,
                             Verdict::of_entry(&entry),
                             started,
                         );

@@ -429,10 +429,7 @@ impl HealthWakeups {
         let (mut changed, mut live) = (false, true);
         for object in objects {
             let kind = self.kind(&object.resource);
-            let key = (
-                object.namespace.clone().unwrap_or_default(),
-                object.name.clone(),
-            );
+            let key = object_key(object.namespace.as_deref(), &object.name);
             // Only a full-object watch judges its events.
             let verdict = object.verdict.clone().filter(|_| kind.judges);
             changed |= lock(&kind.state).wait_judging(
@@ -468,12 +465,8 @@ impl HealthWakeups {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<(String, Option<Verdict>)> {
-        let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
-        if !kind.live.load(Ordering::Acquire) {
-            return None;
-        }
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
-        lock(&kind.state).known(layer, &key)
+        let kind = self.live(resource)?;
+        lock(&kind.state).known(layer, &object_key(namespace, name))
     }
 
     /// This controller applied `fingerprint` to an object, which the apply left at `version`,
@@ -490,16 +483,15 @@ impl HealthWakeups {
         verdict: Verdict,
         since: Instant,
     ) {
-        let Some(kind) = lock(&self.kinds).get(&kind_id(resource)).cloned() else {
+        let Some(kind) = self.watched(resource) else {
             return;
         };
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
         let applied = Applied {
             version,
             fingerprint,
             verdict,
         };
-        lock(&kind.state).applied(key, applied, since);
+        lock(&kind.state).applied(object_key(namespace, name), applied, since);
     }
 
     /// The version an object stands at and kstatus' verdict on it, when applying `fingerprint`
@@ -513,14 +505,22 @@ impl HealthWakeups {
         name: &str,
         fingerprint: u64,
     ) -> Option<(String, Verdict)> {
-        let kind = lock(&self.kinds).get(&kind_id(resource))?.clone();
-        if !kind.live.load(Ordering::Acquire) {
-            return None;
-        }
-        let key = (namespace.unwrap_or_default().to_string(), name.to_string());
+        let kind = self.live(resource)?;
         lock(&kind.state)
-            .unchanged_since_applied(&key, fingerprint)
+            .unchanged_since_applied(&object_key(namespace, name), fingerprint)
             .map(|applied| (applied.version.clone(), applied.verdict.clone()))
+    }
+
+    /// The watch of `resource`'s kind, if started (this starts none).
+    fn watched(&self, resource: &ApiResource) -> Option<Arc<KindWatch>> {
+        lock(&self.kinds).get(&kind_id(resource)).cloned()
+    }
+
+    /// [`HealthWakeups::watched`], while listed and watching: what it has not shown did not
+    /// happen.
+    fn live(&self, resource: &ApiResource) -> Option<Arc<KindWatch>> {
+        self.watched(resource)
+            .filter(|kind| kind.live.load(Ordering::Acquire))
     }
 
     /// `layer` waits on nothing (it is Deployed, Failed, deleted or gone to another shard).
@@ -586,6 +586,11 @@ where
             lock(&kind.state).relisting();
         }
     }))
+}
+
+/// An object's key within its kind's watch.
+fn object_key(namespace: Option<&str>, name: &str) -> ObjectKey {
+    (namespace.unwrap_or_default().to_string(), name.to_string())
 }
 
 /// A kind's key among the watches: `group/version/plural`.
