@@ -1596,3 +1596,129 @@ spec:
     cleanup(&client, &ns, &["app"], controller).await;
     Ok(())
 }
+
+/// The reasons of the Events about layer `name`, oldest first.
+async fn layer_event_reasons(client: &Client, name: &str) -> Result<Vec<String>> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let mut about: Vec<_> = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("AddonsLayer") && r.name.as_deref() == Some(name)
+            })
+        })
+        .collect();
+    about.sort_by_key(|e| e.metadata.creation_timestamp.clone());
+    Ok(about.into_iter().filter_map(|e| e.reason).collect())
+}
+
+/// A new layer's first state waits for its first attempt to settle (`--first-report-grace`,
+/// long here so that the window is certain). One whose Deployment rolls out meanwhile reports
+/// `Deployed` alone: no `Applying` status write or Event before it. One that does not settle
+/// has no state for the grace, yet what it applied is its own all the same: another layer
+/// wanting one of its objects is refused, naming it, and deleting it deletes its objects.
+#[tokio::test]
+async fn a_new_layer_reports_its_first_state_when_its_first_attempt_settles() -> Result<()> {
+    use strata_e2e::flux::configmap_layer;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "first-report").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &["--first-report-grace", "10m"])?;
+
+    let quick = format!("{ns}-quick");
+    let files = [("app.yaml", deployment(&ns, "quick", true))];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "quick", "5m", &files)).await?;
+    wait_state(&client, &quick, "Deployed", Duration::from_secs(60))
+        .await
+        .with_context(|| controller.logs())?;
+    let reasons = eventually("the Deployed event", Duration::from_secs(20), || async {
+        let reasons = layer_event_reasons(&client, &quick).await?;
+        Ok(reasons.iter().any(|r| r == "Deployed").then_some(reasons))
+    })
+    .await?;
+    assert_eq!(
+        reasons,
+        ["Deployed"],
+        "a layer deployed within the grace reported another state first"
+    );
+
+    // Its pods never become ready: the layer does not settle.
+    let held = format!("{ns}-held");
+    let files = [
+        ("app.yaml", deployment(&ns, "held", false)),
+        ("shared.yaml", cm(&ns, "shared")),
+    ];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "held", "5m", &files)).await?;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &ns);
+    // Whether both objects of the held layer are `present`, or both absent.
+    let held_objects = |present: bool| {
+        let (deployments, client, ns) = (&deployments, &client, &ns);
+        async move {
+            let deployment = deployments.get_opt("held").await?.is_some();
+            let map = configmap(client, ns, "shared").await.is_some();
+            Ok((deployment == present && map == present).then_some(()))
+        }
+    };
+    eventually(
+        "the held layer's objects applied",
+        Duration::from_secs(30),
+        || held_objects(true),
+    )
+    .await
+    .with_context(|| controller.logs())?;
+
+    let rival = format!("{ns}-rival");
+    let files = [("shared.yaml", cm(&ns, "shared"))];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "rival", "5m", &files)).await?;
+    let status = wait_state(&client, &rival, "Failed", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let message = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .map(|c| c["message"].to_string())
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("is also in layer {held}")),
+        "the rival was not refused the object the held layer applied: {status}"
+    );
+    assert_eq!(
+        state_of(&client, &held).await,
+        "",
+        "the unsettled layer reported a state within the grace"
+    );
+    assert_eq!(
+        layer_event_reasons(&client, &held).await?,
+        Vec::<String>::new()
+    );
+
+    // Deleted before its first report: its objects go with it.
+    cleanup_layer(&client, &rival).await?;
+    cleanup_layer(&client, &held).await?;
+    eventually(
+        "the held layer's objects deleted",
+        Duration::from_secs(30),
+        || held_objects(false),
+    )
+    .await
+    .with_context(|| controller.logs())?;
+    cleanup(&client, &ns, &["quick"], controller).await;
+    Ok(())
+}
+
+/// Deletes layer `name` and waits until it is gone.
+async fn cleanup_layer(client: &Client, name: &str) -> Result<()> {
+    let api: Api<AddonsLayer> = Api::all(client.clone());
+    api.delete(name, &Default::default()).await?;
+    eventually(
+        &format!("layer {name} deleted"),
+        Duration::from_secs(30),
+        || async { Ok(api.get_opt(name).await?.is_none().then_some(())) },
+    )
+    .await
+}

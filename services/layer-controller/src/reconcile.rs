@@ -13,6 +13,7 @@
 //! This file holds the flags, the state shared by reconciles, whom a layer acts as, and [`run`].
 
 mod apply;
+mod first_report;
 mod fresh;
 mod health_watch;
 mod index;
@@ -44,6 +45,7 @@ use crate::source::Limits;
 use core_k8s::labels::LabelSelector;
 use core_layers::objects::ActingAccount;
 
+use self::first_report::FirstReports;
 use self::fresh::UnseenWrites;
 use self::health_watch::HealthWakeups;
 use self::index::LayerIndex;
@@ -92,6 +94,12 @@ pub struct LayerArgs {
     /// of their changes from a watch (a kind it may not list, a strict layer judging pods).
     #[arg(long, default_value = "2s", value_parser = duration)]
     pub health_poll: Duration,
+    /// Longest a new layer (one with no state yet) goes without a status once its objects are
+    /// applied: its first report waits this long for the first attempt to settle, so that a
+    /// layer deployed at once reports `Deployed` alone, not `Applying` first. 0 reports every
+    /// state as it happens.
+    #[arg(long, default_value = "3s", value_parser = duration)]
+    pub first_report_grace: Duration,
     /// ServiceAccount (in the namespace of each layer's source) that layers without
     /// `spec.serviceAccountName` act as; unset: they act as the controller itself. Setting it
     /// locks multi-tenant clusters down (Flux's `--default-service-account`).
@@ -164,6 +172,8 @@ pub struct Shared {
     writes: Arc<UnseenWrites>,
     /// Owners, dependents and readers of the cached layers (see `index`).
     index: Arc<LayerIndex>,
+    /// New layers' first reports, held back while their first attempt settles.
+    first_reports: FirstReports,
 }
 
 impl std::fmt::Debug for Shared {
@@ -275,6 +285,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         args.default_source_namespace.clone(),
     );
     let shared = Arc::new(Shared {
+        first_reports: FirstReports::new(args.first_report_grace),
         args,
         metrics,
         layers: store,

@@ -44,8 +44,17 @@ pub(super) async fn apply_layer(
     let access = access(ctx, shared, layer)?;
     // spec.health was validated by the gate (a bad one stalls the layer before it gets here).
     let rules = plan::layer_rules(layer).unwrap_or_default();
-    let previous = layer.status.clone().unwrap_or_default();
+    let mut previous = layer.status.clone().unwrap_or_default();
     let attempt_key = (revision.clone(), layer.metadata.generation);
+    // A first report held back (see `first_report`) stands for the status not written yet.
+    if let Some(held) = shared.first_reports.held(layer) {
+        previous.inventory = held.inventory;
+        if held.attempt == attempt_key {
+            previous.state = Some(state::APPLYING.into());
+            previous.last_attempted_revision = Some(revision.clone());
+            previous.observed_generation = layer.metadata.generation;
+        }
+    }
     let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
         && previous.observed_generation == layer.metadata.generation;
     let previous_state = previous.state.as_deref().unwrap_or_default();
@@ -139,6 +148,11 @@ pub(super) async fn apply_layer(
     // each confirmed against the owner's cached copy (see `index`).
     let mut owners: BTreeMap<ObjectRef, String> = BTreeMap::new();
     for object in &desired {
+        // A new layer whose first report is held back owns what it applied all the same.
+        if let Some(other) = shared.first_reports.owners(object, &name).pop() {
+            owners.insert(object.clone(), other);
+            continue;
+        }
         for other in shared.index.owners(object) {
             if other == name || owners.contains_key(object) {
                 continue;
@@ -759,6 +773,15 @@ async fn judge(
         Outcome::Waiting(message) => {
             let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
             let next = next_health_check(shared, &name, &desired, &observed, remaining).await;
+            // A new layer's first state waits for the attempt to settle, a little.
+            let attempt = (revision.clone(), layer.metadata.generation);
+            if let Some(left) =
+                shared
+                    .first_reports
+                    .hold(layer, attempt, &inventory, Instant::now())
+            {
+                return Ok(Action::requeue(next.min(left)));
+            }
             (
                 Report::new(
                     state::APPLYING,

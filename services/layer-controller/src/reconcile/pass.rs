@@ -114,6 +114,7 @@ async fn reconcile_layer(
         tracing::info!(layer = %name, "the layer left this shard; another shard reconciles it");
         shared.metrics.forget(&name);
         shared.health.forget(&name);
+        shared.first_reports.release(&name);
         return Ok(Action::await_change());
     }
     if layer.metadata.deletion_timestamp.is_some() {

@@ -142,10 +142,11 @@ pub(super) async fn teardown(
     ctx: &Context,
     shared: &Shared,
 ) -> Result<Action> {
+    let name = layer.name_any();
     if !layer.finalizers().iter().any(|f| f == FINALIZER) {
+        shared.first_reports.release(&name);
         return Ok(Action::await_change());
     }
-    let name = layer.name_any();
     let dependents = shared.index.dependents(&name);
     if !dependents.is_empty() {
         let mut report = Report::new(
@@ -168,9 +169,12 @@ pub(super) async fn teardown(
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
     let access = access(ctx, shared, layer)?;
-    let previous = layer.status.clone().unwrap_or_default();
-    let mut entries: Vec<(_, &InventoryEntry)> = previous
-        .inventory
+    // A layer deleted before its first report: the objects it applied are in the held one.
+    let inventory = match shared.first_reports.held(layer) {
+        Some(held) => held.inventory,
+        None => layer.status.clone().unwrap_or_default().inventory,
+    };
+    let mut entries: Vec<(_, &InventoryEntry)> = inventory
         .iter()
         .map(|e| {
             let stage = plan::stage_of(&e.api_version, &e.kind, e.namespace.is_some());
@@ -242,6 +246,7 @@ pub(super) async fn teardown(
         set_finalizer(ctx, shared, layer, false).await?;
         shared.metrics.forget(&name);
         lock(&shared.memory).remove(&name);
+        shared.first_reports.release(&name);
         return Ok(Action::await_change());
     }
     let report = Report::new(

@@ -92,7 +92,11 @@ pub(super) async fn write_status(
             .or(previous.last_attempted_revision.clone()),
         version: Some(layer.spec.version.clone()),
         observed_generation: layer.metadata.generation,
-        inventory: report.inventory.unwrap_or(previous.inventory.clone()),
+        // A held first report's inventory is what the layer owns (see `first_report`).
+        inventory: report
+            .inventory
+            .or_else(|| shared.first_reports.held(layer).map(|h| h.inventory))
+            .unwrap_or(previous.inventory.clone()),
         resources: Vec::new(),
         blocked_by: report.blockers,
         history,
@@ -118,6 +122,7 @@ pub(super) async fn write_status(
     shared
         .writes
         .wrote(&name, written.metadata.resource_version.as_deref());
+    shared.first_reports.release(&name);
     if previous.state.as_deref() != Some(report.state) {
         let severity = if report.state == state::FAILED {
             Severity::Warning
