@@ -1619,7 +1619,8 @@ async fn layer_event_reasons(client: &Client, name: &str) -> Result<Vec<String>>
 /// long here so that the window is certain). One whose Deployment rolls out meanwhile reports
 /// `Deployed` alone: no `Applying` status write or Event before it. One that does not settle
 /// has no state for the grace, yet what it applied is its own all the same: another layer
-/// wanting one of its objects is refused, naming it, and deleting it deletes its objects.
+/// wanting one of its objects is refused, naming it, and deleting it deletes its objects,
+/// also when the controller that held its report restarted in between.
 #[tokio::test]
 async fn a_new_layer_reports_its_first_state_when_its_first_attempt_settles() -> Result<()> {
     use strata_e2e::flux::configmap_layer;
@@ -1652,7 +1653,12 @@ async fn a_new_layer_reports_its_first_state_when_its_first_attempt_settles() ->
         ("app.yaml", deployment(&ns, "held", false)),
         ("shared.yaml", cm(&ns, "shared")),
     ];
-    apply_yaml(&client, &ns, &configmap_layer(&ns, "held", "5m", &files)).await?;
+    // With variables: what such a layer wants is read from its inventory, not written yet.
+    let with_variables = format!(
+        "{}  postBuild: {{substitute: {{release: one}}}}\n",
+        configmap_layer(&ns, "held", "5m", &files)
+    );
+    apply_yaml(&client, &ns, &with_variables).await?;
     let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
         Api::namespaced(client.clone(), &ns);
     // Whether both objects of the held layer are `present`, or both absent.
@@ -1704,6 +1710,58 @@ async fn a_new_layer_reports_its_first_state_when_its_first_attempt_settles() ->
         "the held layer's objects deleted",
         Duration::from_secs(30),
         || held_objects(false),
+    )
+    .await
+    .with_context(|| controller.logs())?;
+
+    // Deleted while no controller runs, after a restart lost the held report, and with a
+    // dependent to wait for first (whose teardown writes a state, with no inventory): the
+    // objects its source renders go, those still labelled with it.
+    let lost = format!("{ns}-lost");
+    let child = format!("{ns}-child");
+    let files = [("app.yaml", deployment(&ns, "lost", false))];
+    apply_yaml(&client, &ns, &configmap_layer(&ns, "lost", "5m", &files)).await?;
+    let files = [("child.yaml", cm(&ns, "child"))];
+    let child_yaml = format!(
+        "{}  prereqs: {{dependsOn: [{lost}]}}\n",
+        configmap_layer(&ns, "child", "5m", &files)
+    );
+    apply_yaml(&client, &ns, &child_yaml).await?;
+    eventually(
+        "the lost layer's Deployment",
+        Duration::from_secs(30),
+        || async { Ok(deployments.get_opt("lost").await?) },
+    )
+    .await
+    .with_context(|| controller.logs())?;
+    wait_state(&client, &child, "ApplyPending", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    let mut controller = controller;
+    controller
+        .terminate_blocking()
+        .context("the layer-controller did not stop")?;
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    layers.delete(&lost, &Default::default()).await?;
+    let copy = layers.get(&lost).await?;
+    assert_eq!(
+        copy.status.and_then(|s| s.state),
+        None,
+        "the lost layer reported a state"
+    );
+    let controller = start_controller(&ns, &["--first-report-grace", "10m"])?;
+    wait_state(&client, &lost, "Deleting", Duration::from_secs(30))
+        .await
+        .with_context(|| controller.logs())?;
+    cleanup_layer(&client, &child).await?;
+    eventually(
+        "the lost layer torn down",
+        Duration::from_secs(40),
+        || async {
+            let done = deployments.get_opt("lost").await?.is_none()
+                && layers.get_opt(&lost).await?.is_none();
+            Ok(done.then_some(()))
+        },
     )
     .await
     .with_context(|| controller.logs())?;

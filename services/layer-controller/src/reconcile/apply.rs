@@ -23,6 +23,7 @@ use crate::read::Reader;
 use crate::source::{self, Files, Manifest};
 use core_status::policy::Rules;
 
+use super::first_report::FirstReports;
 use super::health_watch::{Awaited, HealthWakeups, JudgedVersions, Verdict, Wakeup, judged_key};
 use super::prune::prune;
 use super::status::{Report, reconcile_request_pending, write_status};
@@ -147,10 +148,24 @@ pub(super) async fn apply_layer(
     // The owners of the objects this layer wants, from the index the layer watch keeps,
     // each confirmed against the owner's cached copy (see `index`).
     let mut owners: BTreeMap<ObjectRef, String> = BTreeMap::new();
+    // A new layer whose first report is held back owns what it applied all the same, and
+    // still wants it: it has just applied it (see `first_report`).
+    let mut held_by = Vec::new();
     for object in &desired {
-        // A new layer whose first report is held back owns what it applied all the same.
-        if let Some(other) = shared.first_reports.owners(object, &name).pop() {
-            owners.insert(object.clone(), other);
+        let held_owner =
+            shared
+                .first_reports
+                .owners(object, &name)
+                .into_iter()
+                .find(|(other, uid)| {
+                    shared
+                        .layers
+                        .get(&LayerKey::new(other))
+                        .is_some_and(|l| FirstReports::still_held_by(&l, uid.as_deref()))
+                });
+        if let Some((other, _)) = held_owner {
+            owners.insert(object.clone(), other.clone());
+            held_by.push((object.clone(), other));
             continue;
         }
         for other in shared.index.owners(object) {
@@ -178,7 +193,7 @@ pub(super) async fn apply_layer(
         .inventory
         .iter()
         .any(|e| !desired.iter().any(|object| object.is_entry(e)));
-    let wanted_by = if contested || leaving {
+    let mut wanted_by = if contested || leaving {
         let all: LayerSet = shared
             .layers
             .state()
@@ -189,6 +204,11 @@ pub(super) async fn apply_layer(
     } else {
         BTreeMap::new()
     };
+    // What a layer with variables wants is read from its inventory, which a held report has
+    // not written yet.
+    for (object, owner) in held_by {
+        wanted_by.entry(object).or_default().insert(owner);
+    }
     let conflicts = plan::ownership_conflicts(&name, &desired, &owners, &wanted_by);
     if !conflicts.is_empty() {
         let message = conflicts
@@ -724,6 +744,13 @@ async fn judge(
         plan::state_since(layer, state::APPLYING)
             .map(|since| Timestamp::now().duration_since(since).unsigned_abs())
             .unwrap_or_default()
+    } else if same_attempt && shared.first_reports.held(layer).is_some() {
+        // Held back, the attempt has no Applying state to count from: since it began.
+        lock(&shared.memory)
+            .get(&name)
+            .and_then(|m| m.attempt_started)
+            .map(|at| at.elapsed())
+            .unwrap_or_default()
     } else {
         Duration::ZERO
     };
@@ -773,12 +800,14 @@ async fn judge(
         Outcome::Waiting(message) => {
             let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
             let next = next_health_check(shared, &name, &desired, &observed, remaining).await;
-            // A new layer's first state waits for the attempt to settle, a little.
+            // A new layer's first state waits for the attempt to settle, a little; not when a
+            // reconcile request waits for its answer in the status.
             let attempt = (revision.clone(), layer.metadata.generation);
-            if let Some(left) =
-                shared
-                    .first_reports
-                    .hold(layer, attempt, &inventory, Instant::now())
+            if !reconcile_request_pending(layer)
+                && let Some(left) =
+                    shared
+                        .first_reports
+                        .hold(layer, attempt, &inventory, Instant::now())
             {
                 return Ok(Action::requeue(next.min(left)));
             }

@@ -15,13 +15,17 @@
 //!
 //! What the held report carries that others rely on is its inventory, kept here until it is
 //! written: the layer's next pass re-checks it instead of applying again, a teardown deletes
-//! what it lists, and other layers' ownership checks count it (see `apply`).
+//! what it lists, and other layers' ownership checks count it (see `apply`). A process that
+//! restarts loses it: the layer, still without a state, is applied again (changing nothing)
+//! and held anew, or, deleted meanwhile, torn down from what its source renders (see
+//! `prune::teardown`).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::crd::{AddonsLayer, InventoryEntry};
+use crate::keys::ORPHANED_STATUS;
 use crate::lock;
 use crate::plan::ObjectRef;
 
@@ -31,6 +35,8 @@ pub(super) type AttemptKey = (String, Option<i64>);
 /// A first report not written yet.
 #[derive(Clone, Debug)]
 pub(super) struct Held {
+    /// The layer's uid: a layer deleted and created again under its name is another layer.
+    uid: Option<String>,
     /// The attempt whose objects were applied.
     pub(super) attempt: AttemptKey,
     /// What the report would have recorded.
@@ -61,7 +67,10 @@ impl FirstReports {
             return None;
         }
         let name = layer.metadata.name.as_deref()?;
-        lock(&self.held).get(name).cloned()
+        lock(&self.held)
+            .get(name)
+            .filter(|h| h.uid == layer.metadata.uid)
+            .cloned()
     }
 
     /// Holds back the first report of `layer` (no state yet) for `attempt`. Returns how much
@@ -79,7 +88,10 @@ impl FirstReports {
         }
         let name = layer.metadata.name.clone()?;
         let mut held = lock(&self.held);
-        let since = held.get(&name).map_or(now, |h| h.since);
+        let since = held
+            .get(&name)
+            .filter(|h| h.uid == layer.metadata.uid)
+            .map_or(now, |h| h.since);
         let left = self
             .grace
             .checked_sub(now.saturating_duration_since(since))?;
@@ -89,6 +101,7 @@ impl FirstReports {
         held.insert(
             name,
             Held {
+                uid: layer.metadata.uid.clone(),
                 attempt,
                 inventory: inventory.to_vec(),
                 since,
@@ -102,15 +115,29 @@ impl FirstReports {
         lock(&self.held).remove(name);
     }
 
-    /// The layers other than `layer` whose held report lists `object`.
-    pub(super) fn owners(&self, object: &ObjectRef, layer: &str) -> Vec<String> {
+    /// The layers other than `layer` whose held report lists `object` (not as orphaned),
+    /// with the uid each was held for. A report may outlive its layer's first state (written
+    /// by another replica, or the layer gone): the caller checks each against its copy.
+    pub(super) fn owners(&self, object: &ObjectRef, layer: &str) -> Vec<(String, Option<String>)> {
         lock(&self.held)
             .iter()
             .filter(|(name, held)| {
-                name.as_str() != layer && held.inventory.iter().any(|e| object.is_entry(e))
+                name.as_str() != layer
+                    && held
+                        .inventory
+                        .iter()
+                        .any(|e| e.status != ORPHANED_STATUS && object.is_entry(e))
             })
-            .map(|(name, _)| name.clone())
+            .map(|(name, held)| (name.clone(), held.uid.clone()))
             .collect()
+    }
+
+    /// Whether `layer` (its current copy) is still the one whose report was held for `uid`:
+    /// the same layer, with no state yet and not being deleted.
+    pub(super) fn still_held_by(layer: &AddonsLayer, uid: Option<&str>) -> bool {
+        !has_state(layer)
+            && layer.metadata.deletion_timestamp.is_none()
+            && layer.metadata.uid.as_deref() == uid
     }
 }
 
@@ -187,6 +214,48 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_created_again_under_the_name_does_not_inherit_the_report() {
+        let reports = FirstReports::new(GRACE);
+        let mut old = layer("a", None);
+        old.metadata.uid = Some("1".into());
+        let start = Instant::now();
+        let inventory = [entry("Service", "a", "web")];
+        reports.hold(&old, attempt("r1"), &inventory, start);
+        let mut new = layer("a", None);
+        new.metadata.uid = Some("2".into());
+        assert!(reports.held(&new).is_none());
+        // Its own clock: the whole grace from its own first hold.
+        let later = start + GRACE;
+        assert_eq!(reports.hold(&new, attempt("r1"), &[], later), Some(GRACE));
+    }
+
+    #[test]
+    fn orphaned_entries_and_other_layers_copies_do_not_own() {
+        let reports = FirstReports::new(GRACE);
+        let mut orphaned = entry("Service", "shared", "old");
+        orphaned.status = ORPHANED_STATUS.into();
+        let mut held = layer("a", None);
+        held.metadata.uid = Some("1".into());
+        reports.hold(&held, attempt("r1"), &[orphaned.clone()], Instant::now());
+        assert!(
+            reports
+                .owners(&ObjectRef::of_entry(&orphaned), "b")
+                .is_empty()
+        );
+        assert!(FirstReports::still_held_by(&held, Some("1")));
+        assert!(!FirstReports::still_held_by(&held, Some("2")));
+        assert!(!FirstReports::still_held_by(
+            &layer("a", Some("Deployed")),
+            None
+        ));
+        let mut deleting = held.clone();
+        deleting.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert!(!FirstReports::still_held_by(&deleting, Some("1")));
+    }
+
+    #[test]
     fn a_layer_with_a_state_is_never_held_back() {
         let reports = FirstReports::new(GRACE);
         let new = layer("a", None);
@@ -210,7 +279,7 @@ mod tests {
             Instant::now(),
         );
         let object = ObjectRef::of_entry(&web);
-        assert_eq!(reports.owners(&object, "b"), vec!["a".to_string()]);
+        assert_eq!(reports.owners(&object, "b"), vec![("a".to_string(), None)]);
         assert!(reports.owners(&object, "a").is_empty());
         let other = ObjectRef::of_entry(&entry("Service", "shared", "api"));
         assert!(reports.owners(&other, "b").is_empty());

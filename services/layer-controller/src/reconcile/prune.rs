@@ -20,6 +20,7 @@ use crate::keys::{
 };
 use crate::lock;
 use crate::plan::{self, ObjectRef, StaleObject};
+use crate::source;
 
 use super::status::{Report, publish_event, set_finalizer, write_status};
 use super::{Access, Shared, access};
@@ -169,10 +170,19 @@ pub(super) async fn teardown(
         return Ok(Action::requeue(Duration::from_secs(10)));
     }
     let access = access(ctx, shared, layer)?;
-    // A layer deleted before its first report: the objects it applied are in the held one.
+    // A layer deleted before its first report: the objects it applied are in the held one,
+    // or, when this process holds none (it restarted meanwhile) and the status lists none,
+    // those its source renders.
+    let status = layer.status.clone().unwrap_or_default();
     let inventory = match shared.first_reports.held(layer) {
         Some(held) => held.inventory,
-        None => layer.status.clone().unwrap_or_default().inventory,
+        None if status.inventory.is_empty() => {
+            match rendered_objects(shared, layer, &access).await {
+                Ok(entries) => entries,
+                Err(why) => return unrendered_teardown(ctx, shared, layer, why).await,
+            }
+        }
+        None => status.inventory,
     };
     let mut entries: Vec<(_, &InventoryEntry)> = inventory
         .iter()
@@ -220,13 +230,7 @@ pub(super) async fn teardown(
         remaining.push(object.to_string());
     }
     let (_, timeout) = plan::timing_or_default(layer);
-    let deleting_for = layer
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .map(|t| Timestamp::now().duration_since(t.0).unsigned_abs())
-        .unwrap_or_default();
-    if remaining.is_empty() || deleting_for >= timeout {
+    if remaining.is_empty() || deleting_for(layer) >= timeout {
         if !remaining.is_empty() {
             let note = format!(
                 "released after {}s with objects still terminating: {}",
@@ -243,13 +247,9 @@ pub(super) async fn teardown(
             )
             .await;
         }
-        set_finalizer(ctx, shared, layer, false).await?;
-        shared.metrics.forget(&name);
-        lock(&shared.memory).remove(&name);
-        shared.first_reports.release(&name);
-        return Ok(Action::await_change());
+        return release(ctx, shared, layer).await;
     }
-    let report = Report::new(
+    let mut report = Report::new(
         state::DELETING,
         state::DELETING,
         format!(
@@ -258,6 +258,107 @@ pub(super) async fn teardown(
             plan::summarize(&remaining, 5, ", ")
         ),
     );
+    // Recorded, so that the next pass waits for the same objects however it found them.
+    report.inventory = Some(inventory);
     write_status(ctx, shared, layer, report).await?;
     Ok(Action::requeue(Duration::from_secs(2)))
+}
+
+/// The end of a teardown: the finalizer released and the layer forgotten.
+async fn release(ctx: &Context, shared: &Shared, layer: &AddonsLayer) -> Result<Action> {
+    let name = layer.name_any();
+    set_finalizer(ctx, shared, layer, false).await?;
+    shared.metrics.forget(&name);
+    lock(&shared.memory).remove(&name);
+    shared.first_reports.release(&name);
+    Ok(Action::await_change())
+}
+
+/// How long ago the layer's deletion was requested.
+fn deleting_for(layer: &AddonsLayer) -> Duration {
+    layer
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map(|t| Timestamp::now().duration_since(t.0).unsigned_abs())
+        .unwrap_or_default()
+}
+
+/// The teardown of a layer that recorded no inventory and whose source cannot be rendered
+/// now (`why`): it waits in `Deleting` for the source, until the layer's `timeout`; then the
+/// finalizer is released with a `TeardownTimedOut` Warning saying what may remain.
+async fn unrendered_teardown(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    why: String,
+) -> Result<Action> {
+    let (_, timeout) = plan::timing_or_default(layer);
+    if deleting_for(layer) < timeout {
+        let report = Report::new(
+            state::DELETING,
+            state::DELETING,
+            format!(
+                "the layer recorded no inventory: waiting to read what its source renders: {why}"
+            ),
+        );
+        write_status(ctx, shared, layer, report).await?;
+        return Ok(Action::requeue(Duration::from_secs(10)));
+    }
+    let note = format!(
+        "released after {}s without reading what its source renders ({why}): objects labelled {LAYER_LABEL}={} may remain",
+        timeout.as_secs(),
+        layer.name_any()
+    );
+    publish_event(
+        ctx,
+        layer,
+        Severity::Warning,
+        reason::TEARDOWN_TIMED_OUT,
+        "Delete",
+        note,
+    )
+    .await;
+    release(ctx, shared, layer).await
+}
+
+/// What a layer that never recorded an inventory may have applied: what its source renders
+/// now, with its variables, as its apply would. Only those still labelled with the layer are
+/// deleted, as with any teardown. `Err` says why the source cannot be rendered now.
+async fn rendered_objects(
+    shared: &Shared,
+    layer: &AddonsLayer,
+    access: &Access,
+) -> std::result::Result<Vec<InventoryEntry>, String> {
+    let namespace = &shared.args.default_source_namespace;
+    let source = plan::SourceRef::of(layer, namespace);
+    let files = match shared.reader.fetch(&source).await {
+        Ok(source::Fetched {
+            files: Some(files), ..
+        }) => files,
+        Ok(source::Fetched {
+            state: plan::SourceState::NotReady { message },
+            ..
+        }) => return Err(format!("{source}: {message}")),
+        Ok(_) => return Err(format!("{source}: no artifact")),
+        Err(e) => return Err(format!("{source}: {e}")),
+    };
+    let manifests = core_layers::substitute::layer_variables(&access.client, layer, namespace)
+        .await
+        .and_then(|vars| source::layer_manifests_with(&files, &layer.spec.source.path, &vars))
+        .map_err(|e| format!("{source}: {e}"))?;
+    let mut entries = Vec::with_capacity(manifests.len());
+    for manifest in &manifests {
+        let object = shared.reader.identity(manifest).await;
+        entries.push(InventoryEntry {
+            api_version: manifest.api_version.clone(),
+            kind: manifest.object.kind.clone(),
+            namespace: object.namespace,
+            name: object.name,
+            status: core_status::Status::Unknown.to_string(),
+            reason: None,
+            message: None,
+        });
+    }
+    Ok(entries)
 }
