@@ -231,23 +231,14 @@ pub(super) async fn teardown(
     }
     let (_, timeout) = plan::timing_or_default(layer);
     if remaining.is_empty() || deleting_for(layer) >= timeout {
-        if !remaining.is_empty() {
-            let note = format!(
+        let timed_out = (!remaining.is_empty()).then(|| {
+            format!(
                 "released after {}s with objects still terminating: {}",
                 timeout.as_secs(),
                 remaining.join(", ")
-            );
-            publish_event(
-                ctx,
-                layer,
-                Severity::Warning,
-                reason::TEARDOWN_TIMED_OUT,
-                "Delete",
-                note,
             )
-            .await;
-        }
-        return release(ctx, shared, layer).await;
+        });
+        return release(ctx, shared, layer, timed_out).await;
     }
     let mut report = Report::new(
         state::DELETING,
@@ -264,8 +255,25 @@ pub(super) async fn teardown(
     Ok(Action::requeue(Duration::from_secs(2)))
 }
 
-/// The end of a teardown: the finalizer released and the layer forgotten.
-async fn release(ctx: &Context, shared: &Shared, layer: &AddonsLayer) -> Result<Action> {
+/// The end of a teardown: the finalizer released and the layer forgotten; when it ran out of
+/// time, a `TeardownTimedOut` Warning says what may remain (`timed_out`).
+async fn release(
+    ctx: &Context,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    timed_out: Option<String>,
+) -> Result<Action> {
+    if let Some(note) = timed_out {
+        publish_event(
+            ctx,
+            layer,
+            Severity::Warning,
+            reason::TEARDOWN_TIMED_OUT,
+            "Delete",
+            note,
+        )
+        .await;
+    }
     let name = layer.name_any();
     set_finalizer(ctx, shared, layer, false).await?;
     shared.metrics.forget(&name);
@@ -310,16 +318,7 @@ async fn unrendered_teardown(
         timeout.as_secs(),
         layer.name_any()
     );
-    publish_event(
-        ctx,
-        layer,
-        Severity::Warning,
-        reason::TEARDOWN_TIMED_OUT,
-        "Delete",
-        note,
-    )
-    .await;
-    release(ctx, shared, layer).await
+    release(ctx, shared, layer, Some(note)).await
 }
 
 /// What a layer that never recorded an inventory may have applied: what its source renders
