@@ -108,16 +108,8 @@ pub(super) async fn apply_layer(
         tracing::debug!(layer = %name, "the layer left this shard: the new shard applies it");
         return Ok(Action::await_change());
     }
-    // Variables are read as the layer acts (its ServiceAccount's rights), then substituted
-    // into every manifest; any failure fails this layer alone, with nothing applied.
-    let manifests = match core_layers::substitute::layer_variables(
-        &access.client,
-        layer,
-        &shared.args.default_source_namespace,
-    )
-    .await
-    .and_then(|vars| source::layer_manifests_with(files, &layer.spec.source.path, &vars))
-    {
+    // Any failure to render fails this layer alone, with nothing applied.
+    let manifests = match rendered_manifests(shared, &access, layer, files).await {
         Ok(manifests) => manifests,
         Err(e @ (LayerError::Api { .. } | LayerError::Kube(_))) => return Err(e),
         Err(e) => {
@@ -363,6 +355,23 @@ pub(super) async fn apply_layer(
         },
     };
     judge(layer, ctx, shared, attempt, inventory).await
+}
+
+/// The layer's manifests from `files`, its variables substituted. Variables are read as the
+/// layer acts (its ServiceAccount's rights).
+pub(super) async fn rendered_manifests(
+    shared: &Shared,
+    access: &Access,
+    layer: &AddonsLayer,
+    files: &Files,
+) -> Result<Vec<Manifest>> {
+    let vars = core_layers::substitute::layer_variables(
+        &access.client,
+        layer,
+        &shared.args.default_source_namespace,
+    )
+    .await?;
+    source::layer_manifests_with(files, &layer.spec.source.path, &vars)
 }
 
 /// Whether a new attempt may leave `manifest`'s object unapplied, and if so its inventory

@@ -22,6 +22,7 @@ use crate::lock;
 use crate::plan::{self, ObjectRef, StaleObject};
 use crate::source;
 
+use super::apply::rendered_manifests;
 use super::status::{Report, publish_event, set_finalizer, write_status};
 use super::{Access, Shared, access};
 
@@ -329,8 +330,7 @@ async fn rendered_objects(
     layer: &AddonsLayer,
     access: &Access,
 ) -> std::result::Result<Vec<InventoryEntry>, String> {
-    let namespace = &shared.args.default_source_namespace;
-    let source = plan::SourceRef::of(layer, namespace);
+    let source = plan::SourceRef::of(layer, &shared.args.default_source_namespace);
     let files = match shared.reader.fetch(&source).await {
         Ok(source::Fetched {
             files: Some(files), ..
@@ -342,9 +342,8 @@ async fn rendered_objects(
         Ok(_) => return Err(format!("{source}: no artifact")),
         Err(e) => return Err(format!("{source}: {e}")),
     };
-    let manifests = core_layers::substitute::layer_variables(&access.client, layer, namespace)
+    let manifests = rendered_manifests(shared, access, layer, &files)
         .await
-        .and_then(|vars| source::layer_manifests_with(&files, &layer.spec.source.path, &vars))
         .map_err(|e| format!("{source}: {e}"))?;
     let mut entries = Vec::with_capacity(manifests.len());
     for manifest in &manifests {
