@@ -29,10 +29,12 @@ prometheus_dir="$cache/bin/prometheus-$PROMETHEUS_VERSION"
 jaeger_dir="$cache/bin/jaeger-$JAEGER_VERSION"
 
 build_kubernetes() {
-  local bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-  local missing=0
-  for b in "${bins[@]}"; do [[ -x "$k8s_dir/$b" ]] || missing=1; done
-  [[ $missing == 0 ]] && return 0
+  # kubelet and kube-proxy run the plane's real node (`strata-plane up --real-node`).
+  local bins=() b
+  for b in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
+    [[ -x "$k8s_dir/$b" ]] || bins+=("$b")
+  done
+  [[ ${#bins[@]} == 0 ]] && return 0
   need_go
   log "building kubernetes $KUBERNETES_VERSION (cold: several minutes)"
   local work="$cache/src/kubernetes-$KUBERNETES_VERSION"
@@ -158,6 +160,65 @@ build_installable "$prometheus_dir" prometheus "github.com/prometheus/prometheus
 
 build_tool "$jaeger_dir" jaeger github.com/jaegertracing/jaeger/cmd/jaeger "github.com/jaegertracing/jaeger/cmd/jaeger@$JAEGER_VERSION"
 
+# The real node's own pieces: CNI plugins, crictl, and the pause image (its binary compiled from
+# the C source the k8s.io/kubernetes module carries, packed FROM scratch by podman and saved as an
+# OCI archive the node's containerd imports at start-up).
+cni_dir="$cache/bin/cni-plugins-$CNI_PLUGINS_VERSION"
+crictl_dir="$cache/bin/crictl-$CRI_TOOLS_VERSION"
+pause_dir="$cache/bin/pause-$KUBERNETES_VERSION"
+build_cni() {
+  local plugins=(main/bridge ipam/host-local main/loopback meta/portmap) p missing=()
+  for p in "${plugins[@]}"; do [[ -x "$cni_dir/${p##*/}" ]] || missing+=("github.com/containernetworking/plugins/plugins/$p@$CNI_PLUGINS_VERSION"); done
+  [[ ${#missing[@]} == 0 ]] && return 0
+  need_go
+  log "building the CNI plugins $CNI_PLUGINS_VERSION"
+  mkdir -p "$cni_dir"
+  GOBIN="$cni_dir" go install -ldflags "-s -w" "${missing[@]}"
+}
+build_pause() {
+  [[ -f "$pause_dir/pause.oci.tar" ]] && return 0
+  need_go
+  command -v gcc >/dev/null || { log "warning: no gcc: the real node's pause image cannot be built (install Debian's gcc and libc6-dev)"; return 0; }
+  command -v podman >/dev/null || { log "warning: no podman: the real node's pause image cannot be built"; return 0; }
+  log "building the pause image from k8s.io/kubernetes $KUBERNETES_VERSION's build/pause/linux/pause.c"
+  local src work
+  src="$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  work="$(mktemp -d)"
+  mkdir -p "$pause_dir"
+  gcc -Os -static -Wall -Werror -DVERSION="strata-$KUBERNETES_VERSION" -o "$work/pause" "$src/build/pause/linux/pause.c"
+  strip "$work/pause"
+  # The pause container's user is the one upstream's image runs as (65535), numeric.
+  printf 'FROM scratch\nCOPY pause /pause\nUSER 65535:65535\nENTRYPOINT ["/pause"]\n' >"$work/Containerfile"
+  podman build --quiet -t "$PAUSE_IMAGE" -f "$work/Containerfile" "$work" >/dev/null
+  podman save --quiet --format oci-archive -o "$pause_dir/pause.oci.tar.tmp" "$PAUSE_IMAGE"
+  mv "$pause_dir/pause.oci.tar.tmp" "$pause_dir/pause.oci.tar"
+  rm -rf "$work"
+}
+# containerd, runc, iptables (kube-proxy) and podman (image builds) are Debian's packages:
+# installed when missing and this is a root shell with apt (a fresh CI machine); otherwise
+# `strata-plane up --real-node` names what is missing.
+PAUSE_IMAGE="localhost/strata/pause:$KUBERNETES_VERSION"
+install_host_packages() {
+  local want=(containerd:containerd runc:runc iptables:iptables podman:podman) missing=() w
+  for w in "${want[@]}"; do command -v "${w%%:*}" >/dev/null || missing+=("${w##*:}"); done
+  [[ ${#missing[@]} == 0 ]] && return 0
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null; then
+    log "warning: ${missing[*]} missing (Debian packages): the real node and the images need them; install them as root"
+    return 0
+  fi
+  mkdir -p "$cache"
+  log "installing ${missing[*]} from Debian's packages"
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >"$cache/apt.log" 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get update >>"$cache/apt.log" 2>&1 || true
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >>"$cache/apt.log" 2>&1 \
+      || log "warning: installing ${missing[*]} failed: see $cache/apt.log"
+  fi
+}
+install_host_packages
+build_cni
+build_installable "$crictl_dir" crictl "sigs.k8s.io/cri-tools/cmd/crictl@$CRI_TOOLS_VERSION"
+build_pause
+
 echo "KUBE_BIN=$k8s_dir"
 echo "ETCD_BIN=$etcd_dir"
 echo "KWOK_BIN=$kwok_dir"
@@ -166,3 +227,7 @@ echo "UPSTREAM_CRDS=$crds_dir"
 echo "PROMTOOL_BIN=$promtool_dir"
 echo "PROMETHEUS_BIN=$prometheus_dir"
 echo "JAEGER_BIN=$jaeger_dir"
+echo "CNI_BIN=$cni_dir"
+echo "CRICTL_BIN=$crictl_dir"
+echo "PAUSE_ARCHIVE=$pause_dir/pause.oci.tar"
+echo "PAUSE_IMAGE=$PAUSE_IMAGE"

@@ -2,6 +2,8 @@
 //!
 //! - [`plane`]: build and run etcd, kube-apiserver, kube-controller-manager, kube-scheduler and
 //!   kwok from their Go modules, with fake nodes in three zones;
+//! - [`node`]: the plane's real node (kubelet, containerd, CNI bridge, kube-proxy), for the
+//!   in-cluster tier;
 //! - [`support`]: one shared cluster per test run (or `E2E_KUBECONFIG`), a namespace per test,
 //!   applying YAML, waiting for conditions;
 //! - [`services`]: running Strata's service binaries as child processes whose logs are printed
@@ -27,6 +29,7 @@ pub mod git;
 pub mod http_proxy;
 pub mod jaeger;
 pub mod layout;
+pub mod node;
 pub mod plane;
 pub mod pod_endpoints;
 pub mod prometheus;

@@ -92,6 +92,8 @@ pub struct Binaries {
     pub etcd: PathBuf,
     pub kwok: PathBuf,
     pub helm: PathBuf,
+    /// What the build printed (`KEY=path` lines): the real node's pieces are found in it.
+    build_output: String,
 }
 
 impl Binaries {
@@ -144,7 +146,13 @@ impl Binaries {
             etcd: get("ETCD_BIN")?,
             kwok: get("KWOK_BIN")?,
             helm: get("HELM_BIN")?,
+            build_output: stdout.clone(),
         })
+    }
+
+    /// The real node's programs, or one line naming what is missing.
+    pub fn node(&self) -> Result<crate::node::NodeBinaries> {
+        crate::node::NodeBinaries::find(&self.kube, &self.build_output)
     }
 
     pub fn kubectl(&self) -> PathBuf {
@@ -163,8 +171,19 @@ pub struct Plane {
     children: Vec<Component>,
     /// etcd's client port (what a restart of etcd waits for).
     etcd_port: u16,
+    /// The real node, when asked for (`PlaneOptions::real_node`).
+    node: Option<crate::node::RealNode>,
     /// Seconds from `start` to a plane with Ready nodes.
     pub startup: Duration,
+}
+
+/// How a plane is started.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlaneOptions {
+    /// Besides the kwok nodes, a real node: kubelet, containerd and kube-proxy on this machine
+    /// (`crate::node`). kube-apiserver then listens on the node's bridge address instead of
+    /// loopback, so that pods reach it.
+    pub real_node: bool,
 }
 
 /// One running component and how it was started, to start it again in place.
@@ -176,6 +195,26 @@ struct Component {
     child: Child,
 }
 
+/// Starts `binary` with its output in `log`, tied to this process: setpriv sets a parent-death
+/// signal and execs it, so if we die, it dies.
+pub(crate) fn launch_tied(
+    name: &str,
+    binary: &Path,
+    args: &[String],
+    log: fs::File,
+) -> Result<Child> {
+    Command::new("setpriv")
+        .arg("--pdeathsig=KILL")
+        .arg("--")
+        .arg(binary)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {name} ({})", binary.display()))
+}
+
 /// A free TCP port on loopback. The port is released before use, so another process could
 /// take it in between; on a test machine that race is rare and start-up reports it clearly.
 pub fn free_port() -> Result<u16> {
@@ -184,6 +223,8 @@ pub fn free_port() -> Result<u16> {
 }
 
 struct Pki {
+    /// The node's certificates (made only for a plane with a real node).
+    node: Option<crate::node::NodePki>,
     ca_cert: PathBuf,
     ca_key: PathBuf,
     sa_key: PathBuf,
@@ -213,7 +254,40 @@ fn new_ca(common_name: &str) -> Result<CertifiedIssuer<'static, KeyPair>> {
     Ok(CertifiedIssuer::self_signed(params, KeyPair::generate()?)?)
 }
 
-fn make_pki(dir: &Path) -> Result<Pki> {
+/// A certificate signed by `ca`, written as `<dir>/<name>.crt` and `.key`.
+fn issue(
+    dir: &Path,
+    name: &str,
+    ca: &CertifiedIssuer<'static, KeyPair>,
+    params: CertificateParams,
+) -> Result<(PathBuf, PathBuf)> {
+    let key = KeyPair::generate()?;
+    let cert = params.signed_by(&key, ca)?;
+    let (cert_path, key_path) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
+    write_file(&cert_path, &cert.pem())?;
+    write_file(&key_path, &key.serialize_pem())?;
+    Ok((cert_path, key_path))
+}
+
+/// Client certificate parameters for `common_name` in `organization` (if any).
+fn client_params(common_name: &str, organization: Option<&str>) -> Result<CertificateParams> {
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    if let Some(org) = organization {
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, org);
+    }
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    Ok(params)
+}
+
+fn make_pki(dir: &Path, real_node: bool) -> Result<Pki> {
     fs::create_dir_all(dir)?;
     let ca = new_ca("strata-e2e-ca")?;
 
@@ -230,6 +304,10 @@ fn make_pki(dir: &Path) -> Result<Pki> {
     serving
         .subject_alt_names
         .push(SanType::IpAddress("10.96.0.1".parse()?));
+    // Where a plane with a real node listens (its bridge address).
+    serving
+        .subject_alt_names
+        .push(SanType::IpAddress(crate::node::NODE_IP.parse()?));
     serving
         .distinguished_name
         .push(DnType::CommonName, "kube-apiserver");
@@ -263,7 +341,38 @@ fn make_pki(dir: &Path) -> Result<Pki> {
 
     let sa_key = KeyPair::generate()?;
 
+    let node = if real_node {
+        let node_name = crate::node::NODE_NAME;
+        let mut serving = CertificateParams::new(vec![node_name.to_string()])?;
+        serving
+            .subject_alt_names
+            .push(SanType::IpAddress(crate::node::NODE_IP.parse()?));
+        serving
+            .distinguished_name
+            .push(DnType::CommonName, node_name);
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        Some(crate::node::NodePki {
+            ca_cert: dir.join("ca.crt"),
+            kubelet_client: issue(
+                dir,
+                "kubelet-client",
+                &ca,
+                client_params(&format!("system:node:{node_name}"), Some("system:nodes"))?,
+            )?,
+            kubelet_serving: issue(dir, "kubelet-serving", &ca, serving)?,
+            kube_proxy_client: issue(
+                dir,
+                "kube-proxy-client",
+                &ca,
+                client_params("system:kube-proxy", None)?,
+            )?,
+        })
+    } else {
+        None
+    };
+
     let pki = Pki {
+        node,
         ca_cert: dir.join("ca.crt"),
         ca_key: dir.join("ca.key"),
         sa_key: dir.join("sa.key"),
@@ -368,9 +477,14 @@ impl Plane {
     /// between (a component exits with "address already in use"), the plane is started again
     /// on new ports, up to three times.
     pub fn start(dir: &Path) -> Result<Self> {
+        Self::start_with(dir, PlaneOptions::default())
+    }
+
+    /// [`Plane::start`], with a real node when `options` ask for one.
+    pub fn start_with(dir: &Path, options: PlaneOptions) -> Result<Self> {
         let mut attempt = 1;
         loop {
-            match Self::start_once(dir) {
+            match Self::start_once(dir, options) {
                 Err(e) if attempt < 3 && format!("{e:#}").contains("address already in use") => {
                     eprintln!("strata-plane: a port was taken while starting; starting again");
                     attempt += 1;
@@ -380,20 +494,35 @@ impl Plane {
         }
     }
 
-    fn start_once(dir: &Path) -> Result<Self> {
+    fn start_once(dir: &Path, options: PlaneOptions) -> Result<Self> {
         let started = Instant::now();
         let binaries = Binaries::build()?;
-        if dir.exists() {
-            fs::remove_dir_all(dir).with_context(|| format!("cleaning {}", dir.display()))?;
-        }
-        fs::create_dir_all(dir.join("logs"))?;
+        fs::create_dir_all(dir)?;
         let dir = dir.canonicalize()?;
-        let pki = make_pki(&dir.join("pki"))?;
+        // A real node's lock, taken (and what a dead node left swept, its mounts under this
+        // directory among them) before the directory is emptied.
+        let node_lock = if options.real_node {
+            let node_binaries = binaries.node()?;
+            Some((crate::node::claim(&dir)?, node_binaries))
+        } else {
+            crate::node::unmount_under(&dir);
+            None
+        };
+        fs::remove_dir_all(&dir).with_context(|| format!("cleaning {}", dir.display()))?;
+        fs::create_dir_all(dir.join("logs"))?;
+        let pki = make_pki(&dir.join("pki"), options.real_node)?;
 
         let etcd_port = free_port()?;
         let etcd_peer_port = free_port()?;
         let api_port = free_port()?;
-        let api_server = format!("https://127.0.0.1:{api_port}");
+        // With a real node kube-apiserver listens on the node's bridge, where pods reach it.
+        let api_host = if options.real_node {
+            crate::node::create_bridge()?;
+            crate::node::NODE_IP
+        } else {
+            "127.0.0.1"
+        };
+        let api_server = format!("https://{api_host}:{api_port}");
         let kubeconfig = dir.join("kubeconfig");
         write_file(&kubeconfig, &kubeconfig_yaml(&api_server, &pki))?;
 
@@ -404,6 +533,7 @@ impl Plane {
             api_server: api_server.clone(),
             children: Vec::new(),
             etcd_port,
+            node: None,
             startup: Duration::ZERO,
         };
         let etcd_url = format!("http://127.0.0.1:{etcd_port}");
@@ -434,8 +564,8 @@ impl Plane {
             &binaries.kube.join("kube-apiserver"),
             &[
                 format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
+                format!("--bind-address={api_host}"),
+                format!("--advertise-address={api_host}"),
                 format!("--secure-port={api_port}"),
                 format!("--cert-dir={}", dir.join("pki").display()),
                 format!("--tls-cert-file={}", pki.serving_cert.display()),
@@ -447,7 +577,14 @@ impl Plane {
                     pki.sa_key.display()
                 ),
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-                "--authorization-mode=RBAC".into(),
+                // The Node authorizer and NodeRestriction: what a real node's kubelet may do.
+                "--authorization-mode=Node,RBAC".into(),
+                // A namespace may send its pods to the real node (`node::namespace_annotations`).
+                "--enable-admission-plugins=NodeRestriction,PodNodeSelector,PodTolerationRestriction".into(),
+                format!("--kubelet-certificate-authority={}", pki.ca_cert.display()),
+                format!("--kubelet-client-certificate={}", pki.admin_cert.display()),
+                format!("--kubelet-client-key={}", pki.admin_key.display()),
+                "--kubelet-preferred-address-types=InternalIP".into(),
                 // A client certificate for every admission webhook call (see make_pki).
                 format!(
                     "--admission-control-config-file={}",
@@ -566,6 +703,17 @@ impl Plane {
             &["get", "serviceaccount", "default", "-n", "default"],
             Duration::from_secs(60),
         )?;
+        if let (Some((lock, node_binaries)), Some(node_pki)) = (node_lock, pki.node.clone()) {
+            plane.node = Some(crate::node::RealNode::start(crate::node::NodeConfig {
+                dir: &dir.join("node"),
+                binaries: node_binaries,
+                pki: node_pki,
+                api_server: &api_server,
+                admin_kubeconfig: &kubeconfig,
+                kubectl: &binaries.kubectl(),
+                lock,
+            })?);
+        }
         plane.startup = started.elapsed();
         Ok(plane)
     }
@@ -584,6 +732,11 @@ impl Plane {
 
     pub fn binaries(&self) -> &Binaries {
         &self.binaries
+    }
+
+    /// The real node, when the plane has one.
+    pub fn real_node(&self) -> Option<&crate::node::RealNode> {
+        self.node.as_ref()
     }
 
     /// A kubectl command already pointed at this plane.
@@ -612,17 +765,7 @@ impl Plane {
             .append(append)
             .truncate(!append)
             .open(self.dir.join("logs").join(format!("{name}.log")))?;
-        // setpriv sets a parent-death signal and execs the component: if we die, it dies.
-        Command::new("setpriv")
-            .arg("--pdeathsig=KILL")
-            .arg("--")
-            .arg(binary)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {name} ({})", binary.display()))
+        launch_tied(name, binary, args, log)
     }
 
     /// Kills one component (`etcd`, `kube-apiserver`, …) with SIGKILL, as a crash or an OOM
@@ -746,8 +889,12 @@ impl Plane {
         }
     }
 
-    /// Stops every component, newest first: SIGTERM, then SIGKILL after 10 s.
+    /// Stops every component, newest first: SIGTERM, then SIGKILL after 10 s. A real node
+    /// stops first, while kube-apiserver still answers its kubelet.
     pub fn stop(&mut self) {
+        if let Some(mut node) = self.node.take() {
+            node.stop();
+        }
         while let Some(Component {
             name, mut child, ..
         }) = self.children.pop()

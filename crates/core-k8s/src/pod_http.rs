@@ -185,15 +185,20 @@ pub fn failure_reason<'a>(error: &'a str, method: &str, url: &str) -> &'a str {
         .unwrap_or(error)
 }
 
-/// The endpoint of one pod: `template` with its host replaced by the pod's stable DNS name
-/// `<pod>.<service>.<namespace>.svc.<cluster domain>` (scheme, port, path and query kept).
-pub fn pod_url(
-    template: &str,
-    pod: &str,
-    service: &str,
-    namespace: &str,
-    cluster_domain: &str,
-) -> Result<String, String> {
+/// The endpoint of one pod: `template` with its host replaced by the pod's own address
+/// (`status.podIP`; an IPv6 address in brackets), scheme, port, path and query kept.
+///
+/// FIX (the Grafana operator calls `<pod>.<service>.<namespace>.svc.<cluster domain>`): the
+/// pod's IP needs no cluster DNS, and the call reaches exactly the pod object whose owner was
+/// checked, not whatever a DNS name resolves to at that moment.
+pub fn pod_url(template: &str, pod_ip: &str) -> Result<String, String> {
+    let ip: std::net::IpAddr = pod_ip
+        .parse()
+        .map_err(|_| format!("{pod_ip:?} is not a pod IP address"))?;
+    let host = match ip {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+    };
     let (scheme, rest) = template
         .split_once("://")
         .ok_or_else(|| format!("{template:?} is not an absolute URL"))?;
@@ -216,9 +221,7 @@ pub fn pod_url(
         }
         _ => String::new(),
     };
-    Ok(format!(
-        "{scheme}://{pod}.{service}.{namespace}.svc.{cluster_domain}{port}{tail}"
-    ))
+    Ok(format!("{scheme}://{host}{port}{tail}"))
 }
 
 #[cfg(test)]
@@ -230,30 +233,32 @@ mod tests {
         let cases = [
             (
                 "http://pod:8080/ingester/prepare-delayed-downscale",
-                "http://ingester-zone-a-2.ingester-zone-a.mimir.svc.cluster.local.:8080/ingester/prepare-delayed-downscale",
+                "10.250.0.12",
+                "http://10.250.0.12:8080/ingester/prepare-delayed-downscale",
             ),
             (
                 "http://x/prepare?force=1",
-                "http://ingester-zone-a-2.ingester-zone-a.mimir.svc.cluster.local./prepare?force=1",
+                "10.250.0.12",
+                "http://10.250.0.12/prepare?force=1",
             ),
             (
                 "https://user@h:443",
-                "https://ingester-zone-a-2.ingester-zone-a.mimir.svc.cluster.local.:443",
+                "10.250.0.12",
+                "https://10.250.0.12:443",
+            ),
+            (
+                "http://[fd00::1]:8080/p",
+                "fd00::12",
+                "http://[fd00::12]:8080/p",
             ),
         ];
-        for (template, want) in cases {
-            let got = pod_url(
-                template,
-                "ingester-zone-a-2",
-                "ingester-zone-a",
-                "mimir",
-                "cluster.local.",
-            )
-            .unwrap();
-            assert_eq!(got, want, "{template}");
+        for (template, ip, want) in cases {
+            assert_eq!(pod_url(template, ip).unwrap(), want, "{template}");
         }
-        assert!(pod_url("/relative", "p", "s", "n", "d").is_err());
-        assert!(pod_url("http:///path", "p", "s", "n", "d").is_err());
+        assert!(pod_url("/relative", "10.0.0.1").is_err());
+        assert!(pod_url("http:///path", "10.0.0.1").is_err());
+        assert!(pod_url("http://h/p", "").is_err());
+        assert!(pod_url("http://h/p", "pod-0.svc").is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 use strata_e2e::demo::{Ports, STEPS, Tour};
-use strata_e2e::plane::Plane;
+use strata_e2e::plane::{Plane, PlaneOptions};
 use strata_e2e::{say, say_err};
 
 #[derive(Debug, Parser)]
@@ -38,6 +38,10 @@ enum Cmd {
         /// Stop when standard input closes.
         #[arg(long)]
         exit_on_stdin_close: bool,
+        /// Also run a real node (kubelet, containerd, CNI bridge, kube-proxy; needs root) that
+        /// runs pods of namespaces that ask for it, beside the kwok nodes.
+        #[arg(long)]
+        real_node: bool,
     },
     /// Start the plane, install Strata and run the guided tour of every system.
     Demo {
@@ -62,7 +66,8 @@ fn main() -> ExitCode {
         Cmd::Up {
             dir,
             exit_on_stdin_close,
-        } => up(dir, exit_on_stdin_close),
+            real_node,
+        } => up(dir, exit_on_stdin_close, PlaneOptions { real_node }),
         Cmd::Demo {
             dir,
             bin_dir,
@@ -81,16 +86,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn start(dir: &std::path::Path) -> Result<Plane> {
+fn start(dir: &std::path::Path, options: PlaneOptions) -> Result<Plane> {
     let _ = std::fs::remove_file(dir.join("ready"));
-    let plane = Plane::start(dir).context("starting the local control plane")?;
-    let env = format!(
+    let plane = Plane::start_with(dir, options).context("starting the local control plane")?;
+    let mut env = format!(
         "KUBECONFIG={}\nE2E_KUBECONFIG={}\nKUBECTL={}\nHELM={}\n",
         plane.kubeconfig().display(),
         plane.kubeconfig().display(),
         plane.binaries().kubectl().display(),
         plane.binaries().helm.join("helm").display(),
     );
+    if let Some(node) = plane.real_node() {
+        env.push_str(&node.env_lines());
+    }
     std::fs::write(plane.dir().join("env"), env)?;
     std::fs::write(
         plane.dir().join("ready"),
@@ -105,8 +113,8 @@ fn start(dir: &std::path::Path) -> Result<Plane> {
     Ok(plane)
 }
 
-fn up(dir: PathBuf, exit_on_stdin_close: bool) -> Result<ExitCode> {
-    let mut plane = start(&dir)?;
+fn up(dir: PathBuf, exit_on_stdin_close: bool, options: PlaneOptions) -> Result<ExitCode> {
+    let mut plane = start(&dir, options)?;
     say!("ready {}", plane.kubeconfig().display());
     let runtime = runtime()?;
     runtime.block_on(wait_for_stop(exit_on_stdin_close))?;

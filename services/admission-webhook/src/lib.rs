@@ -70,7 +70,8 @@ pub struct WebhookArgs {
     /// How often the certificate is checked for renewal.
     #[arg(long, default_value = "1h", value_parser = core_k8s::args::parse_duration)]
     pub cert_check_interval: Duration,
-    /// Cluster DNS domain for pod addresses (prepare-downscale calls).
+    /// The anchor's cluster DNS domain, accepted so its command lines keep working: pods are
+    /// called at their own IP (`status.podIP`), never through cluster DNS.
     #[arg(long, default_value = "cluster.local.")]
     pub cluster_domain: String,
     /// Timeout of one call to a pod.
@@ -315,7 +316,6 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     };
     let app = Arc::new(server::App {
         client,
-        cluster_domain: args.cluster_domain.clone(),
         zone_tracker: args
             .use_zone_tracker
             .then(|| args.zone_tracker_config_map_name.clone()),

@@ -51,24 +51,6 @@ pub struct PreparedPod {
     pub url: String,
 }
 
-impl PreparedPod {
-    /// The pod behind a prepare URL (`http://<pod>.<service>.<namespace>.svc…`).
-    pub fn from_url(namespace: &str, url: &str) -> Self {
-        let name = url
-            .strip_prefix("http://")
-            .unwrap_or(url)
-            .split(['.', ':', '/'])
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        Self {
-            namespace: namespace.to_string(),
-            name,
-            url: url.to_string(),
-        }
-    }
-}
-
 /// Why a marked pod is left alone or told to undo, decided from what the cluster shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -78,6 +60,8 @@ pub enum Verdict {
     Settling,
     /// Its StatefulSet still wants it: tell it to undo at this URL.
     Undo(String),
+    /// Its StatefulSet still wants it, but it has no address (restarting): tried again later.
+    NoAddress,
     /// Its StatefulSet is gone or no longer has a prepare endpoint: nothing can be called;
     /// the mark is dropped with this reason.
     Unmark(String),
@@ -87,7 +71,6 @@ pub enum Verdict {
 pub fn verdict(
     pod: &Pod,
     stateful_sets: &[StatefulSet],
-    cluster_domain: &str,
     now: Timestamp,
     undo_after: Duration,
 ) -> Verdict {
@@ -133,8 +116,8 @@ pub fn verdict(
             "StatefulSet {sts_name} is no longer labelled {PREPARE_DOWNSCALE_LABEL}=true"
         ));
     }
-    match PrepareEndpoint::of(sts, cluster_domain) {
-        Ok(endpoint) => Verdict::Undo(endpoint.url(name)),
+    match PrepareEndpoint::of(sts) {
+        Ok(endpoint) => endpoint.url(pod).map_or(Verdict::NoAddress, Verdict::Undo),
         Err(why) => Verdict::Unmark(why),
     }
 }
@@ -306,14 +289,8 @@ pub async fn run(ctx: Arc<Context>, app: Arc<App>, undo_after: Duration) {
                 continue;
             }
             let name = pod.metadata.name.clone().unwrap_or_default();
-            match verdict(
-                pod,
-                &owners[&namespace],
-                &app.cluster_domain,
-                Timestamp::now(),
-                undo_after,
-            ) {
-                Verdict::GoingAway | Verdict::Settling => {}
+            match verdict(pod, &owners[&namespace], Timestamp::now(), undo_after) {
+                Verdict::GoingAway | Verdict::Settling | Verdict::NoAddress => {}
                 Verdict::Undo(url) => {
                     let target = PreparedPod {
                         namespace,
@@ -386,7 +363,8 @@ mod tests {
             "metadata": {"name": format!("ingester-zone-a-{ordinal}"), "namespace": "mimir",
                 "labels": {PREPARED_LABEL: "true"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                    "name": "ingester-zone-a", "uid": owner_uid, "controller": true}]}
+                    "name": "ingester-zone-a", "uid": owner_uid, "controller": true}]},
+            "status": {"podIP": format!("10.250.0.{}", 10 + ordinal)}
         }))
         .unwrap();
         if let Some(at) = marked_at {
@@ -404,7 +382,12 @@ mod tests {
     fn verdicts() {
         let old = Some("2026-01-01T11:58:00Z");
         let recent = Some("2026-01-01T11:59:50Z");
-        let url = "http://ingester-zone-a-2.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown";
+        let url = "http://10.250.0.12:80/ingester/prepare-shutdown";
+        let restarting = {
+            let mut p = pod(2, old, false, "sts-uid");
+            p.status = None;
+            p
+        };
         let cases: Vec<(&str, Pod, StatefulSet, Verdict)> = vec![
             (
                 "the downscale happened: ordinal at or past the replicas",
@@ -423,6 +406,12 @@ mod tests {
                 pod(2, old, false, "sts-uid"),
                 sts(3, true, Some("80")),
                 Verdict::Undo(url.into()),
+            ),
+            (
+                "wanted, but restarting: no address to call yet",
+                restarting,
+                sts(3, true, Some("80")),
+                Verdict::NoAddress,
             ),
             (
                 "wanted, but the request may still be in flight",
@@ -462,24 +451,8 @@ mod tests {
             ),
         ];
         for (case, pod, sts, want) in cases {
-            let got = verdict(
-                &pod,
-                &[sts],
-                "cluster.local.",
-                NOW.parse().unwrap(),
-                Duration::from_secs(60),
-            );
+            let got = verdict(&pod, &[sts], NOW.parse().unwrap(), Duration::from_secs(60));
             assert_eq!(got, want, "{case}");
         }
-    }
-
-    #[test]
-    fn the_pod_behind_a_prepare_url() {
-        let pod = PreparedPod::from_url(
-            "mimir",
-            "http://ingester-zone-a-2.ingester.mimir.svc.cluster.local.:80/x",
-        );
-        assert_eq!(pod.name, "ingester-zone-a-2");
-        assert_eq!(pod.namespace, "mimir");
     }
 }

@@ -18,6 +18,10 @@ pub struct Decision {
     /// Calls the webhook makes besides answering (HTTP to pods, patches), listed so that an
     /// offline review can show them without performing them.
     pub side_effects: Vec<String>,
+    /// The pods prepare-downscale calls, as (pod name, URL): the URL is the pod's IP, so the
+    /// name travels beside it (the server marks pods by name).
+    #[serde(skip)]
+    pub pod_calls: Vec<(String, String)>,
 }
 
 impl Decision {

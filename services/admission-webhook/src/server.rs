@@ -42,7 +42,6 @@ pub fn handler_timeout(request_timeout: Duration) -> Duration {
 #[derive(Clone)]
 pub struct App {
     pub client: Client,
-    pub cluster_domain: String,
     /// Pod calls (with the test-only address override, if any).
     pub http: PodHttp,
     /// Zone-tracker mode: the ConfigMap holding downscale times.
@@ -59,8 +58,8 @@ pub struct App {
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("App")
-            .field("cluster_domain", &self.cluster_domain)
-            .finish()
+            .field("zone_tracker", &self.zone_tracker)
+            .finish_non_exhaustive()
     }
 }
 
@@ -202,7 +201,6 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         }
     };
     let mut cluster = Cluster::new(state);
-    cluster.cluster_domain = app.cluster_domain.clone();
     cluster.layer_defaults = app.layer_defaults.clone();
     if webhook == Webhook::AddonsLayerValidation
         && let Some(account) = crate::webhooks::impersonation_asked(review, &app.layer_defaults)
@@ -433,16 +431,6 @@ async fn prepare_detached(
         .unwrap_or_else(|_| Decision::deny_with_code(500, "prepare-downscale stopped"))
 }
 
-/// The pod URLs a prepare-downscale decision POSTs to.
-fn post_urls(decision: &Decision) -> Vec<String> {
-    decision
-        .side_effects
-        .iter()
-        .filter_map(|e| e.strip_prefix("POST "))
-        .map(str::to_string)
-        .collect()
-}
-
 /// Marks every pod going away, then POSTs to each; on any failure denies and tells them all
 /// to undo (retried until they answer, see [`prepared::undo_now`]). Then records the
 /// downscale time: on the StatefulSet, or in zone-tracker mode in the ConfigMap as it was read
@@ -457,13 +445,18 @@ async fn prepare(
     tracked: Option<Option<ConfigMap>>,
     abandoned: &(dyn Fn() -> bool + Send + Sync),
 ) -> Decision {
-    let urls = post_urls(&decision);
     let denied = |why: &str| Decision::deny(format!("{prefix} is not allowed because {why}"));
     let namespace = review.field("namespace");
-    let pods: Vec<PreparedPod> = urls
+    let pods: Vec<PreparedPod> = decision
+        .pod_calls
         .iter()
-        .map(|url| PreparedPod::from_url(namespace, url))
+        .map(|(name, url)| PreparedPod {
+            namespace: namespace.to_string(),
+            name: name.clone(),
+            url: url.clone(),
+        })
         .collect();
+    let urls: Vec<String> = pods.iter().map(|p| p.url.clone()).collect();
     // Marked before they are called: whatever becomes of this request, they are found again.
     if let Err(e) = prepared::mark(app, &pods).await {
         tracing::warn!(error = %e, "prepare-downscale could not mark the pods; nothing was called");

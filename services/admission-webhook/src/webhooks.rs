@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use core_rollout::observed::{Observed, annotation, label, running_and_ready};
@@ -108,8 +109,6 @@ impl clap::ValueEnum for Webhook {
 #[derive(Clone, Debug, Default)]
 pub struct Cluster {
     pub state: Observed,
-    /// Suffix of pod host names (the anchor's default keeps the trailing dot).
-    pub cluster_domain: String,
     /// Zone-tracker mode of prepare-downscale: downscale times live in a ConfigMap instead
     /// of StatefulSet annotations.
     pub zone_tracker: Option<ZoneTracker>,
@@ -208,7 +207,6 @@ impl Cluster {
     pub fn new(state: Observed) -> Self {
         Self {
             state,
-            cluster_domain: "cluster.local.".into(),
             zone_tracker: None,
             layer_defaults: LayerDefaults::default(),
             impersonation: None,
@@ -585,19 +583,16 @@ pub fn go_duration(d: SignedDuration) -> String {
 }
 
 /// Where the pods of a StatefulSet labelled for prepare-downscale are called: read from the
-/// live object (its annotations and serviceName), never from a review.
+/// live object (its annotations; the anchor also requires a serviceName), never from a review.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PrepareEndpoint {
     port: String,
     path: String,
-    service: String,
-    namespace: String,
-    cluster_domain: String,
 }
 
 impl PrepareEndpoint {
     /// The endpoint, or the anchor's reason (the end of its denial) why there is none.
-    pub fn of(sts: &StatefulSet, cluster_domain: &str) -> Result<Self, String> {
+    pub fn of(sts: &StatefulSet) -> Result<Self, String> {
         let port = annotation(sts, PREPARE_PORT).unwrap_or_default();
         if port.is_empty() {
             return Err(format!(
@@ -613,7 +608,7 @@ impl PrepareEndpoint {
         let service = sts
             .spec
             .as_ref()
-            .and_then(|s| s.service_name.clone())
+            .and_then(|s| s.service_name.as_deref())
             .unwrap_or_default();
         if service.is_empty() {
             return Err("the serviceName is not set or empty.".into());
@@ -621,22 +616,25 @@ impl PrepareEndpoint {
         Ok(Self {
             port: port.to_string(),
             path: path.to_string(),
-            service,
-            namespace: sts.metadata.namespace.clone().unwrap_or_default(),
-            cluster_domain: cluster_domain.to_string(),
         })
     }
 
-    /// The URL of one pod (the anchor's form: its stable DNS name, the port, the path).
-    pub fn url(&self, pod: &str) -> String {
-        let Self {
-            port,
-            path,
-            service,
-            namespace,
-            cluster_domain,
-        } = self;
-        format!("http://{pod}.{service}.{namespace}.svc.{cluster_domain}:{port}/{path}")
+    /// The URL of one pod: its own IP (`status.podIP`), the port, the path; `Err` when it has
+    /// no address (not running).
+    ///
+    /// FIX (the Grafana operator calls `<pod>.<service>.<namespace>.svc.<cluster domain>`): the
+    /// call needs no cluster DNS and reaches exactly the pod object whose owner was checked,
+    /// not whatever that name resolves to at that moment.
+    pub fn url(&self, pod: &Pod) -> Result<String, String> {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.as_deref())
+            .filter(|ip| !ip.is_empty())
+            .ok_or_else(|| format!("pod {name} has no IP address yet"))?;
+        let Self { port, path } = self;
+        core_k8s::pod_http::pod_url(&format!("http://pod:{port}/{path}"), ip)
     }
 }
 
@@ -693,7 +691,7 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             old - new
         ));
     }
-    let endpoint = match PrepareEndpoint::of(&sts, &cluster.cluster_domain) {
+    let endpoint = match PrepareEndpoint::of(&sts) {
         Ok(endpoint) => endpoint,
         Err(why) => return not_allowed(why),
     };
@@ -780,9 +778,9 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
     let uid = sts.metadata.uid.as_deref().unwrap_or_default();
     for ordinal in (new..old).rev() {
         let pod = format!("{name}-{ordinal}");
-        // Only a pod this StatefulSet owns is called: a pod of that name owned by anything
-        // else, or none at all, is left alone.
-        let owned = cluster.state.pods.iter().any(|p| {
+        // Only a pod this StatefulSet owns is called, at its own address: a pod of that name
+        // owned by anything else, or none at all, is left alone.
+        let owned = cluster.state.pods.iter().find(|p| {
             p.metadata.name.as_deref() == Some(pod.as_str())
                 && p.metadata
                     .owner_references
@@ -790,15 +788,24 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
                     .flatten()
                     .any(|o| o.uid == uid && o.kind == "StatefulSet")
         });
-        if !owned {
+        let Some(owned) = owned else {
             decision.warnings.push(format!(
                 "pod {namespace}/{pod} is not a pod of statefulset {namespace}/{name}; it was not called"
             ));
             continue;
-        }
-        decision
-            .side_effects
-            .push(format!("POST {}", endpoint.url(&pod)));
+        };
+        // A pod going away that cannot be called cannot prepare: fail closed, as a call to it
+        // that failed would.
+        let url = match endpoint.url(owned) {
+            Ok(url) => url,
+            Err(why) => {
+                return not_allowed(format!(
+                    "{why}, so it cannot be told to prepare for shutdown; nothing was prepared."
+                ));
+            }
+        };
+        decision.side_effects.push(format!("POST {url}"));
+        decision.pod_calls.push((pod, url));
     }
     decision.side_effects.push(match &cluster.zone_tracker {
         // FIX (a Grafana operator bug): a new ConfigMap holds only this entry; the anchor seeds

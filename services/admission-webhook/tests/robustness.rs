@@ -19,7 +19,6 @@ fn app() -> Arc<App> {
     let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
     Arc::new(App {
         client: kube::Client::try_from(config).unwrap(),
-        cluster_domain: "cluster.local.".into(),
         http: PodHttp::new(std::time::Duration::from_millis(100), None),
         zone_tracker: None,
         metrics: admission_webhook::metrics::Metrics::default(),

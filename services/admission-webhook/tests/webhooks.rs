@@ -280,7 +280,8 @@ fn live(sts: &Value) -> Vec<Value> {
             "metadata": {"name": format!("{name}-{ordinal}"), "namespace": "mimir",
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
                     "uid": sts["metadata"]["uid"], "controller": true}]},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}}));
+            "spec": {"containers": [{"name": "c", "image": "x"}]},
+            "status": {"podIP": format!("10.1.{}.{}", ordinal / 256, ordinal % 256)}}));
     }
     state
 }
@@ -365,8 +366,8 @@ fn prepare_downscale_checks_then_lists_its_calls() {
     assert_eq!(
         effects,
         vec![
-            "POST http://ingester-zone-a-2.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown",
-            "POST http://ingester-zone-a-1.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown",
+            "POST http://10.1.0.2:80/ingester/prepare-shutdown",
+            "POST http://10.1.0.1:80/ingester/prepare-shutdown",
             "PATCH statefulsets/ingester-zone-a in mimir: grafana.com/last-downscale=2026-01-01T12:00:00Z",
         ]
     );
@@ -562,9 +563,7 @@ fn prepare_downscale_checks_then_lists_its_calls() {
             .iter()
             .filter(|e| e.starts_with("POST "))
             .collect::<Vec<_>>(),
-        vec![
-            "POST http://ingester-zone-a-1.ingester.mimir.svc.cluster.local.:80/ingester/prepare-shutdown"
-        ]
+        vec!["POST http://10.1.0.1:80/ingester/prepare-shutdown"]
     );
     assert_eq!(
         response["warnings"],
@@ -572,6 +571,27 @@ fn prepare_downscale_checks_then_lists_its_calls() {
             "pod mimir/ingester-zone-a-2 is not a pod of statefulset mimir/ingester-zone-a; it was not called"
         ])
     );
+    // A pod going away with no address (not running) cannot prepare: the downscale is refused
+    // and nobody is called.
+    let mut state = cluster(&labels, &annotations, vec![]);
+    for object in &mut state {
+        if object["metadata"]["name"] == "ingester-zone-a-1" {
+            object["status"] = json!({"phase": "Pending"});
+        }
+    }
+    let (response, effects) = run(
+        Webhook::PrepareDownscale,
+        review(labels.clone(), annotations.clone()),
+        state,
+    );
+    assert_eq!(response["allowed"], false, "{response}");
+    assert_eq!(
+        response["status"]["message"],
+        format!(
+            "{prefix}pod ingester-zone-a-1 has no IP address yet, so it cannot be told to prepare for shutdown; nothing was prepared."
+        )
+    );
+    assert!(effects.is_empty(), "{effects:?}");
 }
 
 fn eviction(pod: &str, operation: &str, sub: &str) -> Value {

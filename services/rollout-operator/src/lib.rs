@@ -23,8 +23,8 @@ pub struct PodArgs {
     /// Timeout of each HTTP call to a pod (the anchor's `-pods.client-timeout`).
     #[arg(long, default_value = "5s", value_parser = core_k8s::args::parse_duration)]
     pub pod_timeout: std::time::Duration,
-    /// DNS domain of the cluster, for pod addresses `<pod>.<service>.<namespace>.svc.<domain>`
-    /// (the anchor's `-kubernetes.cluster-domain`).
+    /// The anchor's `-kubernetes.cluster-domain`, accepted so its command lines keep working:
+    /// pods are called at their own IP (`status.podIP`), never through cluster DNS.
     #[arg(long, default_value = "cluster.local.")]
     pub cluster_domain: String,
     /// TEST ONLY, in builds with the `test-hooks` feature (never in release images): send

@@ -666,7 +666,11 @@ pub struct DelayedCalls {
     pub stateful_set: String,
     /// (pod name, URL) of each pod to prepare, lowest ordinal first.
     pub prepare: Vec<(String, String)>,
-    /// URLs of pods whose preparation is cancelled.
+    /// (pod name, why) of each pod to prepare that cannot be called: no such pod of this
+    /// StatefulSet, or no address yet. It holds the downscale as a failed call would.
+    pub unreachable: Vec<(String, String)>,
+    /// URLs of pods whose preparation is cancelled (pods with an address only: one without
+    /// is not running, and holds no preparation in memory).
     pub cancel: Vec<String>,
 }
 
@@ -676,7 +680,6 @@ pub struct DelayedCalls {
 /// may still hold a preparation (after a POST, and once after start-up).
 pub fn delayed_downscale_calls(
     observed: &Observed,
-    cluster_domain: &str,
     settled: &dyn Fn(&str) -> bool,
 ) -> Vec<DelayedCalls> {
     let mut out = Vec::new();
@@ -691,36 +694,59 @@ pub fn delayed_downscale_calls(
         let desired = mirrored_replicas(sts, reference);
         let current = spec_replicas(sts);
         let key = sts_key(sts);
-        let service = sts
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_name.as_deref())
-            .filter(|s| !s.is_empty())
-            .unwrap_or(name(sts));
-        let namespace = sts.metadata.namespace.as_deref().unwrap_or_default();
-        let url_of = |ordinal: i32| {
+        // Each pod is called at its own address (see `pod_http::pod_url`): only a pod this
+        // StatefulSet owns, with an IP.
+        let url_of = |ordinal: i32| -> (String, Result<String, String>) {
             let pod = format!("{}-{ordinal}", name(sts));
-            let url = core_k8s::pod_http::pod_url(url, &pod, service, namespace, cluster_domain);
-            url.ok().map(|url| (pod, url))
+            let url = owned_pod(sts, &pod, observed)
+                .ok_or_else(|| format!("pod {pod} of this StatefulSet does not exist"))
+                .and_then(|p| {
+                    p.status
+                        .as_ref()
+                        .and_then(|s| s.pod_ip.as_deref())
+                        .filter(|ip| !ip.is_empty())
+                        .ok_or_else(|| format!("pod {pod} has no IP address yet"))
+                })
+                .and_then(|ip| core_k8s::pod_http::pod_url(url, ip));
+            (pod, url)
         };
         let mut calls = DelayedCalls {
             stateful_set: key.clone(),
             ..DelayedCalls::default()
         };
         let keep = if desired < current {
-            calls.prepare = (desired.max(0)..current).filter_map(url_of).collect();
+            for (pod, url) in (desired.max(0)..current).map(url_of) {
+                match url {
+                    Ok(url) => calls.prepare.push((pod, url)),
+                    Err(why) => calls.unreachable.push((pod, why)),
+                }
+            }
             desired.max(0)
         } else if settled(&key) {
             continue;
         } else {
             current
         };
-        calls.cancel = (0..keep)
-            .filter_map(|o| url_of(o).map(|(_, u)| u))
-            .collect();
+        calls.cancel = (0..keep).filter_map(|o| url_of(o).1.ok()).collect();
         out.push(calls);
     }
     out
+}
+
+/// The pod named `pod` when `sts` owns it: its controller reference names the StatefulSet
+/// (and carries its uid, when the StatefulSet's is known).
+fn owned_pod<'a>(sts: &StatefulSet, pod: &str, observed: &'a Observed) -> Option<&'a Pod> {
+    let uid = sts.metadata.uid.as_deref();
+    observed.pods.iter().find(|p| {
+        p.metadata.name.as_deref() == Some(pod)
+            && p.metadata.namespace == sts.metadata.namespace
+            && p.metadata.owner_references.iter().flatten().any(|o| {
+                o.kind == "StatefulSet"
+                    && o.controller == Some(true)
+                    && o.name == name(sts)
+                    && uid.is_none_or(|uid| o.uid == uid)
+            })
+    })
 }
 
 /// The preparation time a pod answered a delayed-downscale POST with: a 2xx JSON body

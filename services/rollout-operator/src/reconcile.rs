@@ -109,7 +109,6 @@ fn group_of_pod(stores: &Stores, pod: &Pod) -> Option<GroupKey> {
 struct State {
     recent: RecentlyDeleted,
     pods: PodHttp,
-    cluster_domain: String,
     /// StatefulSets (`namespace/name`) whose surviving pods hold no preparation we know of;
     /// empty after start-up, so each is swept once.
     settled: HashSet<String>,
@@ -276,7 +275,6 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     let mut state = State {
         recent: RecentlyDeleted::default(),
         pods: ctx.pod_http(pod_args.pod_timeout, pod_args.pod_address_override),
-        cluster_domain: pod_args.cluster_domain,
         settled: HashSet::new(),
         delayed_decisions: HashMap::new(),
     };
@@ -513,9 +511,7 @@ async fn call_delayed_downscale(
     leadership: &core_k8s::leader::Leadership,
 ) {
     let settled = &state.settled;
-    let calls = delayed_downscale_calls(observed, &state.cluster_domain, &|key| {
-        settled.contains(key)
-    });
+    let calls = delayed_downscale_calls(observed, &|key| settled.contains(key));
     // Fencing: pod calls are actions too; only the replica the Lease names makes them.
     if !calls.is_empty() && !leadership.confirm().await {
         return;
@@ -537,7 +533,11 @@ async fn call_delayed_downscale(
                 }
             }
         }
-        if call.prepare.is_empty() {
+        // A pod that cannot be called holds the downscale as a failed call does.
+        for (pod, why) in call.unreachable.iter().cloned() {
+            observed.prepare_failures.insert(pod, why);
+        }
+        if call.prepare.is_empty() && call.unreachable.is_empty() {
             if all_cancelled {
                 state.settled.insert(call.stateful_set);
             }

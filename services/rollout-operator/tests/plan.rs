@@ -52,7 +52,7 @@ fn pod(zone: &str, i: usize, revision: &str, state: &str) -> Value {
             "labels": {"name": sts, "rollout-group": "ingester", "controller-revision-hash": revision},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": sts, "uid": "u", "controller": true}]},
         "spec": {"containers": [{"name": "ingester", "image": "x"}]},
-        "status": {"phase": "Running", "containerStatuses": [{"name": "ingester", "image": "x", "imageID": "", "restartCount": 0, "ready": ready, "state": container_state}]}
+        "status": {"phase": "Running", "podIP": format!("10.1.0.{i}"), "containerStatuses": [{"name": "ingester", "image": "x", "imageID": "", "restartCount": 0, "ready": ready, "state": container_state}]}
     });
     if state == "terminating" {
         p["metadata"]["deletionTimestamp"] = json!("2026-01-01T11:59:00Z");
@@ -402,7 +402,7 @@ fn mirrored(spec_replicas: i64, extra: Value) -> Vec<Value> {
         "grafana.com/rollout-mirror-replicas-from-resource-kind": "ReplicaTemplate",
         "grafana.com/rollout-mirror-replicas-from-resource-api-version": "rollout-operator.grafana.com/v1"}}});
     merge(&mut ann, extra);
-    let mut docs = zone("a", 5, "v1", "v1", &[], ann);
+    let mut docs = zone("a", 5, "v1", "v1", &[OLD; 5], ann);
     docs.push(json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ReplicaTemplate",
         "metadata": {"name": "ingester-zone-a", "namespace": "mimir"}, "spec": {"replicas": spec_replicas}, "status": {"replicas": 5}}));
     docs
@@ -609,19 +609,11 @@ fn observed(docs: Vec<Value>) -> Observed {
 fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
     let delayed = json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "1h",
         "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod:8080/ingester/prepare-delayed-downscale?x=1"}}});
-    let url = |i: usize| {
-        format!(
-            "http://ingester-zone-a-{i}.ingester.mimir.svc.cluster.local.:8080/ingester/prepare-delayed-downscale?x=1"
-        )
-    };
+    // Each pod at its own IP (the helper gives ordinal i the address 10.1.0.i).
+    let url = |i: usize| format!("http://10.1.0.{i}:8080/ingester/prepare-delayed-downscale?x=1");
     let never_settled = |_: &str| false;
-    // Downscale 5 -> 2: ordinals 2..5 prepare (the pods' Service name from spec.serviceName),
-    // 0..2 cancel.
-    let calls = delayed_downscale_calls(
-        &observed(mirrored(2, delayed.clone())),
-        "cluster.local.",
-        &never_settled,
-    );
+    // Downscale 5 -> 2: ordinals 2..5 prepare, 0..2 cancel.
+    let calls = delayed_downscale_calls(&observed(mirrored(2, delayed.clone())), &never_settled);
     assert_eq!(
         calls,
         vec![DelayedCalls {
@@ -629,27 +621,52 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
             prepare: (2..5)
                 .map(|i| (format!("ingester-zone-a-{i}"), url(i)))
                 .collect(),
+            unreachable: vec![],
             cancel: vec![url(0), url(1)],
         }]
     );
+    // A pod going away that has no address, or is not this StatefulSet's, cannot be called:
+    // named, so that it holds the downscale as a failed call would. A staying pod without an
+    // address is not running: nothing to cancel.
+    let mut docs = mirrored(2, delayed.clone());
+    for doc in &mut docs {
+        match doc["metadata"]["name"].as_str() {
+            Some("ingester-zone-a-4" | "ingester-zone-a-1") => {
+                doc["status"]["podIP"] = Value::Null;
+            }
+            Some("ingester-zone-a-3") => {
+                doc["metadata"]["ownerReferences"][0]["name"] = json!("someone-else");
+            }
+            _ => {}
+        }
+    }
+    let calls = delayed_downscale_calls(&observed(docs), &never_settled);
+    assert_eq!(calls[0].prepare, vec![("ingester-zone-a-2".into(), url(2))]);
+    assert_eq!(
+        calls[0].unreachable,
+        vec![
+            (
+                "ingester-zone-a-3".to_string(),
+                "pod ingester-zone-a-3 of this StatefulSet does not exist".to_string()
+            ),
+            (
+                "ingester-zone-a-4".to_string(),
+                "pod ingester-zone-a-4 has no IP address yet".to_string()
+            ),
+        ]
+    );
+    assert_eq!(calls[0].cancel, vec![url(0)]);
     // Stable (or scaling up): every pod cancels — once, until a preparation happens again.
     let stable = observed(mirrored(5, delayed.clone()));
-    let calls = delayed_downscale_calls(&stable, "cluster.local.", &never_settled);
+    let calls = delayed_downscale_calls(&stable, &never_settled);
     assert_eq!(calls[0].cancel, (0..5).map(url).collect::<Vec<_>>());
     assert!(calls[0].prepare.is_empty());
-    assert!(
-        delayed_downscale_calls(&stable, "cluster.local.", &|k| k == "mimir/ingester-zone-a")
-            .is_empty()
-    );
+    assert!(delayed_downscale_calls(&stable, &|k| k == "mimir/ingester-zone-a").is_empty());
     // A forced replica count is the target too.
     let forced = json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "4"}}});
     let mut both = delayed.clone();
     merge(&mut both, forced);
-    let calls = delayed_downscale_calls(
-        &observed(mirrored(5, both)),
-        "cluster.local.",
-        &never_settled,
-    );
+    let calls = delayed_downscale_calls(&observed(mirrored(5, both)), &never_settled);
     assert_eq!(
         calls[0].prepare,
         vec![("ingester-zone-a-4".to_string(), url(4))]
@@ -673,9 +690,7 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
         mirrored(2, bad),
         unreferenced,
     ] {
-        assert!(
-            delayed_downscale_calls(&observed(docs), "cluster.local.", &never_settled).is_empty()
-        );
+        assert!(delayed_downscale_calls(&observed(docs), &never_settled).is_empty());
     }
 }
 
