@@ -27,6 +27,7 @@ pub mod fault_proxy;
 pub mod flux;
 pub mod git;
 pub mod http_proxy;
+pub mod in_cluster;
 pub mod jaeger;
 pub mod layout;
 pub mod node;

@@ -6,7 +6,11 @@
 //!   POST since the last DELETE (what the rollout-operator's delayed downscale expects; the
 //!   prepare-downscale webhook only needs a 2xx);
 //! - `DELETE <path>`: records the call, forgets the preparation, answers 200;
-//! - `GET /calls`: every recorded call, as JSON lines `{"method","path","at"}`.
+//! - `GET /calls`: every recorded call, as JSON lines `{"method","path","at"}`;
+//! - `PUT /readiness/false`, `PUT /readiness/true`: turns `/ready` off or on (a zone made
+//!   unavailable by hand, for the eviction tests); not recorded;
+//! - `FAIL_PREPARE_ON=<pod name>` with `POD_NAME` the same: every POST answers 500 (a pod that
+//!   cannot prepare).
 //!
 //! Listens on `PORT` (default 8080) on every address. Plain `std`: no dependencies.
 
@@ -19,6 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 struct Recorded {
     calls: Vec<String>,
     prepared_at: Option<u64>,
+    /// Set by `PUT /readiness/...`: wins over `READY_AFTER`.
+    readiness: Option<bool>,
 }
 
 fn main() {
@@ -38,13 +44,17 @@ fn main() {
         }
     };
     eprintln!("strata-test-pod: listening on port {port}");
+    let fail_prepare = match (std::env::var("FAIL_PREPARE_ON"), std::env::var("POD_NAME")) {
+        (Ok(failing), Ok(me)) => !failing.is_empty() && failing == me,
+        _ => false,
+    };
     let started = Instant::now();
     let recorded = Arc::new(Mutex::new(Recorded::default()));
     for stream in listener.incoming().flatten() {
         let recorded = Arc::clone(&recorded);
         std::thread::spawn(move || {
             let ready = started.elapsed() >= ready_after;
-            if let Err(e) = serve(stream, &recorded, ready) {
+            if let Err(e) = serve(stream, &recorded, ready, fail_prepare) {
                 eprintln!("strata-test-pod: {e}");
             }
         });
@@ -58,7 +68,12 @@ fn now_secs() -> u64 {
         .unwrap_or_default()
 }
 
-fn serve(stream: TcpStream, recorded: &Mutex<Recorded>, ready: bool) -> std::io::Result<()> {
+fn serve(
+    stream: TcpStream,
+    recorded: &Mutex<Recorded>,
+    ready: bool,
+    fail_prepare: bool,
+) -> std::io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut request_line = String::new();
@@ -72,10 +87,19 @@ fn serve(stream: TcpStream, recorded: &Mutex<Recorded>, ready: bool) -> std::io:
     let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let (status, body) = {
         let mut recorded = recorded.lock().unwrap_or_else(|e| e.into_inner());
+        let ready = recorded.readiness.unwrap_or(ready);
         match (method, path) {
             ("GET", "/ready") if ready => (200, "ready\n".to_string()),
-            ("GET", "/ready") => (503, "not ready yet\n".to_string()),
+            ("GET", "/ready") => (503, "not ready\n".to_string()),
             ("GET", "/calls") => (200, recorded.calls.join("")),
+            ("PUT", "/readiness/true" | "/readiness/false") => {
+                recorded.readiness = Some(path == "/readiness/true");
+                (200, "{}\n".to_string())
+            }
+            ("POST", _) if fail_prepare => {
+                recorded.calls.push(call_line(method, path));
+                (500, "{\"error\": \"told to fail\"}\n".to_string())
+            }
             ("POST", _) => {
                 recorded.calls.push(call_line(method, path));
                 let at = *recorded.prepared_at.get_or_insert_with(now_secs);
@@ -91,6 +115,7 @@ fn serve(stream: TcpStream, recorded: &Mutex<Recorded>, ready: bool) -> std::io:
     };
     let reason = match status {
         200 => "OK",
+        500 => "Internal Server Error",
         503 => "Service Unavailable",
         _ => "Not Found",
     };
