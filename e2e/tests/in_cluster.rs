@@ -589,6 +589,346 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
     Ok(())
 }
 
+/// The pod holding `service`'s leader Lease (the holder identity is `<pod>-<suffix>`).
+async fn leader_pod(client: &Client, release: &Release, service: &str) -> Result<Option<String>> {
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(client.clone(), release.namespace());
+    let Some(lease) = leases.get_opt(&format!("{service}-leader")).await? else {
+        return Ok(None);
+    };
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    Ok(release
+        .pods(client, service)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .find(|name| holder.starts_with(&format!("{name}-"))))
+}
+
+/// An AddonsLayer reading ConfigMap `src-<name>` in `source_ns`, applying one ConfigMap (and
+/// `extra` manifests) into `target_ns`.
+fn configmap_layer(name: &str, source_ns: &str, target_ns: &str, extra: &str) -> String {
+    let files = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: {target_ns}}}\ndata: {{owner: {name}}}\n{extra}"
+    );
+    let body: String = files.lines().map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: v1
+kind: ConfigMap
+metadata: {{name: src-{name}, namespace: {source_ns}}}
+data:
+  objects.yaml: |
+{body}---
+apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {name}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  timeout: 90s
+  source: {{kind: ConfigMap, name: src-{name}, namespace: {source_ns}, path: ./}}
+"
+    )
+}
+
+async fn layer_state(client: &Client, layer: &str) -> Result<String> {
+    let layers: Api<layer_controller::crd::AddonsLayer> = Api::all(client.clone());
+    let status = serde_json::to_value(layers.get(layer).await?.status)?;
+    Ok(status["state"].as_str().unwrap_or_default().to_string())
+}
+
+/// Two replicas of each service: deleting a leader pod hands its Lease to the other replica and
+/// work goes on; a `helm upgrade` that changes the webhook's arguments rolls its Deployment
+/// while kube-apiserver keeps calling it, and not one admission fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaders_hand_over_and_the_webhook_rolls_without_a_failed_admission() -> Result<()> {
+    let _one_release = serial().await;
+    let client = client().await;
+    let release = Release::install(&client, &[]).await?;
+    let ns = release.namespace().to_string();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    for service in ["layer-controller", "drift-observer", "rollout-operator"] {
+        let leader = eventually(
+            &format!("{service} elects a leader"),
+            Duration::from_secs(60),
+            || leader_pod(&client, &release, service),
+        )
+        .await?;
+        pods.delete(&leader, &Default::default()).await?;
+        let next = eventually(
+            &format!("{service}'s Lease held by another pod than {leader}"),
+            Duration::from_secs(60),
+            || async {
+                Ok(leader_pod(&client, &release, service)
+                    .await?
+                    .filter(|p| *p != leader))
+            },
+        )
+        .await;
+        let next = match next {
+            Ok(next) => next,
+            Err(e) => bail!("{e:#}\n{}", release.logs(service, 20)),
+        };
+        eprintln!("{service}: leader {leader} deleted, {next} leads");
+    }
+    // Work goes on under the new leader: a layer created now deploys.
+    let target = node_namespace(&client, "ic-ha", &[]).await?;
+    let layer = format!("{}-after", target.name);
+    let _delete_layer = scopeguard(&layer);
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&layer, &ns, &target.name, ""),
+    )
+    .await?;
+    eventually(
+        "a layer created after the hand-over Deployed",
+        Duration::from_secs(60),
+        || async { Ok((layer_state(&client, &layer).await? == "Deployed").then_some(())) },
+    )
+    .await?;
+    release
+        .wait_available(&client, Duration::from_secs(120))
+        .await?;
+
+    // Continuous admission traffic: dry-run creates of AddonsLayers, every one reviewed by the
+    // addonslayer-validation webhook (failurePolicy Fail): a valid layer must be admitted, a
+    // self-dependent one refused with the webhook's reason. Anything else is a failed admission.
+    let old_pods: BTreeSet<String> = release
+        .pods(&client, "admission-webhook")
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut traffic = Vec::new();
+    for worker in 0..4 {
+        let (client, stop, ns) = (client.clone(), stop.clone(), ns.clone());
+        traffic.push(tokio::spawn(async move {
+            let layers: Api<layer_controller::crd::AddonsLayer> = Api::all(client);
+            let dry_run = kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            let (mut admitted, mut refused, mut failed) = (0u32, 0u32, Vec::new());
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                n += 1;
+                let name = format!("traffic-{worker}-{n}");
+                let invalid = n % 2 == 0;
+                let depends = if invalid { format!("[\"{name}@1.0.0\"]") } else { "[]".into() };
+                let layer: layer_controller::crd::AddonsLayer = serde_json::from_value(serde_json::json!({
+                    "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
+                    "metadata": {"name": name},
+                    "spec": {"version": "1.0.0",
+                        "source": {"kind": "ConfigMap", "name": "src", "namespace": ns, "path": "./"},
+                        "prereqs": {"dependsOn": serde_json::from_str::<Value>(&depends).unwrap()}}
+                }))
+                .unwrap();
+                match (layers.create(&dry_run, &layer).await, invalid) {
+                    (Ok(_), false) => admitted += 1,
+                    (Err(kube::Error::Api(e)), true)
+                        if e.message.contains("a layer cannot depend on itself") =>
+                    {
+                        refused += 1
+                    }
+                    (outcome, _) => failed.push(format!("{name}: {outcome:?}")),
+                }
+            }
+            (admitted, refused, failed)
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // An argument change rolls the webhook's Deployment, one replica at a time.
+    release.upgrade(&["admissionWebhook.podTimeout=4s"])?;
+    eventually(
+        "the webhook's pods all replaced and Ready",
+        Duration::from_secs(120),
+        || async {
+            let now = release.pods(&client, "admission-webhook").await?;
+            let replaced = now.len() == 2
+                && now
+                    .iter()
+                    .all(|p| !old_pods.contains(&p.name_any()) && rollout_watch::up(p));
+            Ok(replaced.then_some(()))
+        },
+    )
+    .await?;
+    release
+        .wait_available(&client, Duration::from_secs(60))
+        .await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (mut admitted, mut refused, mut failed) = (0, 0, Vec::new());
+    for worker in traffic {
+        let (a, r, f) = worker.await?;
+        admitted += a;
+        refused += r;
+        failed.extend(f);
+    }
+    eprintln!(
+        "webhook rolled under traffic: {admitted} admitted, {refused} refused as asked, {} failed",
+        failed.len()
+    );
+    ensure!(
+        failed.is_empty(),
+        "{} failed admissions during the webhook's rolling update, e.g. {:?}",
+        failed.len(),
+        &failed[..failed.len().min(3)]
+    );
+    ensure!(
+        admitted > 50 && refused > 50,
+        "too little traffic to judge: {admitted} admitted, {refused} refused"
+    );
+    Ok(())
+}
+
+/// SIGTERM (a pod deletion) on a pod of each service: it exits on its own, well within its grace
+/// period; the layer-controller's leader, stopped in the middle of a layer's attempt, leaves
+/// nothing half-done (the new leader finishes the layer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_service_stops_cleanly_on_sigterm() -> Result<()> {
+    let _one_release = serial().await;
+    let client = client().await;
+    let release = Release::install(&client, &[]).await?;
+    let ns = release.namespace().to_string();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // A layer whose Deployment becomes Ready only after 8 s: its attempt is under way when the
+    // controller's leader gets SIGTERM.
+    let target = node_namespace(&client, "ic-stop", &[]).await?;
+    let layer = format!("{}-slow", target.name);
+    let _delete_layer = scopeguard(&layer);
+    let slow = format!(
+        "---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: slow, namespace: {t}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: slow}}}}
+  template:
+    metadata: {{labels: {{app: slow}}}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: app
+        image: {image}
+        env: [{{name: READY_AFTER, value: \"8\"}}]
+        readinessProbe: {{httpGet: {{path: /ready, port: 8080}}, periodSeconds: 1}}
+",
+        t = target.name,
+        image = test_pod_image()
+    );
+    let leader = eventually("a layer-controller leader", Duration::from_secs(60), || {
+        leader_pod(&client, &release, "layer-controller")
+    })
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(&layer, &ns, &target.name, &slow),
+    )
+    .await?;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &target.name);
+    eventually(
+        "the layer's Deployment applied",
+        Duration::from_secs(30),
+        || async { Ok(deployments.get_opt("slow").await?.map(|_| ())) },
+    )
+    .await?;
+    ensure!(
+        layer_state(&client, &layer).await? != "Deployed",
+        "the layer was Deployed before its Deployment was Ready"
+    );
+
+    for service in SERVICES {
+        let victim = if service == "layer-controller" {
+            leader.clone()
+        } else {
+            release.pods(&client, service).await?[0].name_any()
+        };
+        let grace = pods
+            .get(&victim)
+            .await?
+            .spec
+            .and_then(|s| s.termination_grace_period_seconds)
+            .unwrap_or(30);
+        let (left, exit) = stopped(&pods, &victim).await?;
+        eprintln!(
+            "{service}: {victim} left {:.1} s after SIGTERM, exit {exit:?}",
+            left.as_secs_f64()
+        );
+        ensure!(
+            left < Duration::from_secs(u64::try_from(grace)?),
+            "{victim} took {left:?}, its grace period is {grace} s"
+        );
+        ensure!(
+            exit == Some(0),
+            "{victim} ended with exit code {exit:?}, not 0: it did not stop on its own"
+        );
+    }
+    // The old leader left the layer mid-attempt; the new one finishes it.
+    eventually(
+        "the layer Deployed by the new leader",
+        Duration::from_secs(90),
+        || async { Ok((layer_state(&client, &layer).await? == "Deployed").then_some(())) },
+    )
+    .await?;
+    ensure!(
+        deployments
+            .get("slow")
+            .await?
+            .status
+            .unwrap_or_default()
+            .ready_replicas
+            == Some(1),
+        "Deployed while its Deployment is not Ready"
+    );
+    Ok(())
+}
+
+/// Deletes `pod` (kubelet sends SIGTERM) and follows it until it is gone: how long that took
+/// and the exit code its container reported on the way.
+async fn stopped(pods: &Api<Pod>, pod: &str) -> Result<(Duration, Option<i32>)> {
+    use futures::StreamExt as _;
+    use kube::runtime::watcher;
+    let config = watcher::Config::default().fields(&format!("metadata.name={pod}"));
+    let mut events = std::pin::pin!(watcher::watcher(pods.clone(), config));
+    // The first (list) event: the watch is under way before the deletion.
+    let _ = events.next().await;
+    let started = std::time::Instant::now();
+    pods.delete(pod, &Default::default()).await?;
+    let mut exit = None;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let event = tokio::time::timeout_at(deadline, events.next())
+            .await
+            .with_context(|| format!("{pod} still there after 60 s"))?;
+        match event {
+            Some(Ok(watcher::Event::Delete(_))) => return Ok((started.elapsed(), exit)),
+            Some(Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p))) => {
+                let terminated = p
+                    .status
+                    .and_then(|s| s.container_statuses)
+                    .into_iter()
+                    .flatten()
+                    .find_map(|c| c.state.and_then(|s| s.terminated));
+                if let Some(t) = terminated {
+                    exit = Some(t.exit_code);
+                }
+            }
+            Some(_) => {}
+            None => bail!("the watch of {pod} ended"),
+        }
+    }
+}
+
 /// Deletes an AddonsLayer when dropped (a failed test leaves none behind).
 fn scopeguard(layer: &str) -> strata_e2e::support::DeleteOnDrop {
     strata_e2e::support::DeleteOnDrop {
