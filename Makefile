@@ -17,7 +17,7 @@ CARGO ?= cargo
 # cargo never rebuilds a service just for a different feature set.
 TEST_FEATURES := --features admission-webhook/test-hooks,rollout-operator/test-hooks
 
-.PHONY: all build demo demo-check test lint unit e2e chaos plane-build bench crds dashboards manifests images dist fmt fuzz clean-plane help
+.PHONY: all build demo demo-check test lint unit e2e chaos plane-build bench crds dashboards manifests images images-test dist fmt fuzz clean-plane help
 
 all: build
 
@@ -46,9 +46,17 @@ unit: plane-build
 # End-to-end tests against one shared local control plane; then, on the same plane, the check
 # that every verb the chart grants was used by some test (e2e/tests/rbac_coverage.rs reads the
 # plane's audit log; `STRATA_UPDATE_DOCS=1 make e2e` rewrites the table in docs/security.md).
-e2e: build plane-build
+# The plane has a real node (kubelet, containerd, kube-proxy): the images are built first
+# (`image-test` profile, OCI archives) and, once the plane is up, started as containers on it
+# (scripts/images.sh); the in-cluster tier (e2e/tests/in_cluster.rs) installs the chart from them.
+e2e: build plane-build images-test
 	$(CARGO) test -p strata-e2e --no-run
-	scripts/with-plane.sh bash -c '$(CARGO) test -p strata-e2e --tests --no-fail-fast -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
+	scripts/with-plane.sh bash -c 'scripts/images.sh --profile image-test --run-only && $(CARGO) test -p strata-e2e --tests --no-fail-fast -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
+
+# The images of the in-cluster tier: the same Containerfile and checks as `make images`, built
+# with the cheaper `image-test` cargo profile; not started (that needs the plane's real node).
+images-test: build plane-build
+	scripts/images.sh --profile image-test --no-run
 
 # The plane build (Go, mostly downloads on a fresh machine) runs beside lint's cargo build.
 test:
@@ -119,7 +127,8 @@ manifests: plane-build
 dist:
 	scripts/dist.sh
 
-# Container images of the four services (podman; see scripts/images.sh), checked and started
-# against the local control plane. Not part of `make test` (a release build of four binaries).
+# Container images of the four services (podman; see scripts/images.sh), checked and started as
+# containers on the local plane's real node. Not part of `make test` (a release build of four
+# binaries); `make test` builds the same images with the `image-test` profile.
 images: build plane-build
-	scripts/with-plane.sh scripts/images.sh
+	scripts/with-plane.sh scripts/images.sh --profile image

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a command with the local control plane up: starts `strata-plane up` in the background,
+# Runs a command with the local control plane up: starts `strata-plane up --real-node` in the background,
 # waits until it is ready, exports E2E_KUBECONFIG/KUBECONFIG/KUBECTL/HELM, runs the command,
 # then stops the plane (leaving no processes) and exits with the command's status.
 # With E2E_KUBECONFIG already set, the command runs against that cluster instead.
@@ -15,7 +15,11 @@ dir="${STRATA_PLANE_DIR:-${CARGO_TARGET_DIR:-target}/strata-plane}"
 mkdir -p "$dir"
 log="$dir.log"
 rm -f "$dir/ready"
-"$plane_bin" up --dir "$dir" >"$log" 2>&1 &
+# The real node (kubelet, containerd, CNI bridge, kube-proxy) for the in-cluster tier and the
+# image tests; STRATA_PLANE_REAL_NODE=0 starts the plane with kwok nodes only.
+node_flag=(--real-node)
+[[ ${STRATA_PLANE_REAL_NODE:-1} == 0 ]] && node_flag=()
+"$plane_bin" up --dir "$dir" "${node_flag[@]}" >"$log" 2>&1 &
 plane_pid=$!
 stop_plane() {
   if kill -0 "$plane_pid" 2>/dev/null; then
