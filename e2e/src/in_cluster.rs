@@ -34,14 +34,6 @@ pub const SERVICES: [&str; 4] = [
 /// `admissionWebhook.webhooks.namespaceSelector`).
 pub const WEBHOOK_OPT_IN: (&str, &str) = ("strata.dev/admission-webhook", "enabled");
 
-/// The CRDs the chart installs; ones already in the cluster (other tests apply them from
-/// `manifests/crds/`) are handed to the release first, as Helm's adoption rules ask.
-const CHART_CRDS: [&str; 3] = [
-    "addonslayers.strata.dev",
-    "replicatemplates.rollout-operator.grafana.com",
-    "zoneawarepoddisruptionbudgets.rollout-operator.grafana.com",
-];
-
 /// Held by each in-cluster test for its whole run: one release at a time.
 pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
     static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -188,11 +180,12 @@ impl Release {
             kubectl,
             helm: helm_binary()?,
         };
-        release.adopt_crds()?;
+        // CRDs other tests applied from manifests/crds/ become the release's (docs/install.md).
         let mut args = vec![
             "install".to_string(),
             release.name.clone(),
             chart_dir().display().to_string(),
+            "--take-ownership".into(),
             "--set".into(),
             "global.image.pullPolicy=Never".into(),
         ];
@@ -244,42 +237,6 @@ impl Release {
             );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-
-    /// CRDs that exist already become this release's (Helm adopts an object carrying its
-    /// release's name and namespace).
-    fn adopt_crds(&self) -> Result<()> {
-        for crd in CHART_CRDS {
-            let exists = self.kubectl.run(
-                &["get", "crd", crd, "--ignore-not-found", "-o", "name"],
-                None,
-            )?;
-            if exists.trim().is_empty() {
-                continue;
-            }
-            self.kubectl.run(
-                &[
-                    "label",
-                    "crd",
-                    crd,
-                    "--overwrite",
-                    "app.kubernetes.io/managed-by=Helm",
-                ],
-                None,
-            )?;
-            self.kubectl.run(
-                &[
-                    "annotate",
-                    "crd",
-                    crd,
-                    "--overwrite",
-                    &format!("meta.helm.sh/release-name={}", self.name),
-                    &format!("meta.helm.sh/release-namespace={}", self.namespace()),
-                ],
-                None,
-            )?;
-        }
-        Ok(())
     }
 
     /// Waits until every Deployment of the release has all its replicas updated and Ready

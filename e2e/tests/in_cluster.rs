@@ -719,7 +719,7 @@ async fn leaders_hand_over_and_the_webhook_rolls_without_a_failed_admission() ->
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 n += 1;
                 let name = format!("traffic-{worker}-{n}");
-                let invalid = n % 2 == 0;
+                let invalid = n.is_multiple_of(2);
                 let depends = if invalid { format!("[\"{name}@1.0.0\"]") } else { "[]".into() };
                 let layer: layer_controller::crd::AddonsLayer = serde_json::from_value(serde_json::json!({
                     "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
