@@ -59,9 +59,12 @@ images-test: build plane-build
 	scripts/images.sh --profile image-test --no-run
 
 # The plane build (Go, mostly downloads on a fresh machine) runs beside lint's cargo build.
+# The demo's in-cluster path last: the real node is one per machine, and the e2e plane holds
+# it while the suite runs (e2e/tests/demo.rs checks the tour's fallback to host processes there).
 test:
 	$(MAKE) -j2 lint plane-build
 	$(MAKE) unit e2e
+	$(MAKE) demo-check DEMO_ARGS='--real-node required --port-base 28080'
 
 # The fault-injection scenarios (docs/reliability.md) on one local control plane; they also run
 # within `make test`'s end-to-end tier.
@@ -73,10 +76,10 @@ chaos: build plane-build
 # `demo-check` runs the same tour headless and exits non-zero at the first step whose outcome
 # does not happen (`make test` runs it too, as e2e/tests/demo.rs).
 DEMO_ARGS ?=
-demo: build plane-build
+demo: build plane-build images-test
 	@$(STRATA_BIN_DIR)/strata-plane demo --dir $(CARGO_TARGET_DIR)/strata-demo --bin-dir $(STRATA_BIN_DIR) $(DEMO_ARGS)
 
-demo-check: build plane-build
+demo-check: build plane-build images-test
 	@$(STRATA_BIN_DIR)/strata-plane demo --check --dir $(CARGO_TARGET_DIR)/strata-demo-check --bin-dir $(STRATA_BIN_DIR) $(DEMO_ARGS)
 
 # Benchmarks; results are written to docs/benchmarks.md. The Go anchors are measured in the

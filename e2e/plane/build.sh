@@ -6,6 +6,13 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # shellcheck source=versions.env
 source "$here/versions.env"
+# Another Kubernetes version for one run (docs/testing.md, "Kubernetes versions"):
+# STRATA_KUBERNETES_VERSION=v1.37.2 builds that version's components (and its v0.37.2 staging
+# modules) into a cache directory of their own.
+if [[ -n ${STRATA_KUBERNETES_VERSION:-} ]]; then
+  KUBERNETES_VERSION="$STRATA_KUBERNETES_VERSION"
+  KUBERNETES_STAGING_VERSION="v0.${KUBERNETES_VERSION#v1.}"
+fi
 
 cache="${STRATA_CACHE:-$HOME/.cache/strata}"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"

@@ -171,9 +171,12 @@ pub struct Tour<'a> {
     pub plane: &'a Plane,
     pub bin_dir: PathBuf,
     pub ports: Ports,
+    /// The services run as host processes (when the plane has no real node).
     pub services: Vec<ServiceProcess>,
     printer: Printer,
     kubectl: Kubectl,
+    /// The chart's own pods on the plane's real node run the services (`install_in_cluster`).
+    in_cluster: bool,
 }
 
 /// A step that failed: its title and the cause (printed on one line).
@@ -211,6 +214,7 @@ impl<'a> Tour<'a> {
                 started: Instant::now(),
             },
             kubectl,
+            in_cluster: plane.real_node().is_some(),
         }
     }
 
@@ -218,9 +222,18 @@ impl<'a> Tour<'a> {
     pub async fn run(&mut self) -> Result<(), StepFailed> {
         let kube_bin = self.plane.binaries().kube.display().to_string();
         self.printer.begin(STEPS[0]);
+        let real_node = if self.in_cluster {
+            format!(
+                ", and a real node {} (kubelet, containerd, kube-proxy; pods on the bridge {})",
+                crate::node::NODE_NAME,
+                crate::node::POD_SUBNET
+            )
+        } else {
+            String::new()
+        };
         self.printer.saw(&format!(
             "etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake nodes in \
-             zone-a, zone-b, zone-c) ready in {:.1} s at {}",
+             zone-a, zone-b, zone-c){real_node} ready in {:.1} s at {}",
             self.plane.startup.as_secs_f64(),
             self.plane.api_server()
         ));
@@ -282,11 +295,35 @@ impl<'a> Tour<'a> {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    fn admin_address(&self, service: &str) -> SocketAddr {
-        ([127, 0, 0, 1], self.ports.admin(service)).into()
+    /// Where each running replica of `service` serves its admin HTTP: the chart's pods' own
+    /// addresses (Ready ones) in-cluster, the host process's port otherwise.
+    async fn admin_addresses(&self, client: &Client, service: &str) -> Result<Vec<SocketAddr>> {
+        if !self.in_cluster {
+            return Ok(vec![([127, 0, 0, 1], self.ports.admin(service)).into()]);
+        }
+        let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+        let list = pods
+            .list(&ListParams::default().labels(&format!("app.kubernetes.io/name={service}")))
+            .await?;
+        Ok(list
+            .items
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.status.as_ref()?.pod_ip.as_deref()?.parse().ok())
+            .map(|ip: std::net::IpAddr| SocketAddr::new(ip, 8080))
+            .collect())
     }
 
     async fn install(&mut self, client: &Client) -> Result<()> {
+        self.apply_crds(client).await?;
+        if self.in_cluster {
+            self.install_in_cluster(client).await
+        } else {
+            self.install_as_processes(client).await
+        }
+    }
+
+    async fn apply_crds(&mut self, client: &Client) -> Result<()> {
         let crds = crate::chart::repo_root().join("manifests/crds");
         self.kubectl
             .run(
@@ -309,7 +346,96 @@ impl<'a> Tour<'a> {
             "kubectl apply --server-side -k {}",
             crds.display()
         ));
+        Ok(())
+    }
 
+    /// The chart installed with `helm install` onto the real node: its Deployments run the
+    /// images `make images-test` built (imported into the node, never pulled), each service
+    /// with its pod's own ServiceAccount token; kube-apiserver calls the webhooks through the
+    /// chart's Service.
+    async fn install_in_cluster(&mut self, client: &Client) -> Result<()> {
+        let node = self
+            .plane
+            .real_node()
+            .context("the plane has no real node")?;
+        crate::in_cluster::import_images(&node.containerd_socket(), &node.binaries().ctr)?;
+        let mut namespace = json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": RELEASE_NAMESPACE, "annotations": {}}});
+        for (key, value) in crate::node::namespace_annotations() {
+            namespace["metadata"]["annotations"][key] = json!(value);
+        }
+        self.kubectl.apply(&[&namespace])?;
+        // The rollout-operator's Role lives in the namespace it watches.
+        self.kubectl.apply(&[&json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "demo", "labels": {"strata.dev/admission-webhook": "enabled"}}
+        })])?;
+        let values = [
+            "crds.enabled=false",
+            "global.image.pullPolicy=Never",
+            "global.logFormat=text",
+            "layerController.defaultSourceNamespace=demo",
+            "rolloutOperator.watchNamespace=demo",
+        ];
+        let chart = crate::chart::repo_root().join("helm/strata");
+        let mut helm = std::process::Command::new(self.plane.binaries().helm.join("helm"));
+        helm.args(["install", "strata"])
+            .arg(&chart)
+            .args(["--namespace", RELEASE_NAMESPACE, "--kubeconfig"])
+            .arg(self.plane.kubeconfig());
+        for value in values {
+            helm.args(["--set", value]);
+        }
+        let out = helm.output().context("running helm")?;
+        ensure!(
+            out.status.success(),
+            "helm install: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        self.printer.saw(&format!(
+            "helm install strata helm/strata -n {RELEASE_NAMESPACE} --set {}",
+            values.join(",")
+        ));
+        for service in crate::services::SERVICES {
+            let (pod, admin) = poll(
+                &format!("{service} ready and leading on the real node"),
+                Duration::from_secs(120),
+                || async {
+                    let pods: Api<Pod> = Api::namespaced(client.clone(), RELEASE_NAMESPACE);
+                    let list = pods
+                        .list(
+                            &ListParams::default()
+                                .labels(&format!("app.kubernetes.io/name={service}")),
+                        )
+                        .await?;
+                    for pod in list.items {
+                        let Some(ip) = pod.status.as_ref().and_then(|s| s.pod_ip.clone()) else {
+                            continue;
+                        };
+                        let admin = SocketAddr::new(ip.parse()?, 8080);
+                        if ready_and_leading(service, admin).await {
+                            return Ok(Some((pod.metadata.name.unwrap_or_default(), admin)));
+                        }
+                    }
+                    Ok(None)
+                },
+            )
+            .await?;
+            self.printer.saw(&format!(
+                "{service:<18} ready and leading: pod {pod} on {}, as ServiceAccount {RELEASE_NAMESPACE}/{service}  http://{admin}/metrics",
+                crate::node::NODE_NAME
+            ));
+        }
+        self.webhook_ca_injected(client).await?;
+        self.printer.try_it(&format!(
+            "kubectl -n {RELEASE_NAMESPACE} get pods -o wide; kubectl -n {RELEASE_NAMESPACE} logs deploy/layer-controller"
+        ));
+        Ok(())
+    }
+
+    /// The services as processes on this host, each from the command its rendered Deployment
+    /// gives and a token of the ServiceAccount the chart made for it (no real node here).
+    async fn install_as_processes(&mut self, client: &Client) -> Result<()> {
         let mut sets = vec![
             "crds.enabled=false".to_string(),
             "global.logFormat=text".to_string(),
@@ -365,7 +491,7 @@ impl<'a> Tour<'a> {
             self.services.push(process);
         }
         for service in crate::services::SERVICES {
-            let admin = self.admin_address(service);
+            let admin: SocketAddr = ([127, 0, 0, 1], self.ports.admin(service)).into();
             let deadline = Instant::now() + Duration::from_secs(60);
             while !ready_and_leading(service, admin).await {
                 self.exited()?;
@@ -380,6 +506,13 @@ impl<'a> Tour<'a> {
                 "{service:<18} ready and leading, as ServiceAccount {RELEASE_NAMESPACE}/{service}  http://{admin}/metrics"
             ));
         }
+        self.webhook_ca_injected(client).await?;
+        self.printer
+            .try_it(&format!("tail -f {}/*.log", logs.display()));
+        Ok(())
+    }
+
+    async fn webhook_ca_injected(&mut self, client: &Client) -> Result<()> {
         // The server writes its CA into every configuration; kube-apiserver trusts it a moment
         // later. Until then a layer would be refused by a webhook that cannot be called.
         let configs: Api<
@@ -406,8 +539,6 @@ impl<'a> Tour<'a> {
         self.printer.try_it(&format!(
             "kubectl -n {RELEASE_NAMESPACE} get leases; kubectl get validatingwebhookconfigurations,mutatingwebhookconfigurations"
         ));
-        self.printer
-            .try_it(&format!("tail -f {}/*.log", logs.display()));
         Ok(())
     }
 
@@ -988,30 +1119,43 @@ impl<'a> Tour<'a> {
         Ok(())
     }
 
-    async fn metrics(&mut self, _client: &Client) -> Result<()> {
+    async fn metrics(&mut self, client: &Client) -> Result<()> {
         let counters = [
             ("layer-controller", "layer_controller_applied_objects_total"),
             ("drift-observer", "drift_observer_drift_detected_total"),
             ("rollout-operator", "rollout_operator_pods_deleted_total"),
             ("admission-webhook", "admission_webhook_reviews_total"),
         ];
+        let mut first_admin = None;
         for (service, counter) in counters {
-            let admin = self.admin_address(service);
-            let (code, body) = crate::support::http_get(admin, "/metrics").await?;
-            ensure!(code == 200, "{service} /metrics answered {code}");
-            let series = crate::support::parse_openmetrics(&body)?;
-            let total: f64 = series
-                .iter()
-                .filter(|(s, _)| s.split('{').next() == Some(counter))
-                .map(|(_, v)| v)
-                .sum();
+            // Summed over the replicas: in-cluster the leader did the controllers' work, and
+            // kube-apiserver spread the reviews over both webhook replicas.
+            let (mut total, mut series_count) = (0.0, 0);
+            let addresses = self.admin_addresses(client, service).await?;
+            ensure!(!addresses.is_empty(), "no running {service}");
+            for admin in &addresses {
+                let (code, body) = crate::support::http_get(*admin, "/metrics").await?;
+                ensure!(code == 200, "{service} /metrics at {admin} answered {code}");
+                let series = crate::support::parse_openmetrics(&body)?;
+                series_count = series_count.max(series.len());
+                total += series
+                    .iter()
+                    .filter(|(s, _)| s.split('{').next() == Some(counter))
+                    .map(|(_, v)| v)
+                    .sum::<f64>();
+            }
             ensure!(
                 total > 0.0,
                 "{service}: {counter} is {total} after the tour (it did work above)"
             );
+            let shown: Vec<String> = addresses
+                .iter()
+                .map(|a| format!("http://{a}/metrics"))
+                .collect();
+            first_admin.get_or_insert(addresses[0]);
             self.printer.saw(&format!(
-                "{service:<18} http://{admin}/metrics  {} series; {counter} = {total}",
-                series.len()
+                "{service:<18} {}  {series_count} series; {counter} = {total}",
+                shown.join(" ")
             ));
         }
         let dashboards = crate::chart::repo_root().join("dashboards");
@@ -1027,10 +1171,11 @@ impl<'a> Tour<'a> {
             boards.join(","),
             dashboards.display()
         ));
-        self.printer.try_it(&format!(
-            "curl -s http://{}/metrics | grep ^layer_controller_",
-            self.admin_address("layer-controller")
-        ));
+        if let Some(admin) = first_admin {
+            self.printer.try_it(&format!(
+                "curl -s http://{admin}/metrics | grep ^layer_controller_"
+            ));
+        }
         Ok(())
     }
 }

@@ -81,8 +81,24 @@ pub fn ensure_images() -> Result<()> {
         )
     })?;
     let ctr = std::env::var("STRATA_NODE_CTR").unwrap_or_else(|_| "ctr".into());
+    import_images(std::path::Path::new(&socket), std::path::Path::new(&ctr))
+}
+
+/// Whether the image archives [`import_images`] reads exist (`make images-test` makes them).
+pub fn image_archives_built() -> bool {
+    image_archives().is_ok_and(|dir| {
+        SERVICES
+            .iter()
+            .all(|s| dir.join(format!("{s}.oci.tar")).is_file())
+    })
+}
+
+/// Imports into the containerd at `socket` (with `ctr`) every image it lacks, from the archives
+/// `scripts/images.sh --profile image-test` made.
+pub fn import_images(socket: &std::path::Path, ctr: &std::path::Path) -> Result<()> {
+    let socket = socket.display().to_string();
     let ctr = |args: &[&str]| {
-        Command::new(&ctr)
+        Command::new(ctr)
             .args(["--address", &socket, "--namespace", "k8s.io"])
             .args(args)
             .output()
@@ -168,6 +184,15 @@ impl Release {
     /// are imported into the node, never pulled) and `values` (`key=value` for `--set`) — into
     /// a new namespace on the real node, then waits until every Deployment is Available.
     pub async fn install(client: &Client, values: &[&str]) -> Result<Release> {
+        Self::install_within(client, values, Duration::from_secs(120)).await
+    }
+
+    /// [`Release::install`], waiting at most `timeout` for the Deployments.
+    pub async fn install_within(
+        client: &Client,
+        values: &[&str],
+        timeout: Duration,
+    ) -> Result<Release> {
         real_node(client).await?;
         let namespace = node_namespace(client, "ic", &[]).await?;
         let kubectl = Kubectl {
@@ -194,9 +219,7 @@ impl Release {
             args.push(value.to_string());
         }
         release.helm(&args)?;
-        release
-            .wait_available(client, Duration::from_secs(120))
-            .await?;
+        release.wait_available(client, timeout).await?;
         Ok(release)
     }
 

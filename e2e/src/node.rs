@@ -80,6 +80,11 @@ impl NodeBinaries {
     /// Checks the host can run a node: root, cgroups, the Debian packages and what the plane
     /// build made. The error is one line naming what is missing and how to get it.
     pub fn find(kube_bin: &Path, build_output: &str) -> Result<Self> {
+        Self::find_on(&Host::this(), kube_bin, build_output)
+    }
+
+    /// [`NodeBinaries::find`] on a host described by `host` (this one, or a test's).
+    fn find_on(host: &Host, kube_bin: &Path, build_output: &str) -> Result<Self> {
         let get = |key: &str| {
             build_output
                 .lines()
@@ -87,21 +92,20 @@ impl NodeBinaries {
                 .map(str::to_string)
                 .ok_or_else(|| anyhow!("e2e/plane/build.sh did not print {key}"))
         };
-        if !is_root() {
+        if !host.root {
             bail!(
                 "the real node needs root (a kubelet, containerd and kube-proxy set up cgroups, mounts and iptables): run as root, or without --real-node"
             );
         }
-        if !Path::new("/sys/fs/cgroup/memory").is_dir()
-            && !Path::new("/sys/fs/cgroup/cgroup.controllers").is_file()
-        {
+        if !host.cgroups {
             bail!(
                 "the real node needs cgroups mounted at /sys/fs/cgroup (v1 with a memory controller, or v2): this host has neither"
             );
         }
         let packages = "install Debian's containerd, runc and iptables packages as root (`make plane-build` does it with apt when it can)";
         let tool = |name: &str| -> Result<PathBuf> {
-            which(name).ok_or_else(|| anyhow!("the real node needs `{name}` on PATH: {packages}"))
+            which(&host.path, name)
+                .ok_or_else(|| anyhow!("the real node needs `{name}` on PATH: {packages}"))
         };
         for name in ["iptables", "iptables-restore", "ip", "umount", "setpriv"] {
             tool(name)?;
@@ -177,9 +181,10 @@ pub fn claim(plane_dir: &Path) -> Result<fs::File> {
         .with_context(|| format!("opening {LOCK_FILE}"))?;
     if lock.try_lock().is_err() {
         let holder = fs::read_to_string(LOCK_FILE).unwrap_or_default();
+        let holder: Vec<&str> = holder.lines().filter(|l| !l.trim().is_empty()).collect();
         bail!(
             "another plane's real node runs on this machine ({}): one real node per machine; stop that plane first, or start this one without --real-node",
-            holder.trim()
+            holder.join(", ")
         );
     }
     // The previous holder (if any) is gone: sweep its node and ours.
@@ -830,10 +835,33 @@ fn run(program: &str, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
+/// What the real node needs of the host it would run on.
+#[derive(Debug)]
+struct Host {
+    root: bool,
+    /// cgroups mounted at /sys/fs/cgroup: v1 with a memory controller, or v2.
+    cgroups: bool,
+    /// Where programs are looked for: `PATH` and the sbin directories a root shell has.
+    path: std::ffi::OsString,
+}
+
+impl Host {
+    fn this() -> Self {
+        let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect())
+            .unwrap_or_default();
+        dirs.extend(["/usr/sbin", "/sbin"].map(PathBuf::from));
+        Self {
+            root: is_root(),
+            cgroups: Path::new("/sys/fs/cgroup/memory").is_dir()
+                || Path::new("/sys/fs/cgroup/cgroup.controllers").is_file(),
+            path: std::env::join_paths(dirs).unwrap_or_default(),
+        }
+    }
+}
+
+fn which(path: &std::ffi::OsStr, name: &str) -> Option<PathBuf> {
+    std::env::split_paths(path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
@@ -878,6 +906,77 @@ mod tests {
             ("/trailing\\04", "/trailing\\04"),
         ] {
             assert_eq!(unescape_mount_path(field), want, "{field}");
+        }
+    }
+
+    /// A host whose PATH holds `tools`, with the plane build's pieces in a directory of their
+    /// own: what `find_on` says for it.
+    fn find_with(root: bool, cgroups: bool, tools: &[&str]) -> Result<NodeBinaries> {
+        static CASE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let case = CASE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("strata-node-find-{}-{case}", std::process::id()));
+        let (bin, kube) = (dir.join("bin"), dir.join("kube"));
+        fs::create_dir_all(&bin)?;
+        fs::create_dir_all(&kube)?;
+        for tool in tools {
+            fs::write(bin.join(tool), "")?;
+        }
+        for built in ["kubelet", "kube-proxy", "crictl", "bridge", "pause.oci.tar"] {
+            fs::write(kube.join(built), "")?;
+        }
+        let k = kube.display();
+        let output = format!(
+            "CRICTL_BIN={k}\nCNI_BIN={k}\nPAUSE_ARCHIVE={k}/pause.oci.tar\nPAUSE_IMAGE=localhost/strata/pause:t\n"
+        );
+        let host = Host {
+            root,
+            cgroups,
+            path: bin.into_os_string(),
+        };
+        let found = NodeBinaries::find_on(&host, &kube, &output);
+        let _ = fs::remove_dir_all(&dir);
+        found
+    }
+
+    #[test]
+    fn a_host_that_cannot_run_the_node_is_named_in_one_line() {
+        let all = [
+            "iptables",
+            "iptables-restore",
+            "ip",
+            "umount",
+            "setpriv",
+            "containerd",
+            "runc",
+            "ctr",
+        ];
+        assert!(find_with(true, true, &all).is_ok());
+        let without = |missing: &str| -> Vec<&str> {
+            all.iter().copied().filter(|t| *t != missing).collect()
+        };
+        for (case, found, want) in [
+            ("not root", find_with(false, true, &all), "needs root"),
+            ("no cgroups", find_with(true, false, &all), "needs cgroups"),
+            (
+                "no runtime",
+                find_with(true, true, &without("containerd")),
+                "needs `containerd` on PATH: install Debian's containerd",
+            ),
+            (
+                "no runc",
+                find_with(true, true, &without("runc")),
+                "needs `runc` on PATH",
+            ),
+            (
+                "no iptables for kube-proxy",
+                find_with(true, true, &without("iptables-restore")),
+                "needs `iptables-restore` on PATH",
+            ),
+        ] {
+            let error = format!("{:#}", found.expect_err(case));
+            assert!(error.contains(want), "{case}: {error}");
+            assert!(!error.contains('\n'), "{case}: not one line: {error}");
         }
     }
 

@@ -1,8 +1,9 @@
 //! Stand-in pods for the endpoints the webhooks and the rollout-operator call on pods
 //! (prepare-downscale's prepare/undo, delayed downscale's prepare/cancel), reached through the
 //! services' test-only `--pod-address-override`. The pod is named by the Host header the
-//! caller sends (`<pod>.<service>.<namespace>.svc…`); calls for pods of another namespace (a
-//! test running beside) are answered 404 and not recorded.
+//! caller sends: the pod's IP (Strata calls pods at their own address), found among the pods of
+//! the namespace, or a DNS name `<pod>.<service>.<namespace>.svc…` (the anchor's form); calls
+//! for pods of another namespace (a test running beside) are answered 404 and not recorded.
 //!
 //! Each pod answers as it is told ([`Answer`], per method) and keeps the state a real pod
 //! would: prepared from the moment a POST reaches it until a DELETE it answered with 2xx.
@@ -41,6 +42,8 @@ struct State {
 pub struct PodEndpoints {
     namespace: String,
     state: Arc<Mutex<State>>,
+    /// Reads the namespace's pods, to name the pod behind an IP.
+    pods: kube::Api<k8s_openapi::api::core::v1::Pod>,
     /// `host:port` to give `--pod-address-override`.
     pub address: String,
 }
@@ -50,9 +53,11 @@ impl PodEndpoints {
     pub async fn start(namespace: &str) -> Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?.to_string();
+        let client = crate::support::cluster().client().await?;
         let me = Self {
             namespace: namespace.to_string(),
             state: Arc::default(),
+            pods: kube::Api::namespaced(client, namespace),
             address,
         };
         let server = me.clone();
@@ -69,11 +74,9 @@ impl PodEndpoints {
             .get(axum::http::header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or_default();
-        let mut labels = host.split('.');
-        let pod = labels.next().unwrap_or_default().to_string();
-        if labels.nth(1) != Some(self.namespace.as_str()) {
+        let Some(pod) = self.pod_behind(host).await else {
             return (StatusCode::NOT_FOUND, String::new());
-        }
+        };
         let answer = {
             let mut state = self.state();
             state.calls.push((method.to_string(), pod.clone()));
@@ -106,6 +109,10 @@ impl PodEndpoints {
             self.state().prepared.insert(pod, false);
         }
         (status, body)
+    }
+
+    async fn pod_behind(&self, host: &str) -> Option<String> {
+        pod_behind(&self.pods, &self.namespace, host).await
     }
 
     /// The shared state; a test that panicked while holding it leaves it usable.
@@ -147,4 +154,30 @@ impl PodEndpoints {
     pub fn calls(&self) -> Vec<(String, String)> {
         self.state().calls.clone()
     }
+}
+
+/// The pod of `namespace` a call's Host header names: by its IP (looked up among the namespace's
+/// pods now: Strata calls pods at their own address), or by a DNS name
+/// `<pod>.<service>.<namespace>.svc…` (the anchor's form). `None` for another namespace's.
+pub async fn pod_behind(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+    namespace: &str,
+    host: &str,
+) -> Option<String> {
+    let bare = host
+        .rsplit_once(':')
+        .filter(|(_, port)| port.chars().all(|c| c.is_ascii_digit()))
+        .map_or(host, |(h, _)| h)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<std::net::IpAddr>() {
+        let listed = pods.list(&Default::default()).await.ok()?;
+        return listed.items.into_iter().find_map(|p| {
+            let pod_ip: std::net::IpAddr = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+            (ip == pod_ip).then(|| p.metadata.name.clone().unwrap_or_default())
+        });
+    }
+    let mut labels = host.split('.');
+    let pod = labels.next().unwrap_or_default().to_string();
+    (labels.nth(1) == Some(namespace)).then_some(pod)
 }

@@ -929,6 +929,57 @@ async fn stopped(pods: &Api<Pod>, pod: &str) -> Result<(Duration, Option<i32>)> 
     }
 }
 
+/// An image that cannot start (here: the binary refuses an argument) fails the install, naming
+/// the pod and its container's last state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_that_cannot_start_fails_the_install_naming_the_pod() -> Result<()> {
+    let _one_release = serial().await;
+    let client = client().await;
+    let failed = Release::install_within(
+        &client,
+        &["layerController.extraArgs={--no-such-flag}"],
+        Duration::from_secs(40),
+    )
+    .await;
+    let error = format!("{:#}", failed.err().context("the install succeeded")?);
+    ensure!(
+        error.contains("/layer-controller-") && error.contains("last state"),
+        "the failure names no layer-controller pod: {error}"
+    );
+    ensure!(
+        error.contains("\"exitCode\":2") && error.contains("--no-such-flag"),
+        "the failure shows no exit code or log line: {error}"
+    );
+    Ok(())
+}
+
+/// One real node per machine: a second plane asking for one fails at once with one line naming
+/// the plane that holds it, and leaves the running node alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_real_node_is_refused_in_one_line() -> Result<()> {
+    let client = client().await;
+    strata_e2e::in_cluster::real_node(&client).await?;
+    let dir = std::env::temp_dir().join(format!("strata-second-node-{}", std::process::id()));
+    let out = std::process::Command::new(strata_e2e::services::bin_dir().join("strata-plane"))
+        .args(["up", "--real-node", "--dir"])
+        .arg(&dir)
+        .output()?;
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    ensure!(
+        !out.status.success(),
+        "a second real node started: {stderr}"
+    );
+    ensure!(
+        last.starts_with("strata-plane: ")
+            && last.contains("another plane's real node runs on this machine"),
+        "{stderr}"
+    );
+    strata_e2e::in_cluster::real_node(&client).await?;
+    Ok(())
+}
+
 /// Deletes an AddonsLayer when dropped (a failed test leaves none behind).
 fn scopeguard(layer: &str) -> strata_e2e::support::DeleteOnDrop {
     strata_e2e::support::DeleteOnDrop {

@@ -159,11 +159,14 @@ async fn api_artifacts_and_traces_go_through_the_proxy_unless_no_proxy() -> Resu
     }
     drop(proxied);
 
-    // NO_PROXY: the same settings, the loopback hosts excluded, and nothing reaches the proxy.
+    // NO_PROXY: the same settings, the servers' hosts excluded (the artifact server and the
+    // collector on loopback; the API server on loopback, or on the plane's bridge when it has
+    // a real node), and nothing reaches the proxy.
     let before = proxy.seen().len();
     let (direct_layer, _) = layer_from_artifact(&client, &ns, &server, "direct").await?;
+    let api_host = api.rsplit_once(':').map_or(api.as_str(), |(host, _)| host);
     let mut env = env.to_vec();
-    env.push(("NO_PROXY", "localhost,127.0.0.1".to_string()));
+    env.push(("NO_PROXY", format!("localhost,127.0.0.1,{api_host}")));
     let direct = controller(&ns, &env)?;
     deployed(&client, &direct_layer).await?;
     deployed(&client, &layer).await?;

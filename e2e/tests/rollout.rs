@@ -461,13 +461,25 @@ async fn replicas_mirror_a_replica_template_and_are_written_back() -> Result<()>
 /// Stand-in for the pods' delayed-downscale endpoints (the operator reaches it through its
 /// test-only address override; the `Host` header names the pod): answers POST with the
 /// preparation time set for the pod and records every call.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct DelayEndpoints {
     prepared_at: std::sync::Arc<std::sync::Mutex<BTreeMap<String, i64>>>,
     calls: std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>,
+    /// The test namespace's pods, to name the pod behind a call's address.
+    pods: Api<k8s_openapi::api::core::v1::Pod>,
+    namespace: String,
 }
 
 impl DelayEndpoints {
+    fn new(client: &kube::Client, namespace: &str) -> Self {
+        Self {
+            prepared_at: Default::default(),
+            calls: Default::default(),
+            pods: Api::namespaced(client.clone(), namespace),
+            namespace: namespace.to_string(),
+        }
+    }
+
     async fn start(&self) -> Result<std::net::SocketAddr> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
@@ -480,7 +492,9 @@ impl DelayEndpoints {
                         .get(axum::http::header::HOST)
                         .and_then(|h| h.to_str().ok())
                         .unwrap_or_default();
-                    let pod = host.split('.').next().unwrap_or_default().to_string();
+                    let pod = strata_e2e::pod_endpoints::pod_behind(&me.pods, &me.namespace, host)
+                        .await
+                        .unwrap_or_default();
                     me.calls
                         .lock()
                         .unwrap()
@@ -532,7 +546,7 @@ async fn a_delayed_downscale_removes_only_pods_prepared_long_enough_ago() -> Res
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "delayed").await?;
     replica_template(&client, &ns.name, "ingester", 3).await?;
-    let endpoints = DelayEndpoints::default();
+    let endpoints = DelayEndpoints::new(&client, &ns.name);
     let address = endpoints.start().await?;
     // Pod 2 prepared two hours ago, pod 1 only now: with a 1h delay only pod 2 may go.
     endpoints.prepare("ingester-zone-a-2", Duration::from_secs(7200));

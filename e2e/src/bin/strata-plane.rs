@@ -57,7 +57,19 @@ enum Cmd {
         /// The services' ports: admin HTTP at BASE+1..BASE+4, the webhook server at BASE+5.
         #[arg(long, default_value_t = 18080)]
         port_base: u16,
+        /// Where the services run: `auto` installs the chart onto a real node when this machine
+        /// can run one and the images are built (`make images-test`), else runs the services as
+        /// processes on this host, saying why; `required` fails instead; `off` never tries.
+        #[arg(long, value_enum, default_value_t = RealNode::Auto)]
+        real_node: RealNode,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum RealNode {
+    Auto,
+    Required,
+    Off,
 }
 
 fn main() -> ExitCode {
@@ -73,7 +85,8 @@ fn main() -> ExitCode {
             bin_dir,
             check,
             port_base,
-        } => demo(dir, bin_dir, check, Ports { base: port_base }),
+            real_node,
+        } => demo(dir, bin_dir, check, Ports { base: port_base }, real_node),
     };
     match result {
         Ok(code) => code,
@@ -131,7 +144,37 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn demo(dir: PathBuf, bin_dir: PathBuf, check: bool, ports: Ports) -> Result<ExitCode> {
+/// The demo's plane: with a real node when asked and possible; `auto` falls back to kwok nodes
+/// only, saying why, when the images are not built or the node cannot start.
+fn demo_plane(dir: &std::path::Path, mode: RealNode) -> Result<Plane> {
+    let with_node = PlaneOptions { real_node: true };
+    let why_not = match mode {
+        RealNode::Off => return Plane::start(dir),
+        RealNode::Required | RealNode::Auto if !strata_e2e::in_cluster::image_archives_built() => {
+            "the images are not built (`make images-test` builds them)".to_string()
+        }
+        RealNode::Required | RealNode::Auto => match Plane::start_with(dir, with_node) {
+            Ok(plane) => return Ok(plane),
+            Err(e) => format!("{e:#}"),
+        },
+    };
+    anyhow::ensure!(
+        mode == RealNode::Auto,
+        "no real node for the demo: {why_not}"
+    );
+    say!(
+        "The chart's pods cannot run here ({why_not}): the services run as processes on this host instead."
+    );
+    Plane::start(dir)
+}
+
+fn demo(
+    dir: PathBuf,
+    bin_dir: PathBuf,
+    check: bool,
+    ports: Ports,
+    real_node: RealNode,
+) -> Result<ExitCode> {
     let started = Instant::now();
     for binary in [
         "strata",
@@ -152,7 +195,7 @@ fn demo(dir: PathBuf, bin_dir: PathBuf, check: bool, ports: Ports) -> Result<Exi
         "Strata demo: a tour of every system on a local control plane ({} steps).",
         STEPS.len()
     );
-    let mut plane = Plane::start(&dir).context("starting the local control plane")?;
+    let mut plane = demo_plane(&dir, real_node).context("starting the local control plane")?;
     std::fs::write(&pid_file, std::process::id().to_string())?;
     let runtime = runtime()?;
     let mut tour = Tour::new(&plane, bin_dir, ports);

@@ -669,9 +669,11 @@ pub struct DelayedCalls {
     /// (pod name, why) of each pod to prepare that cannot be called: no such pod of this
     /// StatefulSet, or no address yet. It holds the downscale as a failed call would.
     pub unreachable: Vec<(String, String)>,
-    /// URLs of pods whose preparation is cancelled (pods with an address only: one without
-    /// is not running, and holds no preparation in memory).
+    /// URLs of pods whose preparation is cancelled.
     pub cancel: Vec<String>,
+    /// Pods that stay but cannot be called yet (not created, or no address): their cancel is
+    /// still owed, so the StatefulSet is not taken as settled.
+    pub cancel_owed: Vec<String>,
 }
 
 /// The delayed-downscale calls for the observed state. Unlike the anchor, which DELETEs on
@@ -727,7 +729,12 @@ pub fn delayed_downscale_calls(
         } else {
             current
         };
-        calls.cancel = (0..keep).filter_map(|o| url_of(o).1.ok()).collect();
+        for (pod, url) in (0..keep).map(url_of) {
+            match url {
+                Ok(url) => calls.cancel.push(url),
+                Err(_) => calls.cancel_owed.push(pod),
+            }
+        }
         out.push(calls);
     }
     out

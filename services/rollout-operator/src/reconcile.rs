@@ -335,6 +335,8 @@ fn slim_pod(pod: &mut Pod) {
             phase: status.phase.take(),
             conditions: status.conditions.take(),
             container_statuses: status.container_statuses.take(),
+            // Delayed-downscale calls go to the pod's own address.
+            pod_ip: status.pod_ip.take(),
             ..PodStatus::default()
         };
     }
@@ -519,7 +521,7 @@ async fn call_delayed_downscale(
     for call in calls {
         // Cancellations never block anything; 409 means the pod's state is locked (benign).
         let cancelled = state.pods.call_all("DELETE", &call.cancel).await;
-        let mut all_cancelled = true;
+        let mut all_cancelled = call.cancel_owed.is_empty();
         for (url, result) in call.cancel.iter().zip(&cancelled) {
             match result {
                 Ok(r) if r.is_success() || r.status == 404 || r.status == 409 => {}
@@ -928,7 +930,8 @@ mod tests {
                 full.metadata.owner_references
             );
             let status = slim.status.clone().unwrap();
-            assert_eq!(status.pod_ip, None);
+            assert_eq!(status.pod_ip.as_deref(), Some("10.0.0.1"));
+            assert_eq!(status.host_ip, None);
             assert_eq!(status.conditions, full.status.clone().unwrap().conditions);
             assert_eq!(running_and_ready(&slim), ready);
             assert_eq!(running_and_ready(&slim), running_and_ready(&full));

@@ -623,6 +623,7 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
                 .collect(),
             unreachable: vec![],
             cancel: vec![url(0), url(1)],
+            cancel_owed: vec![],
         }]
     );
     // A pod going away that has no address, or is not this StatefulSet's, cannot be called:
@@ -656,6 +657,7 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
         ]
     );
     assert_eq!(calls[0].cancel, vec![url(0)]);
+    assert_eq!(calls[0].cancel_owed, vec!["ingester-zone-a-1".to_string()]);
     // Stable (or scaling up): every pod cancels — once, until a preparation happens again.
     let stable = observed(mirrored(5, delayed.clone()));
     let calls = delayed_downscale_calls(&stable, &never_settled);
