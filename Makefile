@@ -46,12 +46,15 @@ unit: plane-build
 # End-to-end tests against one shared local control plane; then, on the same plane, the check
 # that every verb the chart grants was used by some test (e2e/tests/rbac_coverage.rs reads the
 # plane's audit log; `STRATA_UPDATE_DOCS=1 make e2e` rewrites the table in docs/security.md).
+# Test binaries run E2E_PARALLEL at a time (scripts/run-e2e.sh; the load and fault scenarios
+# alone afterwards): most of their time is spent waiting on the cluster.
+E2E_PARALLEL ?= 3
 # The plane has a real node (kubelet, containerd, kube-proxy): the images are built first
 # (`image-test` profile, OCI archives) and, once the plane is up, started as containers on it
 # (scripts/images.sh); the in-cluster tier (e2e/tests/in_cluster.rs) installs the chart from them.
 e2e: build plane-build images-test
 	$(CARGO) test -p strata-e2e --no-run
-	scripts/with-plane.sh bash -c 'scripts/images.sh --profile image-test --run-only && $(CARGO) test -p strata-e2e --tests --no-fail-fast -- --test-threads=2 && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
+	scripts/with-plane.sh bash -c 'scripts/images.sh --profile image-test --run-only && scripts/run-e2e.sh $(E2E_PARALLEL) && $(CARGO) test -p strata-e2e --test rbac_coverage -- --ignored --nocapture'
 
 # The images of the in-cluster tier: the same Containerfile and checks as `make images`, built
 # with the cheaper `image-test` cargo profile; not started (that needs the plane's real node).

@@ -426,6 +426,22 @@ impl<'a> Tour<'a> {
                 crate::node::NODE_NAME
             ));
         }
+        // kube-apiserver calls the webhook at the Service's ready endpoints: both replicas
+        // there before the tour asks anything of it.
+        poll(
+            "both admission-webhook replicas ready endpoints of its Service",
+            Duration::from_secs(60),
+            || async {
+                let ready = crate::in_cluster::ready_endpoints(
+                    client,
+                    RELEASE_NAMESPACE,
+                    "admission-webhook",
+                )
+                .await?;
+                Ok((ready == 2).then_some(()))
+            },
+        )
+        .await?;
         self.webhook_ca_injected(client).await?;
         self.printer.try_it(&format!(
             "kubectl -n {RELEASE_NAMESPACE} get pods -o wide; kubectl -n {RELEASE_NAMESPACE} logs deploy/layer-controller"

@@ -263,14 +263,24 @@ impl Release {
     }
 
     /// Waits until every Deployment of the release has all its replicas updated and Ready
-    /// (by their readiness probes) and is Available; on timeout the error names every pod that
-    /// is not Ready with its container's state, last state and last log lines.
+    /// (by their readiness probes) and is Available, and the webhook's Service lists each of its
+    /// pods as a ready endpoint (what kube-apiserver dials); on timeout the error names every
+    /// pod that is not Ready with its container's state, last state and last log lines.
     pub async fn wait_available(&self, client: &Client, timeout: Duration) -> Result<()> {
         let deployments: Api<Deployment> = Api::namespaced(client.clone(), self.namespace());
         let waited = eventually(
-            "every Deployment of the release Available",
+            "every Deployment of the release Available and its webhook endpoints ready",
             timeout,
             || async {
+                let webhook = deployments.get_opt("admission-webhook").await?;
+                if let Some(webhook) = webhook {
+                    let want = webhook.spec.and_then(|s| s.replicas).unwrap_or(1);
+                    if ready_endpoints(client, self.namespace(), "admission-webhook").await?
+                        != usize::try_from(want)?
+                    {
+                        return Ok(None);
+                    }
+                }
                 let list = deployments.list(&ListParams::default()).await?.items;
                 let all = !list.is_empty()
                     && list.iter().all(|d| {
@@ -382,6 +392,26 @@ impl Drop for Release {
             .arg(&self.kubectl.kubeconfig)
             .output();
     }
+}
+
+/// How many ready endpoints Service `service` of `namespace` has (its EndpointSlices):
+/// kube-apiserver calls a webhook only at those.
+pub async fn ready_endpoints(client: &Client, namespace: &str, service: &str) -> Result<usize> {
+    let slices: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+        Api::namespaced(client.clone(), namespace);
+    let listed = slices
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}")))
+        .await?;
+    Ok(listed
+        .items
+        .iter()
+        .flat_map(|s| &s.endpoints)
+        .filter(|e| {
+            e.conditions
+                .as_ref()
+                .is_some_and(|c| c.ready == Some(true) && c.terminating != Some(true))
+        })
+        .count())
 }
 
 /// One plain HTTP/1.1 call to a pod at `ip:port` (the host reaches pod addresses on the

@@ -452,7 +452,8 @@ impl RealNode {
 
     /// Stops the node: the kubelet first (so it restarts nothing), then every pod sandbox
     /// through the CRI (their containers, mounts and network), kube-proxy (and its iptables
-    /// chains), containerd; then sweeps whatever is left.
+    /// chains), containerd; then sweeps whatever is left. The bridge stays (kube-apiserver
+    /// listens on it) until [`RealNode::release`].
     pub fn stop(&mut self) {
         self.terminate("kubelet");
         if self.running("containerd") {
@@ -469,6 +470,12 @@ impl RealNode {
         self.terminate("kube-proxy");
         self.terminate("containerd");
         sweep(&self.dir, Some(&self.binaries.kube_proxy));
+    }
+
+    /// Deletes the bridge once nothing listens on it any more (the plane stopped), and gives up
+    /// the machine's real-node lock.
+    pub fn release(mut self) {
+        self.stop();
         delete_bridge();
     }
 
@@ -500,6 +507,7 @@ impl Drop for RealNode {
     fn drop(&mut self) {
         if !self.processes.is_empty() {
             self.stop();
+            delete_bridge();
         }
     }
 }

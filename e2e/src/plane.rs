@@ -892,9 +892,10 @@ impl Plane {
     /// Stops every component, newest first: SIGTERM, then SIGKILL after 10 s. A real node
     /// stops first, while kube-apiserver still answers its kubelet.
     pub fn stop(&mut self) {
-        if let Some(mut node) = self.node.take() {
+        let node = self.node.take().map(|mut node| {
             node.stop();
-        }
+            node
+        });
         while let Some(Component {
             name, mut child, ..
         }) = self.children.pop()
@@ -918,6 +919,10 @@ impl Plane {
                     }
                 }
             }
+        }
+        // The bridge kube-apiserver listened on goes last.
+        if let Some(node) = node {
+            node.release();
         }
     }
 }
