@@ -2,15 +2,17 @@
 # Runs the end-to-end test binaries of strata-e2e on the shared plane (E2E_KUBECONFIG), several
 # binaries at once: most of their time is spent waiting on the cluster, not on the two cores.
 # Each test binary keeps its own `--test-threads=2`; its output is printed whole when it ends.
-# Binaries named in E2E_ALONE (the load and fault scenarios, whose checks read timings or memory
-# under a load they make themselves) run afterwards, one at a time. Exits non-zero when any
+# Binaries named in E2E_ALONE run afterwards, one at a time: the load and fault scenarios, whose
+# checks read timings or memory under a load they make themselves, and the in-cluster tier,
+# whose chart release registers a webhook for every AddonsLayer in the cluster (the chart as
+# users install it: no selector keeping it off other tests' layers). Exits non-zero when any
 # binary failed, naming them.
 #
 #   scripts/run-e2e.sh [PARALLEL]     (default 3; 1 runs every binary in turn)
 set -euo pipefail
 parallel="${1:-3}"
 cargo="${CARGO:-cargo}"
-alone="${E2E_ALONE:-chaos memory plane_restart webhook_robustness}"
+alone="${E2E_ALONE:-chaos memory plane_restart webhook_robustness in_cluster}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
@@ -30,7 +32,7 @@ for line in sys.stdin:
 
 # The longest first, so the run does not end waiting on one long binary (seconds from the last
 # measured run, docs/testing.md); unknown ones last.
-order="in_cluster layer_guarantees rollout sources webhook render tenancy layers dropin services drift wait demo observability webhook_files install kraan traces prepare_downscale proxy git_source listen chart alerts smoke"
+order="layer_guarantees rollout sources webhook render tenancy layers dropin services drift wait demo observability webhook_files install kraan traces prepare_downscale proxy git_source listen chart alerts smoke"
 
 run_one() { # name executable
   local name="$1" exe="$2" started=$SECONDS status=0
