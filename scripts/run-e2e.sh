@@ -16,7 +16,7 @@ alone="${E2E_ALONE:-chaos memory plane_restart webhook_robustness in_cluster}"
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 
-# The test executables cargo built, by name (tests/<name>.rs).
+# The test executables cargo built, by target name (tests/<name>.rs, the lib, the bins).
 "$cargo" test -p strata-e2e --tests --no-run --message-format=json 2>/dev/null \
   | python3 -c '
 import json, sys
@@ -25,7 +25,8 @@ for line in sys.stdin:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+    # Every test harness: the integration tests, and the unit tests of the lib and the bins.
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["executable"])
 ' >"$out/binaries"
 [[ -s $out/binaries ]] || { echo "run-e2e: no test binaries (cargo test --no-run failed?)" >&2; exit 1; }
@@ -38,7 +39,7 @@ run_one() { # name executable
   local name="$1" exe="$2" started=$SECONDS status=0
   (cd "$(dirname "$0")/../e2e" && CARGO_MANIFEST_DIR="$PWD" "$exe" --test-threads=2) >"$out/$name.log" 2>&1 || status=$?
   {
-    echo "==> tests/$name.rs ($((SECONDS - started)) s, exit $status)"
+    echo "==> $name ($((SECONDS - started)) s, exit $status)"
     cat "$out/$name.log"
   } >&2
   [[ $status == 0 ]] || echo "$name" >>"$out/failed"
