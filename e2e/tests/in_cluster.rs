@@ -347,11 +347,28 @@ spec:
         note.contains("retention") && note.contains("30d") && note.contains("1d"),
         "the drift event says: {note}"
     );
+    // Healed through the API: the observer asked (the reconcile-requested-at annotation on the
+    // layer), the controller handled that very request, and the edit is undone.
+    let requested = eventually(
+        "the drift-observer's heal request handled by the layer-controller",
+        Duration::from_secs(60),
+        || async {
+            let layer = layers.get(&layer).await?;
+            let asked = layer
+                .annotations()
+                .get("strata.dev/reconcile-requested-at")
+                .cloned();
+            let handled = layer.status.and_then(|s| s.last_handled_reconcile_at);
+            Ok(asked.filter(|a| handled.as_ref() == Some(a)))
+        },
+    )
+    .await?;
     eventually("the edit healed", Duration::from_secs(60), || async {
         let data = configmaps.get("settings").await?.data.unwrap_or_default();
         Ok((data["retention"] == "30d").then_some(()))
     })
     .await?;
+    eprintln!("drift healed through the heal request of {requested}");
     Ok(())
 }
 
