@@ -97,7 +97,7 @@ crds:
 	STRATA_UPDATE_CRDS=1 $(CARGO) test -p rollout-operator -p layer-controller --test crds
 
 # Grafana dashboards and Prometheus alert rules (dashboards/*.json, alerts.yaml) from their
-# generator; `cargo test -p strata-cli --test observability` checks them against the metrics.
+# generator; `cargo test -p strata-e2e --test metrics_catalog` checks them against the metrics.
 dashboards:
 	python3 dashboards/generate.py
 

@@ -3,7 +3,7 @@
 controller metrics) and the Prometheus alert rules next to this file.
 
 The JSON and YAML it writes are committed; edit this file and run `make dashboards`. A test
-(`cli/tests/observability.rs`) checks that every metric in docs/metrics.md is
+(`e2e/tests/metrics_catalog.rs`) checks that every metric in docs/metrics.md is
 used by a panel or an alert and that nothing here names a metric that does not exist.
 """
 

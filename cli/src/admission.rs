@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use admission_webhook::review::Review;
-use admission_webhook::webhooks::{Cluster, Webhook, decide};
+use core_admission::review::Review;
+use core_admission::webhooks::{Cluster, Webhook, decide};
 
 use crate::cli::input_error;
 use crate::status::parse_now;

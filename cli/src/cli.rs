@@ -212,7 +212,7 @@ pub enum LayersCommand {
         output: GraphFormat,
         /// The label naming a layer's shard; once any layer carries it, each shard is drawn
         /// as a group and edges that cross shards are marked.
-        #[arg(long, default_value = layer_controller::keys::SHARD_LABEL)]
+        #[arg(long, default_value = core_layers::keys::SHARD_LABEL)]
         shard_key: String,
         #[command(flatten)]
         cluster: ClusterArgs,
@@ -373,7 +373,7 @@ pub enum AdmissionCommand {
         now: Option<String>,
         /// Which webhook endpoint handles the review.
         #[arg(long, value_enum)]
-        webhook: admission_webhook::webhooks::Webhook,
+        webhook: core_admission::webhooks::Webhook,
     },
 }
 

@@ -133,16 +133,11 @@ pub fn files(
                 .get_opt(&object.name)
                 .await?
                 .map(|o| serde_json::to_value(o).unwrap_or_default());
-            let rules = drift_observer::rules::object_rules(None, &object, &value);
-            let (found, _) = drift_observer::observe::drift_of(
-                &applier,
-                &object.kind,
-                &value,
-                live.as_ref(),
-                &rules,
-            )
-            .await
-            .map_err(|e| anyhow::anyhow!("{}: {e}", manifest.origin))?;
+            let rules = core_drift::rules::object_rules(None, &object, &value);
+            let (found, _) =
+                core_drift::check::drift_of(&applier, &object.kind, &value, live.as_ref(), &rules)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", manifest.origin))?;
             drift.extend(found.into_iter().map(|f| DriftEntry {
                 object: object.to_string(),
                 api_version: manifest.api_version.clone(),

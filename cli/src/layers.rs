@@ -5,12 +5,12 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use core_k8s::apply::Applier;
+use core_layers::crd::{AddonsLayer, LayerSet};
+use core_layers::plan::{self, Gate, GateInputs, ObjectRef, SourceRef, SourceState};
+use core_layers::read::Reader;
+use core_layers::source::{self, Limits};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use layer_controller::crd::{AddonsLayer, LayerSet};
-use layer_controller::plan::{self, Gate, GateInputs, ObjectRef, SourceRef, SourceState};
-use layer_controller::read::Reader;
-use layer_controller::source::{self, Limits};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -34,10 +34,10 @@ pub fn graph(
 ) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
         let client = cluster.client().await?;
-        let graph = layer_controller::graph::build(&all_layers(&client).await?, shard_key);
+        let graph = core_layers::graph::build(&all_layers(&client).await?, shard_key);
         let text = match format {
-            GraphFormat::Dot => layer_controller::graph::to_dot(&graph),
-            GraphFormat::Mermaid => layer_controller::graph::to_mermaid(&graph),
+            GraphFormat::Dot => core_layers::graph::to_dot(&graph),
+            GraphFormat::Mermaid => core_layers::graph::to_mermaid(&graph),
             GraphFormat::Json => serde_json::to_string_pretty(&graph)? + "\n",
         };
         print!("{text}");
@@ -78,7 +78,7 @@ struct LayerPlan {
     /// `Proceed`, `Hold`, `Invalid`, `Cycle`, or the state it would wait in.
     gate: String,
     message: Option<String>,
-    blocked_by: Vec<layer_controller::crd::Blocker>,
+    blocked_by: Vec<core_layers::crd::Blocker>,
     /// Every applied object not Current yet, with its status, reason and message.
     not_ready: Vec<String>,
     create: Vec<String>,
@@ -115,7 +115,7 @@ pub fn plan(
             return Ok(ExitCode::from(1));
         };
         // The controller's field manager, so the dry run shows what its apply would change.
-        let field_manager = core_k8s::runtime::field_manager(layer_controller::SERVICE);
+        let field_manager = core_k8s::runtime::field_manager(core_layers::keys::LAYER_CONTROLLER);
         let applier = Applier::new(client.clone(), field_manager);
         let reader = Reader::new(
             client.clone(),
@@ -159,7 +159,7 @@ async fn compute(
         }
     };
     let version = client.apiserver_version().await.ok().map(|v| v.git_version);
-    let objects = layer_controller::prereqs::read(reader, layer).await;
+    let objects = core_layers::prereqs::read(reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: version.as_deref(),
@@ -227,12 +227,11 @@ async fn compute(
         .collect();
     if !stale_entries.is_empty() {
         let wanted_by = reader.wanted_by(&name, all).await;
-        let stale: Vec<_> =
-            layer_controller::stale::read_stale(reader, reader.client(), &stale_entries)
-                .await?
-                .into_iter()
-                .map(|r| r.stale)
-                .collect();
+        let stale: Vec<_> = core_layers::stale::read_stale(reader, reader.client(), &stale_entries)
+            .await?
+            .into_iter()
+            .map(|r| r.stale)
+            .collect();
         let prune = plan::prune_plan(
             &name,
             &stale,
@@ -270,7 +269,7 @@ async fn dry_run(
     let resolved = match reader.resolve(&manifest.api_version, &object.kind).await {
         Ok(resolved) => resolved,
         // Its CRD is not installed yet (it may be in this very layer): it will be created.
-        Err(layer_controller::error::LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
+        Err(core_layers::error::LayerError::Kube(core_k8s::Error::UnknownKind { .. })) => {
             return Ok(Change::Create);
         }
         Err(e) => return Err(e.into()),
@@ -370,7 +369,7 @@ pub fn import(files: &[String]) -> anyhow::Result<ExitCode> {
     let mut out = Vec::new();
     let mut refused = false;
     for document in &documents {
-        let imported = layer_controller::kraan::import(&document.object);
+        let imported = core_layers::kraan::import(&document.object);
         for note in &imported.notes {
             eprintln!("{}: document {}: {note}", document.source, document.index);
         }
@@ -413,7 +412,7 @@ async fn patch_layer(client: &Client, name: &str, patch: Value) -> anyhow::Resul
 fn reconcile_request() -> (Value, String) {
     let at = jiff::Timestamp::now().to_string();
     let patch = serde_json::json!({"metadata": {"annotations": {
-        layer_controller::keys::RECONCILE_REQUESTED_AT: at}}});
+        core_layers::keys::RECONCILE_REQUESTED_AT: at}}});
     (patch, at)
 }
 

@@ -3,8 +3,8 @@
 use std::path::Path;
 use std::process::ExitCode;
 
+use core_rollout::observed::Observed;
 use core_status::input::read_sources;
-use rollout_operator::observed::Observed;
 
 use crate::cli::input_error;
 use crate::status::parse_now;
@@ -54,7 +54,7 @@ pub fn plan(state: &Path, now: Option<&str>, prepared: &[String]) -> anyhow::Res
             Err(e) => return Ok(input_error(&e)),
         }
     }
-    let plan = rollout_operator::plan::plan(&observed, now);
+    let plan = core_rollout::plan::plan(&observed, now);
     println!("{}", serde_json::to_string_pretty(&plan)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -1,6 +1,8 @@
-//! The workspace's floors (docs/development.md): `crates/` are the shared libraries and depend
-//! on nothing above them, `services/` depend only on `crates/`, `cli/` is the top floor that
-//! nothing depends on. Checked from `cargo metadata` by the test below.
+//! The workspace's floors (docs/development.md, docs/architecture.md): `crates/` are the shared
+//! libraries (the decisions, and the shells two binaries share) and depend on nothing above
+//! them; each of `services/` is a shell built from `crates/` only — never from another service;
+//! `cli/` is built from `crates/` only too; nothing depends on `cli/` or `e2e/` (the tests may
+//! use any floor). Checked from `cargo metadata` by the test below.
 
 use anyhow::{Context as _, Result};
 use serde_json::Value;
@@ -33,8 +35,9 @@ fn floor(manifest_path: &str, root: &str) -> Option<u8> {
     }
 }
 
-/// Every dependency between workspace packages that points up or sideways into the top floor:
-/// `(from, to)` names.
+/// Every dependency between workspace packages that breaks the floors: up a floor, into the top
+/// floor, from a service to another service, or from the CLI to a service. `(from, to)` names.
+/// Only the end-to-end tests (`strata-e2e`) may use a service: they run them.
 pub fn upward_dependencies(metadata: &Value) -> Result<Vec<(String, String)>> {
     let root = metadata["workspace_root"]
         .as_str()
@@ -66,8 +69,9 @@ pub fn upward_dependencies(metadata: &Value) -> Result<Vec<(String, String)>> {
             let Some(to) = floor_of(to_name) else {
                 continue;
             };
-            let top = to == 2;
-            if to > from || (top && from == 2) {
+            let into_top = to == 2;
+            let service_from_shell = to == 1 && from >= 1 && name != "strata-e2e";
+            if to > from || into_top || service_from_shell {
                 wrong.push((name.to_string(), to_name.to_string()));
             }
         }
@@ -75,10 +79,100 @@ pub fn upward_dependencies(metadata: &Value) -> Result<Vec<(String, String)>> {
     Ok(wrong)
 }
 
+/// The workspace's crate graph as a Mermaid flowchart: every member by floor, every normal
+/// (shipped) dependency between members. What docs/architecture.md shows between its
+/// `crate-graph` markers.
+pub fn crate_graph(metadata: &Value) -> Result<String> {
+    let root = metadata["workspace_root"]
+        .as_str()
+        .context("no workspace_root")?;
+    let mut members: Vec<(u8, String)> = metadata["packages"]
+        .as_array()
+        .context("no packages")?
+        .iter()
+        .filter(|p| p["source"].is_null())
+        .filter_map(|p| {
+            let floor = floor(p["manifest_path"].as_str()?, root)?;
+            Some((floor, p["name"].as_str()?.to_string()))
+        })
+        .collect();
+    members.sort();
+    let id = |name: &str| name.replace('-', "_");
+    let mut out = String::from(
+        "flowchart BT
+",
+    );
+    for (floor, title) in [
+        (0, "crates/ — decisions and shared shells"),
+        (1, "services/ — one shell per deployable"),
+        (2, "cli/ and e2e/"),
+    ] {
+        out.push_str(&format!("  subgraph floor{floor}[\"{title}\"]\n"));
+        for (_, name) in members.iter().filter(|(f, _)| *f == floor) {
+            out.push_str(&format!("    {}[{name}]\n", id(name)));
+        }
+        out.push_str("  end\n");
+    }
+    let names: Vec<&str> = members.iter().map(|(_, n)| n.as_str()).collect();
+    let mut edges = Vec::new();
+    for package in metadata["packages"].as_array().into_iter().flatten() {
+        let from = package["name"].as_str().unwrap_or_default();
+        if !names.contains(&from) {
+            continue;
+        }
+        for dep in package["dependencies"].as_array().into_iter().flatten() {
+            let to = dep["name"].as_str().unwrap_or_default();
+            if dep["kind"].is_null() && names.contains(&to) {
+                edges.push(format!("  {} --> {}\n", id(from), id(to)));
+            }
+        }
+    }
+    edges.sort();
+    edges.dedup();
+    out.extend(edges);
+    Ok(out)
+}
+
+/// docs/architecture.md with its crate graph replaced by `graph`.
+pub fn with_crate_graph(page: &str, graph: &str) -> Result<String> {
+    const BEGIN: &str = "<!-- crate-graph:begin -->";
+    const END: &str = "<!-- crate-graph:end -->";
+    let start = page.find(BEGIN).context("no crate-graph:begin marker")? + BEGIN.len();
+    let end = page.find(END).context("no crate-graph:end marker")?;
+    Ok(format!(
+        "{}\n```mermaid\n{graph}```\n{}",
+        &page[..start],
+        &page[end..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// The graph docs/architecture.md shows is the one `cargo metadata` gives;
+    /// `STRATA_UPDATE_DOCS=1` rewrites it.
+    #[test]
+    fn the_architecture_page_shows_the_crate_graph() {
+        let metadata = cargo_metadata(&["--no-deps"]).unwrap();
+        let graph = crate_graph(&metadata).unwrap();
+        assert!(
+            graph.contains("admission_webhook --> admission_server"),
+            "{graph}"
+        );
+        let path = crate::chart::repo_root().join("docs/architecture.md");
+        let page = std::fs::read_to_string(&path).unwrap();
+        let want = with_crate_graph(&page, &graph).unwrap();
+        if std::env::var_os("STRATA_UPDATE_DOCS").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        } else {
+            assert!(
+                page == want,
+                "docs/architecture.md's crate graph is stale: run STRATA_UPDATE_DOCS=1 cargo test -p strata-e2e --lib layout"
+            );
+        }
+    }
 
     #[test]
     fn every_dependency_points_down_a_floor() {
@@ -102,6 +196,34 @@ mod tests {
         assert_eq!(
             upward_dependencies(&broken).unwrap(),
             vec![("core-k8s".to_string(), "layer-controller".to_string())]
+        );
+        // A service built from another service, and the CLI built from a service.
+        let mut broken = metadata.clone();
+        for (from, to) in [
+            ("admission-webhook", "layer-controller"),
+            ("rollout-operator", "admission-webhook"),
+            ("strata-cli", "drift-observer"),
+        ] {
+            broken["packages"]
+                .as_array_mut()
+                .unwrap()
+                .iter_mut()
+                .find(|p| p["name"] == from)
+                .unwrap()["dependencies"]
+                .as_array_mut()
+                .unwrap()
+                .push(serde_json::json!({"name": to, "kind": null}));
+        }
+        let mut found = upward_dependencies(&broken).unwrap();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                ("admission-webhook", "layer-controller"),
+                ("rollout-operator", "admission-webhook"),
+                ("strata-cli", "drift-observer"),
+            ]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
         );
     }
 }

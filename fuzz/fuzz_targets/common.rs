@@ -2,9 +2,9 @@
 //! prepare-downscale and leader settings, their pods, a zone-aware PDB, dependent AddonsLayers),
 //! so fuzzed reviews reach each handler's deep paths instead of stopping at "not found".
 
-use admission_webhook::review::Review;
-use admission_webhook::webhooks::{Cluster, Webhook, decide};
-use rollout_operator::observed::Observed;
+use core_admission::review::Review;
+use core_admission::webhooks::{Cluster, Webhook, decide};
+use core_rollout::observed::Observed;
 use serde_json::{Value, json};
 
 fn state() -> Vec<Value> {

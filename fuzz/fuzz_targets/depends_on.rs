@@ -4,9 +4,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
-        if let Ok(dep) = layer_controller::deps::parse_dependency(text) {
+        if let Ok(dep) = core_layers::deps::parse_dependency(text) {
             let _ = dep.accepts(text);
         }
-        let _ = layer_controller::deps::k8s_version_satisfied(text, "v1.34.4");
+        let _ = core_layers::deps::k8s_version_satisfied(text, "v1.34.4");
     }
 });

@@ -1,7 +1,7 @@
 //! Any bytes as a request to the pod_eviction webhook, decided against a realistic cluster:
 //! a 400-worthy parse error or an answer, never a panic.
 #![no_main]
-use admission_webhook::webhooks::Webhook;
+use core_admission::webhooks::Webhook;
 use libfuzzer_sys::fuzz_target;
 
 #[path = "common.rs"]

@@ -4,6 +4,6 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(data) {
-        let _ = rollout_operator::zpdb::parse(&value);
+        let _ = core_rollout::zpdb::parse(&value);
     }
 });

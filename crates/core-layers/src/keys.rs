@@ -15,6 +15,10 @@ pub const ORPHANED_STATUS: &str = "Orphaned";
 pub const SOURCE_LABEL: &str = "strata.dev/layer-source";
 /// Held by every layer until its objects are torn down.
 pub const FINALIZER: &str = "strata.dev/layer-controller";
+
+/// The layer-controller's service name: its Lease `layer-controller-leader`, metrics
+/// `layer_controller_*`, field manager `strata-layer-controller` (what drift is judged against).
+pub const LAYER_CONTROLLER: &str = "layer-controller";
 /// An object annotated with one of these (`"true"`) gets the layer version injected, so a
 /// version bump alone redeploys it (Kraan's `kraan.updateVersion`).
 pub const UPDATE_VERSION_ANNOTATIONS: [&str; 2] =

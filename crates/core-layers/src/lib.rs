@@ -1,18 +1,28 @@
-//! core-layers: the `AddonsLayer` API and everything needed to know what a layer wants —
-//! reading its source (Flux artifact or ConfigMap), selecting and parsing its manifests, and
-//! preparing them exactly as the layer-controller applies them.
+//! core-layers: the `AddonsLayer` API and every decision about layers — reading a layer's source
+//! (Flux artifact or ConfigMap), selecting, parsing and preparing its manifests exactly as the
+//! layer-controller applies them; validating a spec; the dependency graph and its cycles
+//! ([`deps`], [`graph`]); what one pass of the controller does ([`plan`], pure and
+//! table-tested); importing Kraan and Flux objects ([`kraan`], [`flux_import`]).
 //!
-//! The layer-controller applies what this crate reads; the drift-observer compares the cluster
-//! with it. One copy, so the two services can never disagree on what a layer means.
+//! The layer-controller applies what this crate decides; the drift-observer compares the cluster
+//! with it; the admission-webhook validates with it; the `strata` CLI explains it. One copy, so
+//! none of them can disagree on what a layer means, and none is built from another.
 
 pub mod crd;
+pub mod deps;
 pub mod error;
+pub mod flux_import;
+pub mod graph;
 pub mod keys;
+pub mod kraan;
 pub mod manifest;
 pub mod objects;
+pub mod plan;
+pub mod prereqs;
 pub mod read;
 pub mod source;
 pub mod source_cache;
+pub mod stale;
 pub mod substitute;
 
 pub use error::{LayerError, Result};

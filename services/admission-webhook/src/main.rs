@@ -9,13 +9,13 @@ struct Args {
     #[command(flatten)]
     common: core_k8s::CommonArgs,
     #[command(flatten)]
-    webhook: admission_webhook::WebhookArgs,
+    webhook: admission_server::WebhookArgs,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     core_k8s::install_crypto_provider();
     let args = Args::parse();
-    admission_webhook::run(args.common, args.webhook).await?;
+    admission_server::run(args.common, args.webhook).await?;
     Ok(())
 }

@@ -1,18 +1,15 @@
 //! drift-observer: detects drift between what the layers applied and what runs, reports it
 //! field by field in the layer's status, and asks the layer-controller to heal it.
 //!
-//! `fields` and `compare` are the pure comparison (paths with merge-key selectors, Krake's
-//! observer schema, managedFields attribution, masking); `rules` resolves a layer's
-//! `spec.drift` for one object; `state` remembers drift, fights and back-off per layer;
-//! `observe` is the async shell (watches, dry runs, status, heal requests).
+//! The decisions — the comparison, a layer's drift rules, the drift state per layer — live in
+//! `core-drift`; `observe` is the async shell (watches, dry runs, status, heal requests).
 
-pub mod compare;
-pub mod error;
-pub mod fields;
 pub mod metrics;
 pub mod observe;
-pub mod rules;
-pub mod state;
+
+// The decisions (comparison, rules, drift state) live in `core-drift`, shared with the
+// admission-webhook and the CLI; this crate is the shell that watches and reports.
+pub use core_drift::{compare, error, fields, rules, state};
 
 use prometheus_client::registry::Registry;
 

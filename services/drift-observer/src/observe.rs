@@ -35,7 +35,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument as _;
+
+use core_drift::check::drift_of;
 
 use crate::compare;
 use crate::error::{DriftError, Result};
@@ -196,64 +197,6 @@ impl std::fmt::Debug for Observer {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Compares one object with its manifest: the findings, and how it was decided (`missing`,
-/// `unchanged` without any API call, or `dry_run`). `layer_applier` applies as the
-/// layer-controller; the dry run tells what its apply would change, and drift is attributed
-/// to any other field manager. Used by the service and by `strata drift -f`.
-pub async fn drift_of(
-    layer_applier: &Applier,
-    kind: &str,
-    manifest: &Value,
-    live: Option<&Value>,
-    rules: &ObjectRules,
-) -> Result<(Vec<state::Finding>, &'static str)> {
-    let Some(live) = live else {
-        return Ok((vec![state::missing()], "missing"));
-    };
-    let fields = rules.fields_for(manifest);
-    // The manifest itself is a cheap first judge (see `ObjectRules::manifest_decides`).
-    if rules.manifest_decides && compare::compare(manifest, live, &fields, &rules.ignore).is_empty()
-    {
-        return Ok((Vec::new(), "unchanged"));
-    }
-    let dry_run = layer_applier
-        .dry_run_dynamic(manifest, None)
-        .instrument(tracing::info_span!(
-            "drift.dry_run",
-            field_manager = %layer_applier.field_manager()
-        ))
-        .await;
-    let expected = match dry_run {
-        Ok(expected) => expected,
-        // The API server refuses the layer's own manifest against the live object (an
-        // immutable field changed, a webhook denies it, RBAC): that is drift the next apply
-        // would fail on — reported, not retried forever in silence.
-        Err(core_k8s::Error::Api { source, .. }) if matches!(*source, kube::Error::Api(_)) => {
-            let message = match *source {
-                kube::Error::Api(status) => status.message,
-                _ => String::new(),
-            };
-            return Ok((
-                vec![state::Finding {
-                    path: state::MISSING_PATH.into(),
-                    expected: "the layer's manifest applies".into(),
-                    actual: format!("dry run refused: {message}"),
-                    manager: None,
-                }],
-                "dry_run",
-            ));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let expected = serde_json::to_value(expected).unwrap_or_default();
-    let mut drifts = compare::compare(&expected, live, &fields, &rules.ignore);
-    drifts.retain(|d| !compare::applied_by(live, &d.path, layer_applier.field_manager()));
-    Ok((
-        state::findings(kind, &drifts, live, layer_applier.field_manager()),
-        "dry_run",
-    ))
 }
 
 /// Runs the observer until shutdown.
@@ -1044,11 +987,5 @@ impl Observer {
             tracing::debug!(error = %e, "heal event not published");
         }
         Ok(())
-    }
-}
-
-impl From<kube::Error> for DriftError {
-    fn from(e: kube::Error) -> Self {
-        DriftError::Kube(core_k8s::Error::api("kubernetes api", e))
     }
 }

@@ -1,21 +1,15 @@
 //! layer-controller: ordered, dependency-aware layers of addons (`AddonsLayer`).
 //!
-//! `plan` holds every decision (pure, table-tested), `source` (from `core-layers`) reads Flux
-//! artifacts and ConfigMaps, `reconcile` is the thin shell that applies with server-side apply, prunes and
-//! writes status. `graph` renders the layer DAG for `strata layers graph`.
+//! The decisions (`plan`, pure and table-tested) and the reading of sources live in
+//! `core-layers`; `reconcile` is the shell that applies with server-side apply, prunes and
+//! writes status.
 
-pub mod deps;
-pub mod flux_import;
-pub mod graph;
-pub mod kraan;
 pub mod metrics;
-pub mod plan;
-pub mod prereqs;
 pub mod reconcile;
-pub mod stale;
 
-// The API, sources and manifests live in `core-layers`, shared with the drift-observer.
-pub use core_layers::{crd, error, keys, read, source, source_cache};
+// The API, sources, manifests and every decision live in `core-layers`, shared with the
+// drift-observer, the admission-webhook and the CLI; this crate is the shell that acts on them.
+pub use core_layers::{crd, deps, error, keys, plan, read, source, source_cache, stale};
 
 use prometheus_client::registry::Registry;
 
@@ -28,7 +22,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The service name: Lease `layer-controller-leader`, metrics `layer_controller_*`, field
 /// manager `strata-layer-controller`.
-pub const SERVICE: &str = "layer-controller";
+pub const SERVICE: &str = core_layers::keys::LAYER_CONTROLLER;
 
 pub async fn run(common: core_k8s::CommonArgs, args: LayerArgs) -> core_k8s::Result<()> {
     let mut registry = Registry::default();

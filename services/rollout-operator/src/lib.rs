@@ -1,16 +1,16 @@
 //! rollout-operator: zone-by-zone rollouts of StatefulSet groups and replica coordination.
 //!
-//! This crate owns the rollout decisions: [`plan`] is the pure planner (also behind
-//! `strata rollout plan`), [`zpdb`] the zone-aware disruption budget shared with the
-//! admission webhook, [`reconcile`] the event-driven shell that executes plans.
+//! The decisions (`plan`, the pure planner also behind `strata rollout plan`; `zpdb`, the
+//! zone-aware disruption budget) live in `core-rollout`; [`reconcile`] is the event-driven
+//! shell that executes plans, and the compatibility mode serves the webhooks through the
+//! `admission-server` crate.
 
 pub mod flags;
 pub mod metrics;
-pub mod plan;
 pub mod ready_time;
 pub mod reconcile;
 
-pub use core_rollout::{crd, keys, observed, zpdb};
+pub use core_rollout::{crd, keys, observed, plan, zpdb};
 
 use prometheus_client::registry::Registry;
 
@@ -85,8 +85,8 @@ pub struct CompatArgs {
 
 impl CompatArgs {
     /// The admission-webhook library's arguments for the anchor's surface.
-    fn webhook_args(&self, pods: &PodArgs) -> admission_webhook::WebhookArgs {
-        admission_webhook::WebhookArgs {
+    fn webhook_args(&self, pods: &PodArgs) -> admission_server::WebhookArgs {
+        admission_server::WebhookArgs {
             tls_address: self.webhook_tls_address,
             tls_cert_file: self.webhook_tls_cert_file.clone(),
             tls_key_file: self.webhook_tls_key_file.clone(),
@@ -100,7 +100,7 @@ impl CompatArgs {
             service_name: SERVICE.to_string(),
             tls_extra_names: self.webhook_dns_name.iter().cloned().collect(),
             cert_validity: self.webhook_cert_validity,
-            ca_validity: admission_webhook::certs::CA_VALIDITY,
+            ca_validity: admission_server::certs::CA_VALIDITY,
             cert_check_interval: std::time::Duration::from_secs(3600),
             cluster_domain: pods.cluster_domain.clone(),
             pod_timeout: pods.pod_timeout,
@@ -110,8 +110,8 @@ impl CompatArgs {
             inject_ca_bundle: self.webhook_inject_ca_bundle,
             inject_ca_selector: None,
             request_timeout: self.webhook_request_timeout,
-            idle_timeout: admission_webhook::idle::IDLE_TIMEOUT,
-            shutdown_delay: admission_webhook::DEFAULT_SHUTDOWN_DELAY,
+            idle_timeout: admission_server::idle::IDLE_TIMEOUT,
+            shutdown_delay: admission_server::DEFAULT_SHUTDOWN_DELAY,
             prepare_downscale_undo_after: self.prepare_downscale_undo_after,
         }
     }
@@ -127,14 +127,14 @@ pub async fn run(
     let webhooks = compat.serve_webhooks.then(|| {
         (
             compat.webhook_args(&pods),
-            admission_webhook::metrics::Metrics::register(&mut registry, metrics.zpdb.clone()),
+            admission_server::metrics::Metrics::register(&mut registry, metrics.zpdb.clone()),
         )
     });
     core_k8s::runtime::run_service(SERVICE, args, registry, |ctx| async move {
         let controller = reconcile::run(ctx.clone(), metrics, pods);
         let webhooks = async {
             if let Some((args, metrics)) = webhooks {
-                admission_webhook::serve_webhooks(ctx.clone(), args, metrics).await;
+                admission_server::serve_webhooks(ctx.clone(), args, metrics).await;
             }
         };
         futures::join!(controller, webhooks);

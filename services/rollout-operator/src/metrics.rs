@@ -28,7 +28,7 @@ pub struct Metrics {
     pub pods_deleted: Counter,
     /// The anchor's zone-aware budget metrics (`rollout_operator_zpdb_*`), shared with the
     /// webhooks this process serves in compatibility mode.
-    pub zpdb: admission_webhook::metrics::ZpdbMetrics,
+    pub zpdb: admission_server::metrics::ZpdbMetrics,
     /// ZPDB changes seen: `updated`, `ignored` (generation not newer), `invalid`, `deleted`,
     /// `delete-ignored` (the anchor's labels).
     pub zpdb_configurations_observed: Family<ResultLabels, Counter>,
@@ -49,7 +49,7 @@ impl Metrics {
             }),
             last_successful_group_reconcile: Family::default(),
             pods_deleted: Counter::default(),
-            zpdb: admission_webhook::metrics::ZpdbMetrics::register(
+            zpdb: admission_server::metrics::ZpdbMetrics::register(
                 &core_k8s::metrics::metric_prefix(crate::SERVICE),
                 registry,
             ),

@@ -172,7 +172,7 @@ async fn reconcile_layer(
         }
     };
     let cluster_version = shared.cluster_version(&ctx).await;
-    let objects = crate::prereqs::read(&shared.reader, layer).await;
+    let objects = core_layers::prereqs::read(&shared.reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: cluster_version.as_deref(),

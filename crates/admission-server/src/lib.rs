@@ -1,8 +1,11 @@
-//! admission-webhook: the TLS admission server kube-apiserver calls.
+//! admission-server: the TLS admission server kube-apiserver calls, as a library both binaries
+//! that serve Strata's webhooks run — the admission-webhook, and the rollout-operator in the
+//! Grafana operator's compatibility mode (one process, as the anchor ships it).
 //!
-//! [`webhooks`] holds the decisions (pure, also behind `strata admission review`), [`server`]
-//! the HTTPS shell every replica runs, [`certs`] the self-managed certificates shared through
-//! a Secret, and [`inject`] the leader-only CA injection into webhook configurations.
+//! The decisions are `core-admission`'s ([`webhooks`], [`review`]); this crate is the shell:
+//! [`server`] the HTTPS server every replica runs, [`certs`] the self-managed certificates
+//! shared through a Secret, [`inject`] the leader-only CA injection into webhook
+//! configurations, [`prepared`] the calls to pods and their undo.
 
 pub mod cert_files;
 pub mod certs;
@@ -11,10 +14,10 @@ pub mod inject;
 pub mod metrics;
 pub mod policy;
 pub mod prepared;
-pub mod review;
 pub mod server;
 pub mod tls;
-pub mod webhooks;
+
+pub use core_admission::{review, webhooks};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -2,8 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use admission_webhook::review::Review;
-use admission_webhook::webhooks::{Cluster, Webhook, decide};
+use core_admission::review::Review;
+use core_admission::webhooks::{Cluster, Webhook, decide};
 use core_rollout::observed::Observed;
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -939,7 +939,7 @@ fn addonslayer_validation() {
 /// the downscale is recorded there instead of on the StatefulSet.
 #[test]
 fn prepare_downscale_with_the_zone_tracker() {
-    use admission_webhook::webhooks::ZoneTracker;
+    use core_admission::webhooks::ZoneTracker;
     let labels = json!({"grafana.com/prepare-downscale": "true", "rollout-group": "ingester"});
     let annotations = json!({"grafana.com/prepare-downscale-http-path": "prepare", "grafana.com/prepare-downscale-http-port": "80"});
     let mut new = prepared(labels.clone(), annotations.clone());
@@ -1025,8 +1025,8 @@ fn prepare_downscale_with_the_zone_tracker() {
 /// layer-controller's own gate (Invalid or Cycle there ⇔ denied here).
 #[test]
 fn addonslayer_validation_agrees_with_the_controller() {
-    use layer_controller::crd::AddonsLayer;
-    use layer_controller::plan::{self, Gate, GateInputs, SourceState};
+    use core_layers::crd::AddonsLayer;
+    use core_layers::plan::{self, Gate, GateInputs, SourceState};
     let cases: Vec<(&str, Value)> = vec![
         ("valid", layer("apps", &[], json!({}))),
         (
@@ -1114,7 +1114,7 @@ fn addonslayer_validation_agrees_with_the_controller() {
         );
         let admitted = response["allowed"] == true;
         let this = typed(&object);
-        let mut all: layer_controller::crd::LayerSet = others
+        let mut all: core_layers::crd::LayerSet = others
             .iter()
             .map(|o| {
                 (
@@ -1138,7 +1138,7 @@ fn addonslayer_validation_agrees_with_the_controller() {
         let mut refused = matches!(gate, Gate::Invalid(_) | Gate::Cycle(_));
         if let Some(drift) = &this.spec.drift {
             // spec.drift is the drift-observer's: it refuses what its rules refuse.
-            refused |= !drift_observer::rules::spec_errors(drift).is_empty();
+            refused |= !core_drift::rules::spec_errors(drift).is_empty();
         }
         assert_eq!(
             admitted, !refused,
@@ -1154,11 +1154,8 @@ fn evict_with_reason(pod: &str, state: Vec<Value>) -> (Option<u16>, Option<Strin
     let cluster = Cluster::new(
         Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
     );
-    let (decision, reason) = admission_webhook::webhooks::pod_eviction_with_reason(
-        &review,
-        &cluster,
-        NOW.parse().unwrap(),
-    );
+    let (decision, reason) =
+        core_admission::webhooks::pod_eviction_with_reason(&review, &cluster, NOW.parse().unwrap());
     (decision.code, decision.message, reason)
 }
 
@@ -1231,7 +1228,7 @@ fn eviction_owner_errors_and_reasons_are_the_anchors() {
 /// annotation) ask nothing.
 #[test]
 fn addonslayer_validation_asks_whether_the_author_may_be_the_account() {
-    use admission_webhook::webhooks::{Impersonation, LayerDefaults};
+    use core_admission::webhooks::{Impersonation, LayerDefaults};
     let named = layer(
         "apps",
         &[],

@@ -102,21 +102,21 @@ fn registered() -> BTreeSet<String> {
     drift.count_check("dry_run");
     rollout.observe_zpdb_configuration("updated");
     rollout.zpdb.observe_eviction("allowed", 200);
-    let zpdb = admission_webhook::metrics::ZpdbMetrics::register(
+    let zpdb = admission_server::metrics::ZpdbMetrics::register(
         &metric_prefix("admission-webhook"),
         &mut registry,
     );
     zpdb.observe_eviction("denied", 429);
     // In compatibility mode the rollout-operator serves the webhooks with its own ZPDB set.
-    let webhook = admission_webhook::metrics::Metrics::register(&mut registry, zpdb);
+    let webhook = admission_server::metrics::Metrics::register(&mut registry, zpdb);
     webhook.observe(
-        admission_webhook::webhooks::Webhook::NoDownscale,
-        admission_webhook::metrics::Outcome::allowed,
+        admission_server::webhooks::Webhook::NoDownscale,
+        admission_server::metrics::Outcome::allowed,
         0.001,
     );
-    admission_webhook::policy::record(
+    admission_server::policy::record(
         &webhook.failure_policy,
-        &admission_webhook::policy::entries("ValidatingWebhook", [("w", None)]),
+        &admission_server::policy::entries("ValidatingWebhook", [("w", None)]),
     );
     for service in SERVICES {
         // What the runtime registers for every service.

@@ -29,3 +29,9 @@ impl core_k8s::controller::ReconcileError for DriftError {
 }
 
 pub type Result<T, E = DriftError> = std::result::Result<T, E>;
+
+impl From<kube::Error> for DriftError {
+    fn from(e: kube::Error) -> Self {
+        Self::Kube(core_k8s::Error::api("kubernetes api", e))
+    }
+}

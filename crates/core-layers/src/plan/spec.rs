@@ -102,7 +102,7 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
     }
     if let Some(post_build) = &layer.spec.post_build {
         for key in post_build.substitute.keys() {
-            if !core_layers::substitute::valid_name(key) {
+            if !crate::substitute::valid_name(key) {
                 errors.push(format!(
                     "spec.postBuild.substitute: variable name {key:?} is invalid: names match [_A-Za-z][_A-Za-z0-9]*"
                 ));
@@ -123,7 +123,7 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
         }
     }
     if let Some(kind) = layer.spec.source.kind.as_deref().filter(|k| !k.is_empty())
-        && core_layers::objects::source_kind(kind).is_none()
+        && crate::objects::source_kind(kind).is_none()
     {
         errors.push(format!(
             "spec.source.kind: {kind:?} is not one of {} (or their plural.group form, e.g. gitrepositories.source.toolkit.fluxcd.io)",

@@ -195,7 +195,7 @@ pub fn impersonation_asked(
     if !matches!(operation, "CREATE" | "UPDATE") {
         return None;
     }
-    let layer: layer_controller::crd::AddonsLayer = serde_json::from_value(object.clone()).ok()?;
+    let layer: core_layers::crd::AddonsLayer = serde_json::from_value(object.clone()).ok()?;
     core_layers::objects::ActingAccount::of(
         &layer,
         &defaults.source_namespace,
@@ -972,7 +972,7 @@ pub fn zpdb_validation(review: &Review) -> Decision {
 /// a malformed spec, every invalid field (named), and a layer that would close a dependency
 /// cycle with the layers that exist.
 pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
-    use layer_controller::crd::AddonsLayer;
+    use core_layers::crd::AddonsLayer;
 
     if !matches!(review.field("operation"), "CREATE" | "UPDATE") {
         return Decision::allow();
@@ -1042,21 +1042,21 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
 /// Why the owners of an AddonsLayer would refuse it (spec errors, or the dependency cycle it
 /// would close with `others`), or `None`: one copy of the rules for the webhook and its tests.
 pub fn layer_verdict(
-    layer: &layer_controller::crd::AddonsLayer,
-    others: &[layer_controller::crd::AddonsLayer],
+    layer: &core_layers::crd::AddonsLayer,
+    others: &[core_layers::crd::AddonsLayer],
 ) -> Option<String> {
-    use layer_controller::plan;
+    use core_layers::plan;
 
     let mut errors = plan::spec_errors(layer);
     if let Some(drift) = &layer.spec.drift {
-        errors.extend(drift_observer::rules::spec_errors(drift));
+        errors.extend(core_drift::rules::spec_errors(drift));
     }
     if !errors.is_empty() {
         return Some(errors.join("; "));
     }
     let name = layer.metadata.name.clone().unwrap_or_default();
     let graph = plan::dependency_graph(others.iter().chain(std::iter::once(layer)));
-    layer_controller::deps::cycle_through(&name, &graph)
+    core_layers::deps::cycle_through(&name, &graph)
         .map(|cycle| format!("dependency cycle: {}", cycle.join(" -> ")))
 }
 

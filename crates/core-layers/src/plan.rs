@@ -35,8 +35,8 @@ pub use self::readiness::{Outcome, inventory_health, object_status, outcome, rea
 pub use self::spec::{effective_interval, orphan_grace, spec_errors, timing, timing_or_default};
 pub use self::status::{KRAAN_HELMRELEASE_KIND, conditions, kraan_resources, state_since};
 pub use self::why::{WhyBlocker, WhyLayer, render_why, waiting_on, why};
-pub use core_layers::manifest::prepare_manifest;
-pub use core_layers::objects::{ObjectRef, SOURCE_KINDS, SourceRef, SourceState};
+pub use crate::manifest::prepare_manifest;
+pub use crate::objects::{ObjectRef, SOURCE_KINDS, SourceRef, SourceState};
 
 /// How often a layer is re-checked without a change (`spec.interval` default).
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(5 * 60);

@@ -343,7 +343,7 @@ async fn read_state(
         Webhook::ZpdbValidation => {}
         Webhook::AddonsLayerValidation => {
             // Every layer: a dependency cycle through layers this read missed would pass.
-            let ar = ApiResource::erase::<layer_controller::crd::AddonsLayer>(&());
+            let ar = ApiResource::erase::<core_layers::crd::AddonsLayer>(&());
             let api: Api<DynamicObject> = Api::all_with(app.client.clone(), &ar);
             state.references = api
                 .list(&ListParams::default())

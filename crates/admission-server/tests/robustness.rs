@@ -5,9 +5,9 @@
 
 use std::sync::Arc;
 
-use admission_webhook::metrics::{Outcome, ReviewLabels};
-use admission_webhook::server::{App, router};
-use admission_webhook::webhooks::Webhook;
+use admission_server::metrics::{Outcome, ReviewLabels};
+use admission_server::server::{App, router};
+use admission_server::webhooks::Webhook;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use core_k8s::pod_http::PodHttp;
@@ -21,8 +21,8 @@ fn app() -> Arc<App> {
         client: kube::Client::try_from(config).unwrap(),
         http: PodHttp::new(std::time::Duration::from_millis(100), None),
         zone_tracker: None,
-        metrics: admission_webhook::metrics::Metrics::default(),
-        handler_timeout: admission_webhook::server::HANDLER_TIMEOUT,
+        metrics: admission_server::metrics::Metrics::default(),
+        handler_timeout: admission_server::server::HANDLER_TIMEOUT,
         http_metrics: core_k8s::http_metrics::HttpMetrics::register(
             "admission_webhook",
             &mut prometheus_client::registry::Registry::default(),
@@ -115,7 +115,7 @@ async fn random_bytes_get_400_and_never_a_crash() {
 async fn oversized_bodies_get_413() {
     core_k8s::install_crypto_provider();
     let app = app();
-    let limit = admission_webhook::server::MAX_REVIEW_BYTES;
+    let limit = admission_server::server::MAX_REVIEW_BYTES;
     for webhook in Webhook::ALL {
         let oversized = vec![b' '; limit + 1];
         assert_eq!(

@@ -2,12 +2,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
-use jiff::Timestamp;
-use rollout_operator::observed::Observed;
-use rollout_operator::plan::{
+use core_rollout::observed::Observed;
+use core_rollout::plan::{
     DelayedCalls, Plan, ReplicaChange, delayed_downscale_calls, max_unavailable,
     parse_prometheus_duration, plan, prepared_at,
 };
+use jiff::Timestamp;
 use serde_json::{Value, json};
 
 const NOW: &str = "2026-01-01T12:00:00Z";
@@ -414,7 +414,7 @@ fn a_mirroring_group_is_looked_at_again_at_the_anchors_pace() {
     assert!(stable.replica_changes.is_empty());
     assert_eq!(
         stable.recheck_after,
-        Some(rollout_operator::plan::REFERENCE_POLL)
+        Some(core_rollout::plan::REFERENCE_POLL)
     );
     let mut plain = zone("a", 3, "v1", "v1", &[UP, UP, UP], json!({}));
     plain.extend(zone("b", 3, "v1", "v1", &[UP, UP, UP], json!({})));
