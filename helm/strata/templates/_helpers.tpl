@@ -454,3 +454,21 @@ subjects:
   - {kind: ServiceAccount, name: {{ $.sa }}, namespace: {{ $root.Release.Namespace }}}
 {{- end }}
 {{- end }}
+
+{{/*
+Leader election rules of one service (`ctx`, with `sharded` true for a layer service): `create`
+(which RBAC cannot narrow by name), and `get`/`patch` of its own Leases only — the main one and
+one per shard — so no service can hold or stall another's.
+*/}}
+{{- define "strata.leaseRules" -}}
+{{- $fn := include "strata.fullname" .ctx -}}
+{{- $names := list (printf "%s-leader" $fn) -}}
+{{- if .sharded }}{{ range .ctx.root.Values.sharding.shards }}{{ $names = append $names (printf "%s-%s-leader" $fn .) }}{{ end }}{{ end -}}
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [create]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  resourceNames: {{ toJson $names }}
+  verbs: [get, patch]
+{{- end }}

@@ -1,0 +1,83 @@
+//! Leader Leases: each service, as the ServiceAccount the chart makes for it, may read and renew
+//! only its own Lease (`<service>-leader`). A compromised service cannot take another's Lease
+//! and stall it (issue #53, item 5). Creating a Lease cannot be narrowed by name in RBAC; that
+//! is in docs/security.md's threat model.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
+
+use anyhow::{Result, ensure};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use strata_e2e::services::{SERVICES, chart_identity};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, kube_client};
+
+#[tokio::test]
+async fn each_service_may_touch_only_its_own_lease() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "leases").await?;
+    // Every service's Lease exists, as once each has run.
+    for service in SERVICES {
+        apply_yaml(
+            &client,
+            &ns.name,
+            &format!(
+                "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: {service}-leader}}\nspec: {{holderIdentity: {service}-0}}\n"
+            ),
+        )
+        .await?;
+    }
+    for service in SERVICES {
+        let kubeconfig = chart_identity(
+            cluster().kubeconfig(),
+            service,
+            &["--lease-namespace", &ns.name],
+        )?;
+        let leases: Api<Lease> = Api::namespaced(kube_client(&kubeconfig).await?, &ns.name);
+        for other in SERVICES {
+            let lease = format!("{other}-leader");
+            let read = leases.get(&lease).await;
+            let renewed = leases
+                .patch(
+                    &lease,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"holderIdentity": format!("{service}-x")}})),
+                )
+                .await;
+            if other == service {
+                ensure!(
+                    read.is_ok(),
+                    "{service} cannot read its own Lease: {read:?}"
+                );
+                ensure!(
+                    renewed.is_ok(),
+                    "{service} cannot renew its own Lease: {renewed:?}"
+                );
+            } else {
+                for (what, outcome) in [("read", read.map(drop)), ("took", renewed.map(drop))] {
+                    match outcome {
+                        Err(kube::Error::Api(e)) if e.code == 403 => {}
+                        other_outcome => {
+                            anyhow::bail!("{service} {what} {other}'s Lease: {other_outcome:?}")
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // No Lease changed hands but to its own service.
+    let admin: Api<Lease> = Api::namespaced(client, &ns.name);
+    for service in SERVICES {
+        let holder = admin
+            .get(&format!("{service}-leader"))
+            .await?
+            .spec
+            .and_then(|s| s.holder_identity)
+            .unwrap_or_default();
+        ensure!(
+            holder == format!("{service}-x"),
+            "{service}-leader is held by {holder}"
+        );
+    }
+    Ok(())
+}
