@@ -362,14 +362,18 @@ pub fn chart_identity_with(
     ));
     let kubeconfig = kubectl.token_kubeconfig(&namespace, &account, "6h", &path)?;
     // RBAC reaches the API server's authorizer through its informers: wait until the account
-    // holds a right every service's Role grants, so the service does not start forbidden.
+    // holds a right every service's Role grants, so the service does not start forbidden
+    // (`create` of Leases: `get` and `patch` are granted on its own Leases only, by name).
     let as_account = crate::release::Kubectl {
         binary: kubectl.binary.clone(),
         kubeconfig: kubeconfig.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs(30);
     while as_account
-        .run(&["auth", "can-i", "get", "leases", "-n", &namespace], None)
+        .run(
+            &["auth", "can-i", "create", "leases", "-n", &namespace],
+            None,
+        )
         .map(|out| out.trim() != "yes")
         .unwrap_or(true)
     {

@@ -979,7 +979,15 @@ fn start_shard(
         args.extend(["--health-poll".into(), "500ms".into()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    strata_e2e::services::start_service(service, cluster().kubeconfig(), &args)
+    // The Role grants each shard's Lease by name: both shards' identities come from the same
+    // `sharding.shards` the Deployments were rendered with.
+    let kubeconfig = strata_e2e::services::chart_identity_with(
+        cluster().kubeconfig(),
+        service,
+        &args,
+        &["sharding.shards={a}"],
+    )?;
+    strata_e2e::services::start_service_with(service, &kubeconfig, &args)
 }
 
 /// #29 item 4: two shards from the chart's `sharding.shards`, each reconciling exactly its own

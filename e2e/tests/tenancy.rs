@@ -50,9 +50,10 @@ async fn a_layer_author_cannot_act_as_an_account_they_may_not_impersonate() -> R
     install_layer_crds(&admin, &team).await?;
 
     // The powerful account elsewhere, the team's own deployer, and alice, who may act as
-    // accounts of team-a (and, below, create layers, which are cluster-scoped).
+    // team-a's deployer (and, below, create layers, which are cluster-scoped) — not as the
+    // layer-controller, whose account lives in team-a too in this test.
     let configmaps = r#"{apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}"#;
-    let impersonate = r#"{apiGroups: [""], resources: [serviceaccounts], verbs: [impersonate]}"#;
+    let impersonate = r#"{apiGroups: [""], resources: [serviceaccounts], resourceNames: [deployer], verbs: [impersonate]}"#;
     for (ns, account, rule) in [
         (&system, "kustomize-controller", configmaps),
         (&team, "deployer", configmaps),
@@ -125,6 +126,8 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
             "127.0.0.1",
             "--layer-default-source-namespace",
             &team,
+            "--layer-controller-service-account",
+            &format!("{team}/layer-controller"),
         ],
     )?;
     // Validation of this test's layers only (AddonsLayers are cluster-scoped; other tests'
@@ -187,6 +190,45 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
     .await?;
     let team_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &team);
     ensure!(team_maps.get_opt("team-settings").await?.is_some());
+
+    // 2b. Naming no account is acting as the layer-controller itself (no default here), which
+    // alice may not be: refused on create, and on an update that drops the team's account;
+    // the stored layer keeps acting as `deployer`.
+    let unnamed =
+        layer(&team, "unnamed", &team, "deployer").replace("  serviceAccountName: deployer\n", "");
+    let as_controller = format!("ServiceAccount {team}/layer-controller");
+    for (what, manifest) in [
+        ("a layer naming no account", unnamed),
+        (
+            "dropping the account of a deployed layer",
+            layer(&team, "apps", &team, "deployer").replace("  serviceAccountName: deployer\n", ""),
+        ),
+    ] {
+        ensure!(!manifest.contains("serviceAccountName"), "{manifest}");
+        match apply_yaml(&alice, &team, &manifest).await {
+            Ok(_) => bail!("{what} was admitted for alice"),
+            Err(e) => {
+                let e = format!("{e:#}");
+                ensure!(
+                    e.contains(&as_controller)
+                        && e.contains("names no spec.serviceAccountName")
+                        && e.contains("\"impersonate\" on serviceaccounts \"layer-controller\""),
+                    "{what}: the refusal names the controller's account and the right: {e}"
+                );
+            }
+        }
+    }
+    let layers: Api<layer_controller::crd::AddonsLayer> = Api::all(admin.clone());
+    ensure!(
+        layers.get_opt(&format!("{team}-unnamed")).await?.is_none(),
+        "the refused layer was stored"
+    );
+    let stored = layers.get(&apps).await?;
+    ensure!(
+        stored.spec.service_account_name.as_deref() == Some("deployer"),
+        "the refused update changed the layer: {:?}",
+        stored.spec.service_account_name
+    );
 
     // 3. Without the webhook the layer is stored, but the controller may not act as that
     // account: Failed, naming it, nothing applied.

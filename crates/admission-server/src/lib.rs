@@ -98,6 +98,11 @@ pub struct WebhookArgs {
     /// act as, which their authors must then be allowed to impersonate.
     #[arg(long)]
     pub layer_default_service_account: Option<String>,
+    /// The layer-controller's own ServiceAccount, `<namespace>/<name>`: a layer that names no
+    /// account (and has no default) acts as it, so its author must be allowed to impersonate
+    /// it. Without the flag such layers are admitted unasked (the chart always sets it).
+    #[arg(long, value_parser = webhooks::parse_controller_account)]
+    pub layer_controller_service_account: Option<core_layers::objects::ActingAccount>,
     /// Name of the zone-tracker ConfigMap, in the StatefulSet's namespace.
     #[arg(long, default_value = "rollout-operator-zone-tracker", value_parser = non_empty)]
     pub zone_tracker_config_map_name: String,
@@ -329,6 +334,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         layer_defaults: webhooks::LayerDefaults {
             source_namespace: args.layer_default_source_namespace.clone(),
             service_account: args.layer_default_service_account.clone(),
+            controller_account: args.layer_controller_service_account.clone(),
         },
     });
     tracing::info!(address = %args.tls_address, "admission server listening");

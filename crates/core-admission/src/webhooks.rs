@@ -119,11 +119,15 @@ pub struct Cluster {
     pub impersonation: Option<Impersonation>,
 }
 
-/// The layer-controller's `--default-source-namespace` and `--default-service-account`.
+/// The layer-controller's `--default-source-namespace` and `--default-service-account`, and
+/// the account it runs as itself.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LayerDefaults {
     pub source_namespace: String,
     pub service_account: Option<String>,
+    /// The layer-controller's own ServiceAccount: what a layer naming no account acts as when
+    /// there is no default. `None` when the server was not told (nothing can be asked then).
+    pub controller_account: Option<core_layers::objects::ActingAccount>,
 }
 
 impl Default for LayerDefaults {
@@ -131,7 +135,28 @@ impl Default for LayerDefaults {
         Self {
             source_namespace: "strata-system".into(),
             service_account: None,
+            controller_account: None,
         }
+    }
+}
+
+/// Parses `<namespace>/<name>` (`--layer-controller-service-account`).
+pub fn parse_controller_account(
+    value: &str,
+) -> Result<core_layers::objects::ActingAccount, String> {
+    match value.split_once('/') {
+        Some((namespace, name))
+            if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>
+        {
+            Ok(core_layers::objects::ActingAccount {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                from_spec: false,
+            })
+        }
+        _ => Err(format!(
+            "{value:?} is not <namespace>/<name> (the layer-controller's ServiceAccount)"
+        )),
     }
 }
 
@@ -201,6 +226,9 @@ pub fn impersonation_asked(
         &defaults.source_namespace,
         defaults.service_account.as_deref(),
     )
+    // Naming no account is acting as the controller itself, the most powerful identity a
+    // layer can have: its author must be allowed to be it like any other.
+    .or_else(|| defaults.controller_account.clone())
 }
 
 impl Cluster {
@@ -1008,8 +1036,15 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
     let requester = Requester::of(review);
     let field = if account.from_spec {
         "spec.serviceAccountName"
-    } else {
+    } else if cluster
+        .layer_defaults
+        .service_account
+        .as_deref()
+        .is_some_and(|n| !n.is_empty())
+    {
         "the layer-controller's default service account"
+    } else {
+        "the layer-controller's own account: the layer names no spec.serviceAccountName"
     };
     match &cluster.impersonation {
         Some(answer) if answer.allowed => Decision::allow(),

@@ -1278,7 +1278,8 @@ fn addonslayer_validation_asks_whether_the_author_may_be_the_account() {
             "SubjectAccessReview: may user \"alice\" impersonate serviceaccounts \"kustomize-controller\" in namespace \"flux-system\""
         ]
     );
-    // No account named and no default: the layer acts as the controller; nothing to ask.
+    // No account named and no default: the layer acts as the controller. A server not told
+    // which account that is has nothing to ask...
     let mut plain = layer_review(layer("apps", &[], json!({})));
     plain["request"]["userInfo"] = json!({"username": "alice"});
     let refusing = Some(Impersonation {
@@ -1286,10 +1287,33 @@ fn addonslayer_validation_asks_whether_the_author_may_be_the_account() {
         reason: String::new(),
     });
     assert!(decide_with(&plain, refusing.clone(), LayerDefaults::default()).allowed);
+    // ...one that is (the chart's default) asks whether the author may be the controller.
+    let with_controller = LayerDefaults {
+        controller_account: Some(
+            core_admission::webhooks::parse_controller_account("strata-system/layer-controller")
+                .unwrap(),
+        ),
+        ..LayerDefaults::default()
+    };
+    assert_eq!(
+        decide_with(&plain, refusing.clone(), with_controller.clone())
+            .message
+            .as_deref(),
+        Some(
+            "AddonsLayer apps: user \"alice\" may not act as ServiceAccount strata-system/layer-controller (the layer-controller's own account: the layer names no spec.serviceAccountName): it lacks \"impersonate\" on serviceaccounts \"layer-controller\" in namespace \"strata-system\""
+        )
+    );
+    assert!(decide_with(&plain, Some(allowed.clone()), with_controller.clone()).allowed);
+    // An update that drops the account changes who the layer acts as: asked again.
+    let mut dropped = plain.clone();
+    dropped["request"]["operation"] = json!("UPDATE");
+    dropped["request"]["oldObject"] = named.clone();
+    assert!(!decide_with(&dropped, refusing.clone(), with_controller.clone()).allowed);
     // ...but with the controller's default account, the author must be allowed to be it.
     let locked_down = LayerDefaults {
         source_namespace: "team-a".into(),
         service_account: Some("tenant".into()),
+        ..with_controller
     };
     let message = decide_with(&plain, refusing.clone(), locked_down)
         .message
@@ -1309,4 +1333,37 @@ fn addonslayer_validation_asks_whether_the_author_may_be_the_account() {
     // One that changes it asks again.
     finalized["request"]["object"]["spec"]["version"] = json!("1.1.0");
     assert!(!decide_with(&finalized, refusing, LayerDefaults::default()).allowed);
+}
+
+/// `--layer-controller-service-account` is `<namespace>/<name>`; anything else is refused
+/// naming what was given.
+#[test]
+fn the_controller_account_flag_is_namespace_slash_name() {
+    use core_admission::webhooks::parse_controller_account;
+    for (value, want) in [
+        (
+            "strata-system/layer-controller",
+            Some(("strata-system", "layer-controller")),
+        ),
+        ("layer-controller", None),
+        ("/layer-controller", None),
+        ("strata-system/", None),
+        ("a/b/c", None),
+        ("", None),
+    ] {
+        match (parse_controller_account(value), want) {
+            (Ok(account), Some((namespace, name))) => {
+                assert_eq!(
+                    (account.namespace.as_str(), account.name.as_str()),
+                    (namespace, name)
+                );
+                assert!(!account.from_spec);
+            }
+            (Err(message), None) => assert!(
+                message.starts_with(&format!("{value:?} is not <namespace>/<name>")),
+                "{message}"
+            ),
+            (got, want) => panic!("{value:?}: got {got:?}, want {want:?}"),
+        }
+    }
 }

@@ -96,6 +96,7 @@ impl CompatArgs {
             // The anchor serves no AddonsLayer validation; the defaults only matter there.
             layer_default_source_namespace: String::new(),
             layer_default_service_account: None,
+            layer_controller_service_account: None,
             tls_secret_name: self.webhook_tls_secret_name.clone(),
             service_name: SERVICE.to_string(),
             tls_extra_names: self.webhook_dns_name.iter().cloned().collect(),
