@@ -742,7 +742,9 @@ current-context: plane
 /// The kubelet: cgroup v1 with the cgroupfs driver (this machine has no systemd), no negative
 /// OOM score, pod logs and state under the node's directory, no DNS (pods get no resolver:
 /// nothing outside the plane to resolve), evictions and image garbage collection that never
-/// remove the imported images on a disk the tests share.
+/// remove the imported images on a disk the tests share. Disk thresholds are absolute: a
+/// percentage of a large disk the builds share (1% of 252 GB) put the node under DiskPressure,
+/// refusing every pod, while gigabytes were still free.
 fn kubelet_config(dir: &Path, pki: &NodePki, port: u16, healthz: u16) -> String {
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1
@@ -769,7 +771,7 @@ resolvConf: \"\"
 clusterDomain: cluster.local
 registerWithTaints:
 - {{key: {NODE_TAINT}, effect: NoSchedule}}
-evictionHard: {{memory.available: 50Mi, nodefs.available: 1%, nodefs.inodesFree: 1%, imagefs.available: 1%}}
+evictionHard: {{memory.available: 50Mi, nodefs.available: 256Mi, nodefs.inodesFree: 1%, imagefs.available: 256Mi}}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false

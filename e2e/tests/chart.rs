@@ -769,10 +769,10 @@ fn two_releases_in_one_namespace_share_no_name() {
         let observer = container_args(objs, "drift-observer");
         let apply_as = format!("--apply-as=system:serviceaccount:shared:{prefix}layer-controller");
         assert!(observer.contains(&apply_as), "{observer:?}");
-        // Every binding names a ServiceAccount of its own release.
+        // Every RBAC binding names a ServiceAccount of its own release.
         for binding in objs
             .iter()
-            .filter(|o| o["kind"].as_str().unwrap().ends_with("Binding"))
+            .filter(|o| o["kind"].as_str().unwrap().ends_with("RoleBinding"))
         {
             for subject in binding["subjects"].as_array().unwrap() {
                 let sa = subject["name"].as_str().unwrap();

@@ -79,6 +79,10 @@ impl Release {
         sets.push(format!(
             "admissionWebhook.webhooks.addonsLayerValidation.objectSelector.matchLabels.strata-e2e/suite={name}"
         ));
+        // The author policy is cluster-wide too: it judges only this test's layers.
+        sets.push(format!(
+            "layerController.authorPolicy.objectSelector.matchLabels.strata-e2e/suite={name}"
+        ));
         let chart_dir = chart::chart_dir();
         let chart_path = chart_dir.to_string_lossy();
         let mut args = vec!["install", &name, chart_path.as_ref(), "-n", &name];

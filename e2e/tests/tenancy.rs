@@ -258,6 +258,102 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
         system_maps.get_opt("escalated").await?.is_none(),
         "the layer applied as an account nobody let it use"
     );
+
+    // 4. The same rule inside kube-apiserver, still without the webhook: the chart's
+    // ValidatingAdmissionPolicy (bound to this test's layers) refuses alice a layer naming the
+    // other team's account, and one naming none; her team's own account still passes.
+    let rendered = strata_e2e::release::Rendered::template(
+        &strata_e2e::chart::helm(),
+        &team,
+        &team,
+        &[
+            format!("layerController.defaultSourceNamespace={team}"),
+            format!(
+                "layerController.authorPolicy.objectSelector.matchLabels.strata-e2e/suite={team}"
+            ),
+        ],
+    )?;
+    let policy = rendered.of_kinds(&[
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ]);
+    ensure!(
+        policy.len() == 2,
+        "the chart renders the policy and its binding: {policy:?}"
+    );
+    strata_e2e::release::Kubectl {
+        binary: strata_e2e::support::kubectl_binary(),
+        kubeconfig: cluster().kubeconfig().to_path_buf(),
+    }
+    .apply(&policy)?;
+    let _policy: Vec<DeleteOnDrop> = policy
+        .iter()
+        .map(|o| DeleteOnDrop {
+            resource: if o["kind"] == "ValidatingAdmissionPolicy" {
+                "validatingadmissionpolicy"
+            } else {
+                "validatingadmissionpolicybinding"
+            },
+            name: o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+        })
+        .collect();
+    let dry_run = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let as_alice: Api<layer_controller::crd::AddonsLayer> = Api::all(alice.clone());
+    let parse = |manifest: &str| -> Result<layer_controller::crd::AddonsLayer> {
+        let mut objects = strata_e2e::support::parse_yaml(manifest)?;
+        Ok(serde_json::from_value(objects.remove(0))?)
+    };
+    let again = parse(&layer(
+        &team,
+        "escalate-again",
+        &system,
+        "kustomize-controller",
+    ))?;
+    // A policy takes effect a moment after it is created: dry runs until it refuses.
+    let refused = eventually(
+        "the policy refusing without the webhook",
+        Duration::from_secs(60),
+        || async {
+            match as_alice.create(&dry_run, &again).await {
+                Ok(_) => Ok(None),
+                Err(e) => Ok(Some(format!("{e:#}"))),
+            }
+        },
+    )
+    .await?;
+    for want in [
+        "ValidatingAdmissionPolicy".to_string(),
+        format!(
+            "user \"system:serviceaccount:{team}:alice\" may not act as ServiceAccount {system}/kustomize-controller (spec.serviceAccountName)"
+        ),
+        "\"impersonate\" on serviceaccounts \"kustomize-controller\"".to_string(),
+    ] {
+        ensure!(refused.contains(&want), "{want:?} missing from: {refused}");
+    }
+    let unnamed = parse(
+        &layer(&team, "unnamed", &team, "deployer").replace("  serviceAccountName: deployer\n", ""),
+    )?;
+    let refused = match as_alice.create(&dry_run, &unnamed).await {
+        Ok(_) => bail!("the policy admitted alice's layer naming no account"),
+        Err(e) => format!("{e:#}"),
+    };
+    ensure!(
+        refused.contains(&format!("ServiceAccount {team}/layer-controller (the layer-controller's own account: the layer names no spec.serviceAccountName)")),
+        "{refused}"
+    );
+    as_alice
+        .create(
+            &dry_run,
+            &parse(&layer(&team, "apps-again", &team, "deployer"))?,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("the policy refused the team's own account: {e}"))?;
     for layer in [&escalated, &apps] {
         let _ = cluster()
             .kubectl()
