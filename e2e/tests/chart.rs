@@ -425,6 +425,39 @@ fn the_schema_refuses_misspelt_keys_and_bad_values() {
     }
 }
 
+/// The account a layer acts as is decided by the layer-controller's defaults, which three
+/// services must share: a flag that would set them for one service only, through its
+/// `extraArgs`, is refused naming the value and the key to use instead (#53 item 7).
+#[test]
+fn the_shared_layer_defaults_come_from_values_only() {
+    for set in [
+        "layerController.extraArgs={--default-service-account=tenant}",
+        "layerController.extraArgs={--default-source-namespace,flux-system}",
+        "driftObserver.extraArgs={--apply-as=system:serviceaccount:x:y}",
+        "admissionWebhook.extraArgs={--layer-default-service-account=tenant}",
+        "admissionWebhook.extraArgs={--layer-controller-service-account=a/b}",
+        // Refused even when the layer-controller is not in this release.
+        "layerController.enabled=false,driftObserver.extraArgs={--default-service-account=x}",
+    ] {
+        let err = chart::template(&["--set", set]).expect_err(set).to_string();
+        let (key, _) = set.rsplit_once(".extraArgs").unwrap();
+        let key = key.rsplit(',').next().unwrap();
+        assert!(
+            err.contains(&format!("{key}.extraArgs: \"--"))
+                && err.contains("layerController.defaultServiceAccount"),
+            "{set}: {err}"
+        );
+    }
+    // Other flags pass through, and so do the values themselves.
+    for set in [
+        "layerController.extraArgs={--default-service-account-is-not-a-flag}",
+        "layerController.defaultServiceAccount=tenant",
+        "admissionWebhook.layerControllerServiceAccount=a/b",
+    ] {
+        chart::template(&["--set", set]).expect(set);
+    }
+}
+
 /// Compares (or with STRATA_UPDATE_MANIFESTS=1 rewrites) every generated file.
 #[test]
 fn generated_files_are_current() {

@@ -472,3 +472,22 @@ one per shard — so no service can hold or stall another's.
   resourceNames: {{ toJson $names }}
   verbs: [get, patch]
 {{- end }}
+
+{{/*
+The layer-controller's defaults decide the account a layer acts as, and three services must
+agree on them (the controller applies as it, the drift-observer dry-runs as it, the webhook and
+the author policy check its author against it). They come from values only: a flag passed
+through a service's extraArgs would change one service and not the others, so it is refused.
+*/}}
+{{- define "strata.sharedDefaultsGuard" -}}
+{{- $owned := dict "layerController" (list "--default-service-account" "--default-source-namespace") "driftObserver" (list "--default-service-account" "--default-source-namespace" "--apply-as") "admissionWebhook" (list "--layer-default-service-account" "--layer-default-source-namespace" "--layer-controller-service-account") -}}
+{{- range $key, $flags := $owned }}
+{{- range $arg := (index $.Values $key).extraArgs | default list }}
+{{- range $flag := $flags }}
+{{- if or (eq (toString $arg) $flag) (hasPrefix (printf "%s=" $flag) (toString $arg)) }}
+{{- fail (printf "%s.extraArgs: %q would make this service disagree with the others on the account a layer acts as; set layerController.defaultServiceAccount, layerController.defaultSourceNamespace or admissionWebhook.layerControllerServiceAccount instead" $key $arg) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
