@@ -49,6 +49,20 @@ struct Release {
     enabled: Vec<&'static str>,
 }
 
+/// A test that fails half-way must not leave its release behind: its webhook configurations are
+/// cluster-wide with `failurePolicy: Fail`, and once its server is gone they would refuse every
+/// later test's StatefulSets and ZPDBs (the in-cluster tier failed so once). Best effort; an
+/// uninstall the test already made leaves nothing to do.
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = Command::new(chart::helm())
+            .args(["uninstall", &self.name, "-n", &self.ns.name, "--wait=false"])
+            .arg("--kubeconfig")
+            .arg(cluster().kubeconfig())
+            .output();
+    }
+}
+
 impl Release {
     /// `helm install` with only `enabled` services (values keys), on free ports, layers of this
     /// test only, and the webhooks called at 127.0.0.1 (the plane has no Service routing).
