@@ -39,25 +39,11 @@ fn floor(manifest_path: &str, root: &str) -> Option<u8> {
 /// floor, from a service to another service, or from the CLI to a service. `(from, to)` names.
 /// Only the end-to-end tests (`strata-e2e`) may use a service: they run them.
 pub fn upward_dependencies(metadata: &Value) -> Result<Vec<(String, String)>> {
-    let root = metadata["workspace_root"]
-        .as_str()
-        .context("no workspace_root")?;
-    let members: Vec<&Value> = metadata["packages"]
-        .as_array()
-        .context("no packages")?
-        .iter()
-        .filter(|p| p["source"].is_null())
-        .collect();
-    let floor_of = |name: &str| {
-        members
-            .iter()
-            .find(|p| p["name"] == name)
-            .and_then(|p| floor(p["manifest_path"].as_str()?, root))
-    };
+    let floors = floors(metadata)?;
     let mut wrong = Vec::new();
-    for package in &members {
+    for package in packages(metadata) {
         let name = package["name"].as_str().unwrap_or_default();
-        let Some(from) = floor(package["manifest_path"].as_str().unwrap_or_default(), root) else {
+        let Some(&from) = floors.get(name) else {
             continue;
         };
         for dep in package["dependencies"].as_array().into_iter().flatten() {
@@ -66,7 +52,7 @@ pub fn upward_dependencies(metadata: &Value) -> Result<Vec<(String, String)>> {
                 continue;
             }
             let to_name = dep["name"].as_str().unwrap_or_default();
-            let Some(to) = floor_of(to_name) else {
+            let Some(&to) = floors.get(to_name) else {
                 continue;
             };
             let into_top = to == 2;
@@ -79,24 +65,31 @@ pub fn upward_dependencies(metadata: &Value) -> Result<Vec<(String, String)>> {
     Ok(wrong)
 }
 
+/// The packages `cargo metadata` lists.
+fn packages(metadata: &Value) -> impl Iterator<Item = &Value> {
+    metadata["packages"].as_array().into_iter().flatten()
+}
+
+/// Each workspace member's floor, by package name.
+fn floors(metadata: &Value) -> Result<std::collections::BTreeMap<String, u8>> {
+    let root = metadata["workspace_root"]
+        .as_str()
+        .context("no workspace_root")?;
+    metadata["packages"].as_array().context("no packages")?;
+    Ok(packages(metadata)
+        .filter(|p| p["source"].is_null())
+        .filter_map(|p| {
+            let floor = floor(p["manifest_path"].as_str()?, root)?;
+            Some((p["name"].as_str()?.to_string(), floor))
+        })
+        .collect())
+}
+
 /// The workspace's crate graph as a Mermaid flowchart: every member by floor, every normal
 /// (shipped) dependency between members. What docs/architecture.md shows between its
 /// `crate-graph` markers.
 pub fn crate_graph(metadata: &Value) -> Result<String> {
-    let root = metadata["workspace_root"]
-        .as_str()
-        .context("no workspace_root")?;
-    let mut members: Vec<(u8, String)> = metadata["packages"]
-        .as_array()
-        .context("no packages")?
-        .iter()
-        .filter(|p| p["source"].is_null())
-        .filter_map(|p| {
-            let floor = floor(p["manifest_path"].as_str()?, root)?;
-            Some((floor, p["name"].as_str()?.to_string()))
-        })
-        .collect();
-    members.sort();
+    let floors = floors(metadata)?;
     let id = |name: &str| name.replace('-', "_");
     let mut out = String::from(
         "flowchart BT
@@ -108,21 +101,20 @@ pub fn crate_graph(metadata: &Value) -> Result<String> {
         (2, "cli/ and e2e/"),
     ] {
         out.push_str(&format!("  subgraph floor{floor}[\"{title}\"]\n"));
-        for (_, name) in members.iter().filter(|(f, _)| *f == floor) {
+        for (name, _) in floors.iter().filter(|(_, f)| **f == floor) {
             out.push_str(&format!("    {}[{name}]\n", id(name)));
         }
         out.push_str("  end\n");
     }
-    let names: Vec<&str> = members.iter().map(|(_, n)| n.as_str()).collect();
     let mut edges = Vec::new();
-    for package in metadata["packages"].as_array().into_iter().flatten() {
+    for package in packages(metadata) {
         let from = package["name"].as_str().unwrap_or_default();
-        if !names.contains(&from) {
+        if !floors.contains_key(from) {
             continue;
         }
         for dep in package["dependencies"].as_array().into_iter().flatten() {
             let to = dep["name"].as_str().unwrap_or_default();
-            if dep["kind"].is_null() && names.contains(&to) {
+            if dep["kind"].is_null() && floors.contains_key(to) {
                 edges.push(format!("  {} --> {}\n", id(from), id(to)));
             }
         }

@@ -41,6 +41,12 @@ spec:
     )
 }
 
+/// [`layer`] reading `src-<name>` of the team's own namespace and naming no account: it acts as
+/// the layer-controller itself.
+fn without_account(team: &str, name: &str) -> String {
+    layer(team, name, team, "deployer").replace("  serviceAccountName: deployer\n", "")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_layer_author_cannot_act_as_an_account_they_may_not_impersonate() -> Result<()> {
     let admin = cluster().client().await?;
@@ -194,14 +200,13 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
     // 2b. Naming no account is acting as the layer-controller itself (no default here), which
     // alice may not be: refused on create, and on an update that drops the team's account;
     // the stored layer keeps acting as `deployer`.
-    let unnamed =
-        layer(&team, "unnamed", &team, "deployer").replace("  serviceAccountName: deployer\n", "");
+    let unnamed = without_account(&team, "unnamed");
     let as_controller = format!("ServiceAccount {team}/layer-controller");
     for (what, manifest) in [
         ("a layer naming no account", unnamed),
         (
             "dropping the account of a deployed layer",
-            layer(&team, "apps", &team, "deployer").replace("  serviceAccountName: deployer\n", ""),
+            without_account(&team, "apps"),
         ),
     ] {
         ensure!(!manifest.contains("serviceAccountName"), "{manifest}");
@@ -336,9 +341,7 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
     ] {
         ensure!(refused.contains(&want), "{want:?} missing from: {refused}");
     }
-    let unnamed = parse(
-        &layer(&team, "unnamed", &team, "deployer").replace("  serviceAccountName: deployer\n", ""),
-    )?;
+    let unnamed = parse(&without_account(&team, "unnamed"))?;
     let refused = match as_alice.create(&dry_run, &unnamed).await {
         Ok(_) => bail!("the policy admitted alice's layer naming no account"),
         Err(e) => format!("{e:#}"),

@@ -1036,15 +1036,10 @@ pub fn addonslayer_validation(review: &Review, cluster: &Cluster) -> Decision {
     let requester = Requester::of(review);
     let field = if account.from_spec {
         "spec.serviceAccountName"
-    } else if cluster
-        .layer_defaults
-        .service_account
-        .as_deref()
-        .is_some_and(|n| !n.is_empty())
-    {
-        "the layer-controller's default service account"
-    } else {
+    } else if cluster.layer_defaults.controller_account.as_ref() == Some(&account) {
         "the layer-controller's own account: the layer names no spec.serviceAccountName"
+    } else {
+        "the layer-controller's default service account"
     };
     match &cluster.impersonation {
         Some(answer) if answer.allowed => Decision::allow(),

@@ -491,3 +491,13 @@ through a service's extraArgs would change one service and not the others, so it
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The layer-controller's ServiceAccount as `<namespace>/<name>`: what a layer naming no account
+(and with no default) acts as. `admissionWebhook.layerControllerServiceAccount` when set (a
+controller installed by another release), else this release's. The webhook's flag and the
+author policy both read it here.
+*/}}
+{{- define "strata.layerControllerAccount" -}}
+{{- default (printf "%s/%s" .Release.Namespace (include "strata.serviceAccountName" (dict "root" . "key" "layerController" "name" "layer-controller"))) .Values.admissionWebhook.layerControllerServiceAccount -}}
+{{- end }}
