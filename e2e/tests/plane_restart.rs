@@ -242,6 +242,14 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
             .context("no pod deleted within 60 s")??;
         let bulk = format!("bulk-{round}");
         let mut created = created.clone();
+        // The watch may still be backing off after the previous round's kill: once it relists,
+        // the earlier rounds' ConfigMaps would count as this layer's. Wait until it holds them.
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            created.wait_for(|n| *n >= round * BULK),
+        )
+        .await
+        .context("the watch never caught up with the earlier rounds' ConfigMaps")??;
         let before = *created.borrow();
         apply_yaml(&client, NS, &bulk_layer(&bulk)).await?;
         tokio::time::timeout(Duration::from_secs(60), created.wait_for(|n| *n > before))
