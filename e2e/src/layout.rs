@@ -138,6 +138,53 @@ pub fn with_crate_graph(page: &str, graph: &str) -> Result<String> {
     ))
 }
 
+/// The calls of `function` in the Rust sources under `dir`, as `file:line` (its definition and
+/// comments left out): how many places write what `function` writes.
+pub fn call_sites(dir: &std::path::Path, function: &str) -> Result<Vec<String>> {
+    let mut sites = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .with_context(|| format!("reading {}", dir.display()))?
+            .collect::<std::io::Result<_>>()?;
+        entries.sort_by_key(|e| e.path());
+        for entry in entries {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            if path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path)?;
+            for (line, _) in calls_in(&text, function) {
+                sites.push(format!("{}:{line}", path.display()));
+            }
+        }
+    }
+    Ok(sites)
+}
+
+/// The lines (1-based) of `text` that call `function`, with the column of the call.
+fn calls_in(text: &str, function: &str) -> Vec<(usize, usize)> {
+    let call = format!("{function}(");
+    text.lines()
+        .enumerate()
+        .filter_map(|(i, line)| {
+            let code = line.split("//").next().unwrap_or_default();
+            let at = code.find(&call)?;
+            // A longer name ending in `function`, or the definition itself.
+            let before = &code[..at];
+            let joined = before
+                .chars()
+                .last()
+                .is_some_and(|c| c.is_alphanumeric() || c == '_');
+            (!joined && !before.trim_end().ends_with("fn")).then_some((i + 1, at))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -217,5 +264,18 @@ mod tests {
             ]
             .map(|(a, b)| (a.to_string(), b.to_string()))
         );
+    }
+
+    /// One pass, one report: a layer's status is written from one place, at the end of the
+    /// pass (docs/architecture.md).
+    #[test]
+    fn a_layer_status_is_written_from_one_place() {
+        let dir = crate::chart::repo_root().join("services/layer-controller/src");
+        let sites = call_sites(&dir, "write_status").unwrap();
+        assert_eq!(sites.len(), 1, "{sites:#?}");
+        assert!(sites[0].contains("reconcile/pass.rs"), "{sites:#?}");
+        // The count sees a second write, and leaves out definitions, comments and other names.
+        let text = "pub(super) async fn write_status(\n    write_status(a).await?;\n    // write_status(b)\n    rewrite_status(c);\n    x.write_status(d);\n";
+        assert_eq!(calls_in(text, "write_status"), vec![(2, 4), (5, 6)]);
     }
 }

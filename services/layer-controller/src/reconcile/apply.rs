@@ -26,7 +26,7 @@ use core_status::policy::Rules;
 use super::first_report::FirstReports;
 use super::health_watch::{Awaited, HealthWakeups, JudgedVersions, Verdict, Wakeup, judged_key};
 use super::prune::prune;
-use super::status::{Report, reconcile_request_pending, write_status};
+use super::status::{Pass, Report, reconcile_request_pending};
 use super::{Access, Shared, access};
 
 #[allow(clippy::too_many_arguments)]
@@ -38,7 +38,7 @@ pub(super) async fn apply_layer(
     files: &Files,
     interval: Duration,
     timeout: Duration,
-) -> Result<Action> {
+) -> Result<Pass> {
     let name = layer.name_any();
     // Changes of the objects seen after this are not missed by the health wake-ups.
     let checked_at = Instant::now();
@@ -74,9 +74,9 @@ pub(super) async fn apply_layer(
     let requested = reconcile_request_pending(layer);
     if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending && !requested) {
         if previous_state == state::DEPLOYED {
-            return Ok(Action::requeue(
+            return Ok(Pass::quiet(Action::requeue(
                 interval.saturating_sub(ago).max(Duration::from_secs(1)),
-            ));
+            )));
         }
         if (previous_state == state::APPLYING || previous_state == state::FAILED)
             && let Some((inventory, versions)) = recheck(
@@ -100,13 +100,13 @@ pub(super) async fn apply_layer(
                     kstatus_rules: rules.is_kstatus(),
                 },
             };
-            return judge(layer, ctx, shared, attempt, inventory).await;
+            return judge(layer, shared, attempt, inventory).await;
         }
     }
 
     if !shared.still_watched(&name) {
         tracing::debug!(layer = %name, "the layer left this shard: the new shard applies it");
-        return Ok(Action::await_change());
+        return Ok(Pass::quiet(Action::await_change()));
     }
     // Any failure to render fails this layer alone, with nothing applied.
     let manifests = match rendered_manifests(shared, &access, layer, files).await {
@@ -119,8 +119,7 @@ pub(super) async fn apply_layer(
             };
             let mut report = Report::new(state::FAILED, why, e.to_string());
             report.attempted_revision = Some(revision);
-            write_status(ctx, shared, layer, report).await?;
-            return Ok(Action::requeue(interval));
+            return Ok(Pass::report(report, Action::requeue(interval)));
         }
     };
 
@@ -133,8 +132,166 @@ pub(super) async fn apply_layer(
     }
 
     // Ownership: never take an object another layer owns and still wants.
+    let Claims {
+        desired,
+        wanted_by,
+        conflicts,
+    } = claims(shared, &name, &previous.inventory, &manifests).await;
+    if !conflicts.is_empty() {
+        let message = conflicts
+            .iter()
+            .map(|(object, owner)| {
+                format!("{object} is also in layer {owner}, which applied it first")
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        let mut report = Report::new(state::FAILED, reason::OWNERSHIP_CONFLICT, message);
+        report.attempted_revision = Some(revision);
+        return Ok(Pass::report(report, Action::requeue(interval)));
+    }
+
+    // A new attempt sends only the applies that change something (see
+    // `unchanged_since_applied`); a re-apply of the same attempt (the interval, a reconcile
+    // request, a retry after a failure) sends every one, so that the account's rights and the
+    // admission chain are asked again.
+    let skip_unchanged = !same_attempt && !requested && rules.is_kstatus();
+    // CRDs and Namespaces first, then the rest in kind order.
+    let Staged {
+        mut inventory,
+        versions,
+        failures,
+    } = apply_stages(
+        &access,
+        shared,
+        layer,
+        &manifests,
+        &desired,
+        &rules,
+        skip_unchanged,
+        timeout,
+    )
+    .await?;
+    if !failures.is_empty() {
+        return Ok(failed_apply(
+            &previous.inventory,
+            &inventory,
+            &failures,
+            revision,
+            interval,
+        ));
+    }
+    lock(&shared.memory)
+        .entry(name.clone())
+        .or_default()
+        .applied = Some((attempt_key, Instant::now()));
+
+    // Prune what left the layer, now that the whole desired set is applied.
+    let prune_wait = prune_left(
+        ctx,
+        &access,
+        shared,
+        layer,
+        &previous.inventory,
+        &mut inventory,
+        &wanted_by,
+        interval,
+    )
+    .await?;
+    let attempt = Attempt {
+        revision,
+        same: same_attempt,
+        interval,
+        timeout,
+        prune_wait,
+        observed: Observed {
+            at: checked_at,
+            versions,
+            judges_pods: rules.needs_pods(),
+            kstatus_rules: rules.is_kstatus(),
+        },
+    };
+    judge(layer, shared, attempt, inventory).await
+}
+
+/// The report of an attempt whose apply failed: nothing is pruned after a failed apply, and
+/// the inventory keeps everything the layer owns (what it owned before and what it applied
+/// now).
+fn failed_apply(
+    owned_before: &[InventoryEntry],
+    applied: &[InventoryEntry],
+    failures: &[String],
+    revision: String,
+    interval: Duration,
+) -> Pass {
+    let owned: BTreeSet<ObjectRef> = owned_before.iter().map(ObjectRef::of_entry).collect();
+    let mut kept = owned_before.to_vec();
+    kept.extend(
+        applied
+            .iter()
+            .filter(|e| !owned.contains(&ObjectRef::of_entry(e)))
+            .cloned(),
+    );
+    let message = plan::summarize(failures, 3, "; ");
+    let mut report = Report::new(state::FAILED, reason::APPLY_FAILED, message);
+    report.inventory = Some(kept);
+    report.attempted_revision = Some(revision);
+    Pass::report(
+        report,
+        Action::requeue(interval.min(Duration::from_secs(30))),
+    )
+}
+
+/// Prunes what was in `owned_before` and is not in the applied `inventory`; the objects still
+/// waiting out their grace window join the inventory (as orphaned entries). Returns when the
+/// next grace window ends, if one does.
+#[allow(clippy::too_many_arguments)]
+async fn prune_left(
+    ctx: &Context,
+    access: &Access,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    owned_before: &[InventoryEntry],
+    inventory: &mut Vec<InventoryEntry>,
+    wanted_by: &BTreeMap<ObjectRef, BTreeSet<String>>,
+    interval: Duration,
+) -> Result<Option<Duration>> {
+    let applied: BTreeSet<ObjectRef> = inventory.iter().map(ObjectRef::of_entry).collect();
+    let stale_entries: Vec<&InventoryEntry> = owned_before
+        .iter()
+        .filter(|e| !applied.contains(&ObjectRef::of_entry(e)))
+        .collect();
+    if stale_entries.is_empty() {
+        return Ok(None);
+    }
+    let grace = plan::orphan_grace(shared.args.orphan_grace, interval);
+    let pending = prune(ctx, access, shared, layer, &stale_entries, wanted_by, grace).await?;
+    Ok(pending.map(|(entries, wait)| {
+        inventory.extend(entries);
+        wait
+    }))
+}
+
+/// What a layer wants and who else claims it.
+struct Claims {
+    /// The objects of the layer's manifests, in manifest order.
+    desired: Vec<ObjectRef>,
+    /// The layers whose sources want each contested or leaving object.
+    wanted_by: BTreeMap<ObjectRef, BTreeSet<String>>,
+    /// The objects another layer owns and still wants, with that layer.
+    conflicts: Vec<(ObjectRef, String)>,
+}
+
+/// The objects `name` wants, their owners from the index the layer watch keeps (each
+/// confirmed against the owner's cached copy, see `index`), and which of them another layer
+/// owns and still wants.
+async fn claims(
+    shared: &Shared,
+    name: &str,
+    inventory: &[InventoryEntry],
+    manifests: &[Manifest],
+) -> Claims {
     let mut desired = Vec::with_capacity(manifests.len());
-    for manifest in &manifests {
+    for manifest in manifests {
         desired.push(shared.reader.identity(manifest).await);
     }
     // The owners of the objects this layer wants, from the index the layer watch keeps,
@@ -147,7 +304,7 @@ pub(super) async fn apply_layer(
         let held_owner =
             shared
                 .first_reports
-                .owners(object, &name)
+                .owners(object, name)
                 .into_iter()
                 .find(|(other, uid)| {
                     shared
@@ -181,8 +338,7 @@ pub(super) async fn apply_layer(
     let contested = !owners.is_empty();
     // The global desired state costs reading every other layer's source: only when an
     // object is contested or something left this layer.
-    let leaving = previous
-        .inventory
+    let leaving = inventory
         .iter()
         .any(|e| !desired.iter().any(|object| object.is_entry(e)));
     let mut wanted_by = if contested || leaving {
@@ -192,7 +348,7 @@ pub(super) async fn apply_layer(
             .into_iter()
             .map(|l| (l.name_any(), l))
             .collect();
-        shared.reader.wanted_by(&name, &all).await
+        shared.reader.wanted_by(name, &all).await
     } else {
         BTreeMap::new()
     };
@@ -201,22 +357,37 @@ pub(super) async fn apply_layer(
     for (object, owner) in held_by {
         wanted_by.entry(object).or_default().insert(owner);
     }
-    let conflicts = plan::ownership_conflicts(&name, &desired, &owners, &wanted_by);
-    if !conflicts.is_empty() {
-        let message = conflicts
-            .iter()
-            .map(|(object, owner)| {
-                format!("{object} is also in layer {owner}, which applied it first")
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        let mut report = Report::new(state::FAILED, reason::OWNERSHIP_CONFLICT, message);
-        report.attempted_revision = Some(revision);
-        write_status(ctx, shared, layer, report).await?;
-        return Ok(Action::requeue(interval));
+    let conflicts = plan::ownership_conflicts(name, &desired, &owners, &wanted_by);
+    Claims {
+        desired,
+        wanted_by,
+        conflicts,
     }
+}
 
-    // Stage 1: CRDs and Namespaces, waited on before anything that may need them.
+/// What the staged apply left: the entries applied (or left unchanged), the versions they
+/// were judged at, and the failures.
+struct Staged {
+    inventory: Vec<InventoryEntry>,
+    versions: JudgedVersions,
+    failures: Vec<String>,
+}
+
+/// Stage 1, CRDs and Namespaces, waited on (up to a minute) before anything that may need
+/// them; then cluster-scoped objects and namespaced ones, each in kind order. A stage that
+/// fails stops the next.
+#[allow(clippy::too_many_arguments)]
+async fn apply_stages(
+    access: &Access,
+    shared: &Shared,
+    layer: &AddonsLayer,
+    manifests: &[Manifest],
+    desired: &[ObjectRef],
+    rules: &Rules,
+    skip_unchanged: bool,
+    timeout: Duration,
+) -> Result<Staged> {
+    let name = layer.name_any();
     let version = layer.spec.version.clone();
     let prepared: Vec<(usize, Value)> = manifests
         .iter()
@@ -229,21 +400,16 @@ pub(super) async fn apply_layer(
     let mut inventory = Vec::new();
     let mut versions = JudgedVersions::new();
     let mut failures = Vec::new();
-    // A new attempt sends only the applies that change something (see
-    // `unchanged_since_applied`); a re-apply of the same attempt (the interval, a reconcile
-    // request, a retry after a failure) sends every one, so that the account's rights and the
-    // admission chain are asked again.
-    let skip_unchanged = !same_attempt && !requested && rules.is_kstatus();
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     // CRDs first, when the layer has any (no empty apply span otherwise).
     if !definitions.is_empty() {
         apply_all(
-            &access,
+            access,
             shared,
             &name,
-            &manifests,
+            manifests,
             &definitions,
-            &rules,
+            rules,
             skip_unchanged,
             &mut inventory,
             &mut versions,
@@ -254,7 +420,7 @@ pub(super) async fn apply_layer(
     if failures.is_empty() && !definitions.is_empty() {
         wait_established(
             &shared.reader,
-            &rules,
+            rules,
             &mut inventory,
             timeout.min(Duration::from_secs(60)),
         )
@@ -279,12 +445,12 @@ pub(super) async fn apply_layer(
             let ordered: Vec<(usize, Value)> =
                 ordered.into_iter().map(|(_, i, v)| (i, v)).collect();
             apply_all(
-                &access,
+                access,
                 shared,
                 &name,
-                &manifests,
+                manifests,
                 &ordered,
-                &rules,
+                rules,
                 skip_unchanged,
                 &mut inventory,
                 &mut versions,
@@ -293,68 +459,11 @@ pub(super) async fn apply_layer(
             .await;
         }
     }
-    if !failures.is_empty() {
-        // Nothing is pruned after a failed apply; the inventory keeps everything we own.
-        let owned: BTreeSet<ObjectRef> =
-            previous.inventory.iter().map(ObjectRef::of_entry).collect();
-        let mut kept = previous.inventory.clone();
-        kept.extend(
-            inventory
-                .iter()
-                .filter(|e| !owned.contains(&ObjectRef::of_entry(e)))
-                .cloned(),
-        );
-        let message = plan::summarize(&failures, 3, "; ");
-        let mut report = Report::new(state::FAILED, reason::APPLY_FAILED, message);
-        report.inventory = Some(kept);
-        report.attempted_revision = Some(revision);
-        write_status(ctx, shared, layer, report).await?;
-        return Ok(Action::requeue(interval.min(Duration::from_secs(30))));
-    }
-    lock(&shared.memory)
-        .entry(name.clone())
-        .or_default()
-        .applied = Some((attempt_key, Instant::now()));
-
-    // Prune what left the layer, now that the whole desired set is applied.
-    let applied: BTreeSet<ObjectRef> = inventory.iter().map(ObjectRef::of_entry).collect();
-    let stale_entries: Vec<&InventoryEntry> = previous
-        .inventory
-        .iter()
-        .filter(|e| !applied.contains(&ObjectRef::of_entry(e)))
-        .collect();
-    let mut prune_wait = None;
-    if !stale_entries.is_empty() {
-        let grace = plan::orphan_grace(shared.args.orphan_grace, interval);
-        let pending = prune(
-            ctx,
-            &access,
-            shared,
-            layer,
-            &stale_entries,
-            &wanted_by,
-            grace,
-        )
-        .await?;
-        if let Some((entries, wait)) = pending {
-            prune_wait = Some(wait);
-            inventory.extend(entries);
-        }
-    }
-    let attempt = Attempt {
-        revision,
-        same: same_attempt,
-        interval,
-        timeout,
-        prune_wait,
-        observed: Observed {
-            at: checked_at,
-            versions,
-            judges_pods: rules.needs_pods(),
-            kstatus_rules: rules.is_kstatus(),
-        },
-    };
-    judge(layer, ctx, shared, attempt, inventory).await
+    Ok(Staged {
+        inventory,
+        versions,
+        failures,
+    })
 }
 
 /// The layer's manifests from `files`, its variables substituted. Variables are read as the
@@ -727,11 +836,10 @@ struct Observed {
 )]
 async fn judge(
     layer: &AddonsLayer,
-    ctx: &Context,
     shared: &Shared,
     attempt: Attempt,
     inventory: Vec<InventoryEntry>,
-) -> Result<Action> {
+) -> Result<Pass> {
     let Attempt {
         revision,
         same: same_attempt,
@@ -818,7 +926,7 @@ async fn judge(
                         .first_reports
                         .hold(layer, attempt, &inventory, Instant::now())
             {
-                return Ok(Action::requeue(next.min(left)));
+                return Ok(Pass::quiet(Action::requeue(next.min(left))));
             }
             (
                 Report::new(
@@ -839,8 +947,7 @@ async fn judge(
         attempted_revision: Some(revision),
         ..report
     };
-    write_status(ctx, shared, layer, report).await?;
-    Ok(action)
+    Ok(Pass::report(report, action))
 }
 
 /// A layer still waiting checks again when one of its objects changes, with a long poll as the

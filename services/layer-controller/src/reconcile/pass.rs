@@ -22,7 +22,7 @@ use crate::source;
 use super::Shared;
 use super::apply::apply_layer;
 use super::prune::teardown;
-use super::status::{Report, set_finalizer, write_status};
+use super::status::{Pass, Report, set_finalizer, write_status};
 
 /// How often a layer blocked by `spec.prereqs.objects` looks at them again.
 const OBJECT_PREREQ_POLL: Duration = Duration::from_secs(5);
@@ -80,98 +80,81 @@ pub(super) async fn reconcile(
     reconcile_layer(layer, ctx, shared).instrument(span).await
 }
 
+/// One pass over the latest copy of the layer, and its one status write.
 async fn reconcile_layer(
     layer: Arc<AddonsLayer>,
     ctx: Arc<Context>,
     shared: Arc<Shared>,
 ) -> Result<Action> {
-    let name = layer.name_any();
-    // The cache's copy, unless our own last write of the layer is not in it yet: then the
-    // latest copy from the API server (see `fresh`).
-    let cached = if shared.writes.pending(&name) {
-        None
-    } else {
-        shared.layers.get(&LayerKey::new(&name))
+    let Some(held) = latest_copy(&layer.name_any(), &ctx, &shared).await? else {
+        return Ok(Action::await_change());
     };
-    let layer = match cached {
-        Some(layer) => layer,
-        None => {
-            let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
-            let Some(layer) = api
-                .get_opt(&name)
-                .await
-                .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?
-            else {
-                return Ok(Action::await_change());
-            };
-            Arc::new(layer)
-        }
-    };
-    let held = layer;
+    let pass = pass(&held, &ctx, &shared).await?;
+    if let Some(report) = pass.report {
+        write_status(&ctx, &shared, &held, report).await?;
+    }
+    Ok(pass.action)
+}
+
+/// The cache's copy, unless our own last write of the layer is not in it yet: then the latest
+/// copy from the API server (see `fresh`). `None` when the layer is gone.
+async fn latest_copy(
+    name: &str,
+    ctx: &Context,
+    shared: &Shared,
+) -> Result<Option<Arc<AddonsLayer>>> {
+    if !shared.writes.pending(name)
+        && let Some(layer) = shared.layers.get(&LayerKey::new(name))
+    {
+        return Ok(Some(layer));
+    }
+    let api: Api<AddonsLayer> = Api::all(ctx.client.clone());
+    let layer = api
+        .get_opt(name)
+        .await
+        .map_err(|e| LayerError::api(format!("reading layer {name}"), e))?;
+    Ok(layer.map(Arc::new))
+}
+
+/// Reads what the layer needs (its dependency chain, source, prerequisite objects), asks the
+/// gate, and does what it decides: report why not, or apply.
+async fn pass(held: &Arc<AddonsLayer>, ctx: &Context, shared: &Shared) -> Result<Pass> {
     let layer = held.as_ref();
+    let name = layer.name_any();
     if !shared.owns(layer) {
         // Relabelled into another shard since this reconcile was queued: hands off.
         tracing::info!(layer = %name, "the layer left this shard; another shard reconciles it");
         shared.metrics.forget(&name);
         shared.health.forget(&name);
         shared.first_reports.release(&name);
-        return Ok(Action::await_change());
+        return Ok(Pass::quiet(Action::await_change()));
     }
     if layer.metadata.deletion_timestamp.is_some() {
         shared.health.forget(&name);
-        return teardown(layer, &ctx, &shared).await;
+        return teardown(layer, ctx, shared).await;
     }
+    // The finalizer goes on before anything is applied: a write of its own (see `Pass`).
     if !layer.finalizers().iter().any(|f| f == FINALIZER) {
-        set_finalizer(&ctx, &shared, layer, true).await?;
+        set_finalizer(ctx, shared, layer, true).await?;
     }
     let (interval, timeout) = plan::timing_or_default(layer);
     let interval = plan::effective_interval(interval, shared.args.sync_period);
-    let near = dependency_chain(&ctx, &shared.layers, &held).await?;
+    let near = dependency_chain(ctx, &shared.layers, held).await?;
     let source_ref = SourceRef::of(layer, &shared.args.default_source_namespace);
-    let fetched = if layer.spec.hold || !plan::spec_errors(layer).is_empty() {
-        source::Fetched {
-            state: SourceState::NotReady {
-                message: "not read".into(),
-            },
-            files: None,
+    let fetched = match fetch_source(layer, shared, &source_ref).await {
+        Ok(fetched) => fetched,
+        Err(e @ LayerError::Artifact(_)) => {
+            let report = Report::new(
+                state::FAILED,
+                reason::ARTIFACT_FAILED,
+                format!("{source_ref}: {e}"),
+            );
+            let retry = Action::requeue(interval.min(Duration::from_secs(60)));
+            return Ok(Pass::report(report, retry));
         }
-    } else {
-        let span = tracing::info_span!(
-            "layer.source_fetch",
-            source = %source_ref,
-            revision = tracing::field::Empty,
-            files = tracing::field::Empty,
-            bytes = tracing::field::Empty,
-        );
-        let fetched = shared
-            .reader
-            .fetch(&source_ref)
-            .instrument(span.clone())
-            .await;
-        if let Ok(f) = &fetched {
-            if let SourceState::Ready { revision } = &f.state {
-                span.record("revision", revision.as_str());
-            }
-            if let Some(files) = &f.files {
-                span.record("files", files.len());
-                span.record("bytes", files.values().map(Vec::len).sum::<usize>());
-            }
-        }
-        match fetched {
-            Ok(fetched) => fetched,
-            Err(e @ LayerError::Artifact(_)) => {
-                let report = Report::new(
-                    state::FAILED,
-                    reason::ARTIFACT_FAILED,
-                    format!("{source_ref}: {e}"),
-                );
-                write_status(&ctx, &shared, layer, report).await?;
-                return Ok(Action::requeue(interval.min(Duration::from_secs(60))));
-            }
-            Err(e) => return Err(e),
-        }
+        Err(e) => return Err(e),
     };
-    let cluster_version = shared.cluster_version(&ctx).await;
+    let cluster_version = shared.cluster_version(ctx).await;
     let objects = core_layers::prereqs::read(&shared.reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
@@ -180,21 +163,87 @@ async fn reconcile_layer(
         objects: &objects,
         shard: shared.shard(),
     };
-    match plan::gate(layer, &near, &inputs) {
-        Gate::Hold => {
-            let report = Report::new(
+    let gate = plan::gate(layer, &near, &inputs);
+    if let Gate::Proceed = gate {
+        if let Some(since) = lock(&shared.memory)
+            .entry(name.clone())
+            .or_default()
+            .blocked_since
+            .take()
+        {
+            shared
+                .metrics
+                .observe_dependency_wait(&name, since.elapsed().as_secs_f64());
+        }
+        let SourceState::Ready { revision } = fetched.state else {
+            return Ok(Pass::quiet(Action::requeue(interval)));
+        };
+        let files = fetched.files.unwrap_or_default();
+        return apply_layer(layer, ctx, shared, revision, &files, interval, timeout).await;
+    }
+    if let Gate::Blocked { .. } = gate {
+        lock(&shared.memory)
+            .entry(name.clone())
+            .or_default()
+            .blocked_since
+            .get_or_insert_with(Instant::now);
+    }
+    Ok(refusal(layer, gate, interval))
+}
+
+/// The layer's source, read unless the layer is on hold or its spec is invalid (the gate
+/// reports those without it).
+async fn fetch_source(
+    layer: &AddonsLayer,
+    shared: &Shared,
+    source_ref: &SourceRef,
+) -> Result<source::Fetched> {
+    if layer.spec.hold || !plan::spec_errors(layer).is_empty() {
+        return Ok(source::Fetched {
+            state: SourceState::NotReady {
+                message: "not read".into(),
+            },
+            files: None,
+        });
+    }
+    let span = tracing::info_span!(
+        "layer.source_fetch",
+        source = %source_ref,
+        revision = tracing::field::Empty,
+        files = tracing::field::Empty,
+        bytes = tracing::field::Empty,
+    );
+    let fetched = shared
+        .reader
+        .fetch(source_ref)
+        .instrument(span.clone())
+        .await?;
+    if let SourceState::Ready { revision } = &fetched.state {
+        span.record("revision", revision.as_str());
+    }
+    if let Some(files) = &fetched.files {
+        span.record("files", files.len());
+        span.record("bytes", files.values().map(Vec::len).sum::<usize>());
+    }
+    Ok(fetched)
+}
+
+/// What the layer reports when the gate does not let it proceed, and when it looks again.
+fn refusal(layer: &AddonsLayer, gate: Gate, interval: Duration) -> Pass {
+    let name = layer.name_any();
+    match gate {
+        Gate::Hold => Pass::report(
+            Report::new(
                 state::HOLD,
                 state::HOLD,
                 "the layer is on hold: nothing is applied or pruned until spec.hold is false",
-            );
-            write_status(&ctx, &shared, layer, report).await?;
-            Ok(Action::await_change())
-        }
-        Gate::Invalid(message) => {
-            let report = Report::new(state::FAILED, reason::INVALID_SPEC, message);
-            write_status(&ctx, &shared, layer, report).await?;
-            Ok(Action::await_change())
-        }
+            ),
+            Action::await_change(),
+        ),
+        Gate::Invalid(message) => Pass::report(
+            Report::new(state::FAILED, reason::INVALID_SPEC, message),
+            Action::await_change(),
+        ),
         Gate::Cycle(cycle) => {
             let mut report = Report::new(
                 state::FAILED,
@@ -210,24 +259,17 @@ async fn reconcile_layer(
                     message: format!("dependency cycle: {}", cycle.join(" -> ")),
                 })
                 .collect();
-            write_status(&ctx, &shared, layer, report).await?;
-            Ok(Action::requeue(interval))
+            Pass::report(report, Action::requeue(interval))
         }
+        // Relabelling either layer wakes this one (a dependency joining the shard is a watch
+        // event here; this layer leaving it is the other shard's); the interval is the safety
+        // net.
         Gate::CrossShard { message, blockers } => {
             let mut report = Report::new(state::FAILED, reason::CROSS_SHARD_DEPENDENCY, message);
             report.blockers = blockers;
-            write_status(&ctx, &shared, layer, report).await?;
-            // Relabelling either layer wakes this one (a dependency joining the shard is a
-            // watch event here; this layer leaving it is the other shard's); the interval is
-            // the safety net.
-            Ok(Action::requeue(interval))
+            Pass::report(report, Action::requeue(interval))
         }
         Gate::Blocked { state, blockers } => {
-            lock(&shared.memory)
-                .entry(name.clone())
-                .or_default()
-                .blocked_since
-                .get_or_insert_with(Instant::now);
             let first = &blockers[0];
             let more = match blockers.len() {
                 1 => String::new(),
@@ -248,29 +290,14 @@ async fn reconcile_layer(
                     .any(|o| o.to_string() == b.name)
             });
             report.blockers = blockers;
-            write_status(&ctx, &shared, layer, report).await?;
-            Ok(Action::requeue(if waits_for_objects {
+            let next = if waits_for_objects {
                 interval.min(OBJECT_PREREQ_POLL)
             } else {
                 interval
-            }))
-        }
-        Gate::Proceed => {
-            if let Some(since) = lock(&shared.memory)
-                .entry(name.clone())
-                .or_default()
-                .blocked_since
-                .take()
-            {
-                shared
-                    .metrics
-                    .observe_dependency_wait(&name, since.elapsed().as_secs_f64());
-            }
-            let SourceState::Ready { revision } = fetched.state else {
-                return Ok(Action::requeue(interval));
             };
-            let files = fetched.files.unwrap_or_default();
-            apply_layer(layer, &ctx, &shared, revision, &files, interval, timeout).await
+            Pass::report(report, Action::requeue(next))
         }
+        // Proceeding is the caller's: it applies.
+        Gate::Proceed => Pass::quiet(Action::requeue(interval)),
     }
 }

@@ -23,7 +23,7 @@ use crate::plan::{self, ObjectRef, StaleObject};
 use crate::source;
 
 use super::apply::rendered_manifests;
-use super::status::{Report, publish_event, set_finalizer, write_status};
+use super::status::{Pass, Report, publish_event, set_finalizer};
 use super::{Access, Shared, access};
 
 /// The uid and resourceVersion a stale object was read with.
@@ -139,15 +139,11 @@ pub(super) async fn prune(
 /// Deleting a layer: its dependents go first, then its objects in reverse apply order; the
 /// finalizer is released when they are gone, or after `timeout` with a Warning naming what
 /// is still there (never a stuck layer, unlike kraan#212).
-pub(super) async fn teardown(
-    layer: &AddonsLayer,
-    ctx: &Context,
-    shared: &Shared,
-) -> Result<Action> {
+pub(super) async fn teardown(layer: &AddonsLayer, ctx: &Context, shared: &Shared) -> Result<Pass> {
     let name = layer.name_any();
     if !layer.finalizers().iter().any(|f| f == FINALIZER) {
         shared.first_reports.release(&name);
-        return Ok(Action::await_change());
+        return Ok(Pass::quiet(Action::await_change()));
     }
     let dependents = shared.index.dependents(&name);
     if !dependents.is_empty() {
@@ -167,8 +163,10 @@ pub(super) async fn teardown(
                 message: format!("layer {d} depends on {name} and is torn down first"),
             })
             .collect();
-        write_status(ctx, shared, layer, report).await?;
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        return Ok(Pass::report(
+            report,
+            Action::requeue(Duration::from_secs(10)),
+        ));
     }
     let access = access(ctx, shared, layer)?;
     // A layer deleted before its first report: the objects it applied are in the held one,
@@ -213,7 +211,7 @@ pub(super) async fn teardown(
         if live.metadata.deletion_timestamp.is_none() {
             // Fencing: confirmed right before, and only the object as just read.
             if !ctx.leadership.confirm().await {
-                return Ok(Action::requeue(Duration::from_secs(5)));
+                return Ok(Pass::quiet(Action::requeue(Duration::from_secs(5))));
             }
             let params = core_k8s::leader::conditional_delete(
                 live.metadata.uid.clone(),
@@ -252,8 +250,10 @@ pub(super) async fn teardown(
     );
     // Recorded, so that the next pass waits for the same objects however it found them.
     report.inventory = Some(inventory);
-    write_status(ctx, shared, layer, report).await?;
-    Ok(Action::requeue(Duration::from_secs(2)))
+    Ok(Pass::report(
+        report,
+        Action::requeue(Duration::from_secs(2)),
+    ))
 }
 
 /// The end of a teardown: the finalizer released and the layer forgotten; when it ran out of
@@ -263,7 +263,7 @@ async fn release(
     shared: &Shared,
     layer: &AddonsLayer,
     timed_out: Option<String>,
-) -> Result<Action> {
+) -> Result<Pass> {
     if let Some(note) = timed_out {
         publish_event(
             ctx,
@@ -280,7 +280,8 @@ async fn release(
     shared.metrics.forget(&name);
     lock(&shared.memory).remove(&name);
     shared.first_reports.release(&name);
-    Ok(Action::await_change())
+    // Nothing to report: the layer is gone once its finalizer is.
+    Ok(Pass::quiet(Action::await_change()))
 }
 
 /// How long ago the layer's deletion was requested.
@@ -301,7 +302,7 @@ async fn unrendered_teardown(
     shared: &Shared,
     layer: &AddonsLayer,
     why: String,
-) -> Result<Action> {
+) -> Result<Pass> {
     let (_, timeout) = plan::timing_or_default(layer);
     if deleting_for(layer) < timeout {
         let report = Report::new(
@@ -311,8 +312,10 @@ async fn unrendered_teardown(
                 "the layer recorded no inventory: waiting to read what its source renders: {why}"
             ),
         );
-        write_status(ctx, shared, layer, report).await?;
-        return Ok(Action::requeue(Duration::from_secs(10)));
+        return Ok(Pass::report(
+            report,
+            Action::requeue(Duration::from_secs(10)),
+        ));
     }
     let note = format!(
         "released after {}s without reading what its source renders ({why}): objects labelled {LAYER_LABEL}={} may remain",

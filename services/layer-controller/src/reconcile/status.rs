@@ -5,6 +5,7 @@ use core_k8s::Context;
 use core_k8s::events::Severity;
 use jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
@@ -39,6 +40,36 @@ impl Report {
             inventory: None,
             deployed_revision: None,
             attempted_revision: None,
+        }
+    }
+}
+
+/// What one pass decided: the report to write (none when the pass has nothing to say, e.g. a
+/// first report held back or a layer handed to another shard) and when to look again. A pass
+/// never writes the status itself: `reconcile` writes the report once, at its end. The only
+/// earlier writes are the finalizer's (added before anything is applied, removed as the last
+/// step of a teardown), which the API needs apart from the status.
+#[derive(Debug)]
+#[must_use]
+pub(super) struct Pass {
+    pub(super) report: Option<Report>,
+    pub(super) action: Action,
+}
+
+impl Pass {
+    /// A pass that reports.
+    pub(super) fn report(report: Report, action: Action) -> Self {
+        Self {
+            report: Some(report),
+            action,
+        }
+    }
+
+    /// A pass with nothing to write.
+    pub(super) fn quiet(action: Action) -> Self {
+        Self {
+            report: None,
+            action,
         }
     }
 }
