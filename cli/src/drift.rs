@@ -8,9 +8,9 @@ use core_k8s::apply::Applier;
 use core_layers::crd::{AddonsLayer, DriftEntry};
 use core_layers::keys::condition;
 use core_layers::objects::ObjectRef;
-use core_layers::read::Reader;
 use core_layers::source::{self, Files, Limits};
 use kube::Api;
+use layer_reader::read::Reader;
 use serde::Serialize;
 use serde_json::Value;
 

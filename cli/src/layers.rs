@@ -7,10 +7,10 @@ use std::time::Duration;
 use core_k8s::apply::Applier;
 use core_layers::crd::{AddonsLayer, LayerSet};
 use core_layers::plan::{self, Gate, GateInputs, ObjectRef, SourceRef, SourceState};
-use core_layers::read::Reader;
 use core_layers::source::{self, Limits};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
+use layer_reader::read::Reader;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -159,7 +159,7 @@ async fn compute(
         }
     };
     let version = client.apiserver_version().await.ok().map(|v| v.git_version);
-    let objects = core_layers::prereqs::read(reader, layer).await;
+    let objects = layer_reader::prereqs::read(reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: version.as_deref(),
@@ -194,7 +194,7 @@ async fn compute(
     };
     out.revision = Some(revision.clone());
     let manifests =
-        match core_layers::substitute::layer_variables(client, layer, reader.default_namespace())
+        match layer_reader::variables::layer_variables(client, layer, reader.default_namespace())
             .await
             .and_then(|vars| source::layer_manifests_with(files, &layer.spec.source.path, &vars))
         {
@@ -227,11 +227,12 @@ async fn compute(
         .collect();
     if !stale_entries.is_empty() {
         let wanted_by = reader.wanted_by(&name, all).await;
-        let stale: Vec<_> = core_layers::stale::read_stale(reader, reader.client(), &stale_entries)
-            .await?
-            .into_iter()
-            .map(|r| r.stale)
-            .collect();
+        let stale: Vec<_> =
+            layer_reader::stale::read_stale(reader, reader.client(), &stale_entries)
+                .await?
+                .into_iter()
+                .map(|r| r.stale)
+                .collect();
         let prune = plan::prune_plan(
             &name,
             &stale,

@@ -142,28 +142,54 @@ pub fn with_crate_graph(page: &str, graph: &str) -> Result<String> {
 /// comments left out): how many places write what `function` writes.
 pub fn call_sites(dir: &std::path::Path, function: &str) -> Result<Vec<String>> {
     let mut sites = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(&dir)
-            .with_context(|| format!("reading {}", dir.display()))?
-            .collect::<std::io::Result<_>>()?;
-        entries.sort_by_key(|e| e.path());
-        for entry in entries {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path)?;
-            for (line, _) in calls_in(&text, function) {
-                sites.push(format!("{}:{line}", path.display()));
-            }
+    for path in rust_files(dir)? {
+        let text = std::fs::read_to_string(&path)?;
+        for (line, _) in calls_in(&text, function) {
+            sites.push(format!("{}:{line}", path.display()));
         }
     }
     Ok(sites)
+}
+
+/// The code lines (comments left out) of the Rust sources under `dir` that name the type
+/// `name` as a whole word, as `file:line`.
+pub fn mentions(dir: &std::path::Path, name: &str) -> Result<Vec<String>> {
+    let mut found = Vec::new();
+    for path in rust_files(dir)? {
+        let text = std::fs::read_to_string(&path)?;
+        for (i, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            let whole = code.match_indices(name).any(|(at, _)| {
+                let joined = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                !joined(code[..at].chars().last())
+                    && !joined(code[at + name.len()..].chars().next())
+            });
+            if whole {
+                found.push(format!("{}:{}", path.display(), i + 1));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// The `.rs` files under `dir`, in path order.
+fn rust_files(dir: &std::path::Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in
+            std::fs::read_dir(&dir).with_context(|| format!("reading {}", dir.display()))?
+        {
+            let path = entry?.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    Ok(files)
 }
 
 /// The lines (1-based) of `text` that call `function`, with the column of the call.
@@ -277,5 +303,29 @@ mod tests {
         // The count sees a second write, and leaves out definitions, comments and other names.
         let text = "pub(super) async fn write_status(\n    write_status(a).await?;\n    // write_status(b)\n    rewrite_status(c);\n    x.write_status(d);\n";
         assert_eq!(calls_in(text, "write_status"), vec![(2, 4), (5, 6)]);
+    }
+
+    /// Decisions take no cluster client (docs/architecture.md): reading and writing is the
+    /// shells' and the shared shell crates'.
+    #[test]
+    fn no_decision_crate_takes_a_cluster_client() {
+        let root = crate::chart::repo_root();
+        for decisions in [
+            "core-layers",
+            "core-drift",
+            "core-rollout",
+            "core-admission",
+        ] {
+            let dir = root.join("crates").join(decisions).join("src");
+            assert_eq!(
+                call_sites(&dir, "Client::try_default").unwrap(),
+                Vec::<String>::new()
+            );
+            let uses = mentions(&dir, "Client").unwrap();
+            assert_eq!(uses, Vec::<String>::new(), "{decisions} takes a client");
+        }
+        // The check sees one.
+        let reader = root.join("crates/layer-reader/src");
+        assert!(!mentions(&reader, "Client").unwrap().is_empty());
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod cert_files;
 pub mod certs;
+pub mod evictions;
 pub mod idle;
 pub mod inject;
 pub mod metrics;

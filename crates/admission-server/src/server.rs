@@ -21,11 +21,11 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
+use crate::evictions;
 use crate::metrics::{Metrics, Outcome};
 use crate::prepared::{self, PreparedPod};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
-use core_rollout::evictions;
 use core_rollout::keys;
 use core_rollout::observed::Observed;
 

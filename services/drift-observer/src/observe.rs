@@ -22,7 +22,6 @@ use core_layers::keys::{
 };
 use core_layers::objects::ActingAccount;
 use core_layers::objects::{ObjectRef, SourceRef, SourceState};
-use core_layers::read::Reader;
 use core_layers::source::{self, Limits};
 use futures::StreamExt;
 use jiff::Timestamp;
@@ -32,6 +31,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
+use layer_reader::read::Reader;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -323,7 +323,7 @@ impl Observer {
         // The layer's variables are part of what it applies: a changed value (same revision,
         // same generation) is re-applied by the layer-controller, so the view is rebuilt too,
         // or the new value would look like drift.
-        let vars = core_layers::substitute::layer_variables(
+        let vars = layer_reader::variables::layer_variables(
             &self.ctx.client,
             &layer,
             &self.args.default_source_namespace,

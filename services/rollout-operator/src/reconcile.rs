@@ -32,7 +32,7 @@ use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label, template_name};
 use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at, sts_key};
 use crate::ready_time;
-use core_rollout::evictions;
+use admission_server::evictions;
 
 /// How often every group is reconciled even without a change.
 pub const RESYNC: Duration = Duration::from_secs(30);

@@ -474,7 +474,7 @@ pub(super) async fn rendered_manifests(
     layer: &AddonsLayer,
     files: &Files,
 ) -> Result<Vec<Manifest>> {
-    let vars = core_layers::substitute::layer_variables(
+    let vars = layer_reader::variables::layer_variables(
         &access.client,
         layer,
         &shared.args.default_source_namespace,

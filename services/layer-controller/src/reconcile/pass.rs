@@ -155,7 +155,7 @@ async fn pass(held: &Arc<AddonsLayer>, ctx: &Context, shared: &Shared) -> Result
         Err(e) => return Err(e),
     };
     let cluster_version = shared.cluster_version(ctx).await;
-    let objects = core_layers::prereqs::read(&shared.reader, layer).await;
+    let objects = layer_reader::prereqs::read(&shared.reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
         cluster_version: cluster_version.as_deref(),

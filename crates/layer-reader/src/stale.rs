@@ -3,11 +3,11 @@
 use core_k8s::apply::ResolvedKind;
 use kube::ResourceExt;
 
-use crate::crd::InventoryEntry;
-use crate::error::{LayerError, Result};
-use crate::keys::{LAYER_LABEL, ORPHANED_LABEL};
-use crate::plan::{self, LiveOwnership, ObjectRef, StaleObject};
 use crate::read::Reader;
+use core_layers::crd::InventoryEntry;
+use core_layers::error::{LayerError, Result};
+use core_layers::keys::{LAYER_LABEL, ORPHANED_LABEL};
+use core_layers::plan::{self, LiveOwnership, ObjectRef, StaleObject};
 
 /// A stale inventory entry with what the cluster says about it.
 #[derive(Debug)]

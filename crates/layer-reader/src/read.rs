@@ -11,12 +11,12 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::GroupVersionKind;
 
-use crate::crd::AddonsLayer;
-use crate::error::{LayerError, Result};
 use crate::lock;
-use crate::objects::{ObjectRef, SourceRef, SourceState};
-use crate::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
 use crate::source_cache::{self, SourceCache};
+use core_layers::crd::AddonsLayer;
+use core_layers::error::{LayerError, Result};
+use core_layers::objects::{ObjectRef, SourceRef, SourceState};
+use core_layers::source::{self, CONFIGMAP_KIND, FLUX_GROUP, Files, Limits, Manifest};
 
 /// (source, path) → (revision, objects): what a layer wants depends on nothing else, and
 /// only the latest revision is kept.
@@ -201,7 +201,7 @@ impl Reader {
         let files = match slot.as_ref() {
             Some((cached, files)) if *cached == key => files.clone(),
             _ => {
-                let bytes = source::download(&artifact.url, &self.limits).await?;
+                let bytes = crate::fetch::download(&artifact.url, &self.limits).await?;
                 source::verify_digest(&bytes, artifact.digest.as_deref())?;
                 let files = Arc::new(source::unpack(&bytes, &self.limits)?);
                 *slot = Some((key, files.clone()));
@@ -282,7 +282,7 @@ impl Reader {
     pub async fn wanted_by(
         &self,
         this: &str,
-        all: &crate::crd::LayerSet,
+        all: &core_layers::crd::LayerSet,
     ) -> BTreeMap<ObjectRef, BTreeSet<String>> {
         let mut wanted: BTreeMap<ObjectRef, BTreeSet<String>> = BTreeMap::new();
         for (name, layer) in all {

@@ -2,9 +2,9 @@
 
 use core_status::Status;
 
-use crate::crd::AddonsLayer;
-use crate::plan;
 use crate::read::Reader;
+use core_layers::crd::AddonsLayer;
+use core_layers::plan;
 
 /// Each prerequisite object's status, in `spec.prereqs.objects` order: `None` when it (or its
 /// kind) does not exist. A read error other than "not found" counts as Unknown, so the layer

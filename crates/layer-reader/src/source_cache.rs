@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use crate::lock;
-use crate::source::{self, Artifact};
+use core_layers::source::{self, Artifact};
 
 /// A source's namespace and name.
 type SourceKey = (String, String);
