@@ -13,6 +13,13 @@ RUNS="${BENCH_RUNS:-3}"
 DECODE_PASSES="${BENCH_DECODE_PASSES:-10}"
 cache="${STRATA_CACHE:-$HOME/.cache/strata}"
 target="${CARGO_TARGET_DIR:-$cache/cargo-target}"
+# Every cargo build below lands where the binaries are run from, whatever the caller's shell.
+export CARGO_TARGET_DIR="$target"
+# The tree measured, named in every section written (a dirty tree says so).
+commit="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+if ! git diff --quiet HEAD 2>/dev/null; then commit="$commit-dirty"; fi
+export STRATA_BENCH_COMMIT="$commit"
+echo "bench: measuring the tree at $commit (binaries in $target)" >&2
 cli_utils_version="$(awk '$1 == "sigs.k8s.io/cli-utils" {print $2}' bench/kstatus-go/go.mod | sed -n 1p)"
 # Keyed by the harness's own source too, so a change to it rebuilds.
 go_bin="$cache/bin/kstatus-bench-$cli_utils_version-$(cat bench/kstatus-go/main.go bench/kstatus-go/go.sum | sha256sum | cut -c1-12)/kstatus-bench"
