@@ -403,6 +403,15 @@ async fn requests(controllers: &[strata_e2e::services::ServiceProcess]) -> BTree
     by_verb
 }
 
+/// The objects the controllers applied and those a new attempt left unapplied (unchanged
+/// since applied exactly so), so far.
+async fn objects_sent(controllers: &[strata_e2e::services::ServiceProcess]) -> (f64, f64) {
+    (
+        summed(controllers, "layer_controller_applied_objects_total", &[]).await,
+        summed(controllers, "layer_controller_unchanged_objects_total", &[]).await,
+    )
+}
+
 /// The controllers' reconciles so far, whatever their outcome: how often a layer was woken.
 async fn reconciles(controllers: &[strata_e2e::services::ServiceProcess]) -> f64 {
     summed(controllers, "layer_controller_reconcile_total", &[]).await
@@ -912,6 +921,8 @@ async fn main() -> Result<()> {
     let impersonation = format!("layerController.impersonation[0].namespace={ns}");
     let key = layer_controller::keys::SHARD_LABEL;
     let mut controllers = Vec::new();
+    // The command line each controller ran with (the last shard's), for the report.
+    let mut controller_args = String::new();
     for shard in 0..shards {
         let shard_selector = match (shards, shard_of(shard, shards)) {
             (1, _) => selector.clone(),
@@ -926,6 +937,7 @@ async fn main() -> Result<()> {
             &ns,
         ];
         args.extend(extra.split_whitespace());
+        controller_args = args.join(" ");
         controllers.push(spawn_measured_with(
             "LAYER_CONTROLLER_BIN",
             "layer-controller",
@@ -1006,6 +1018,7 @@ async fn main() -> Result<()> {
     }
     let requests_first = requests(&controllers).await;
     let reconciles_first = reconciles(&controllers).await;
+    let objects_first = objects_sent(&controllers).await;
     let rss_after_first = sum(&|p| rss_kib(p, "VmRSS:"));
     let sockets_after_first = sum(&sockets);
     eprintln!(
@@ -1032,6 +1045,7 @@ async fn main() -> Result<()> {
     sampler.await?;
     let requests_total = requests(&controllers).await;
     let reconciles_total = reconciles(&controllers).await;
+    let objects_total = objects_sent(&controllers).await;
     let observer = match std::env::var_os("DRIFT_OBSERVER_BIN") {
         Some(_) => Some(observe_fleet(&api, &selector, &ns, &names, &impersonation).await?),
         None => None,
@@ -1068,6 +1082,10 @@ async fn main() -> Result<()> {
         "requests_per_layer_both_rounds": per_layer(&requests_total),
         "reconciles_per_layer_create": reconciles_first / apps as f64,
         "reconciles_per_layer_upgrade": (reconciles_total - reconciles_first) / apps as f64,
+        // What the upgrade round sent and left unsent, per layer (the controllers' counters).
+        "applied_objects_per_layer_upgrade": (objects_total.0 - objects_first.0) / apps as f64,
+        "unchanged_objects_per_layer_upgrade": (objects_total.1 - objects_first.1) / apps as f64,
+        "controller_args": controller_args,
         "observer": observer,
     });
     println!("{result}");

@@ -810,6 +810,10 @@ impl<'a> Tour<'a> {
         self.printer
             .saw("ingester-zone-a/b/c: 2 pods each, Ready (OnDelete: only the rollout-operator replaces them)");
         let deletions_before = self.plane.pod_deletions()?.len();
+        // Every pod event of the rollout, judged as it comes: never a second zone down while
+        // one is (what "each zone once the previous one was Ready again" means).
+        let watch =
+            crate::rollout_watch::watch_rollout(pods.clone(), "ingester", &["a", "b", "c"], 2);
         self.kubectl.run(
             &[
                 "-n",
@@ -850,6 +854,12 @@ impl<'a> Tour<'a> {
             },
         )
         .await?;
+        let seen = watch.finish().await?;
+        ensure!(
+            seen.violations.is_empty() && seen.most_zones_down <= 1,
+            "a zone went down before the previous one was Ready again: {:?}",
+            seen.violations
+        );
         // Who deleted what, in order, from kube-apiserver's audit log.
         let deletions: Vec<_> = self.plane.pod_deletions()?[deletions_before..]
             .iter()

@@ -290,3 +290,44 @@ pub fn values_key(service: &str) -> Result<&'static str> {
         .map(|(key, _)| *key)
         .with_context(|| format!("{service} is not a service of the chart"))
 }
+
+/// Applies the `ValidatingAdmissionPolicy` of `rendered` whose name ends with `suffix`, and its
+/// binding, as the cluster's admin; both are deleted when the returned guards drop.
+pub fn apply_policy(
+    rendered: &Rendered,
+    suffix: &str,
+) -> Result<Vec<crate::support::DeleteOnDrop>> {
+    let policy: Vec<&Value> = rendered
+        .of_kinds(&[
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ])
+        .into_iter()
+        .filter(|o| {
+            o["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with(suffix))
+        })
+        .collect();
+    anyhow::ensure!(
+        policy.len() == 2,
+        "release {} renders the policy *{suffix} and its binding: {policy:?}",
+        rendered.release
+    );
+    Kubectl {
+        binary: crate::support::kubectl_binary(),
+        kubeconfig: crate::support::cluster().kubeconfig().to_path_buf(),
+    }
+    .apply(&policy)?;
+    Ok(policy
+        .iter()
+        .map(|o| crate::support::DeleteOnDrop {
+            resource: if o["kind"] == "ValidatingAdmissionPolicy" {
+                "validatingadmissionpolicy"
+            } else {
+                "validatingadmissionpolicybinding"
+            },
+            name: o["metadata"]["name"].as_str().unwrap_or_default().into(),
+        })
+        .collect())
+}

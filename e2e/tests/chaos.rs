@@ -642,7 +642,8 @@ async fn webhook_replica_terminated_under_300_reviews_per_second_fails_nothing()
         strata_e2e::plane::free_port()?,
     ];
     // The negative control (docs/reliability.md): E2E_WEBHOOK_SHUTDOWN_DELAY=0s makes the
-    // terminated replica stop accepting at once, and this test fails.
+    // terminated replica stop accepting at once, and this test fails (every time: the probe
+    // of the terminated replica is refused, whether or not a review happened to hit it).
     let shutdown_delay =
         std::env::var("E2E_WEBHOOK_SHUTDOWN_DELAY").unwrap_or_else(|_| "2s".into());
     let mut replicas = Vec::new();
@@ -744,6 +745,7 @@ endpoints:
     let mut calls = tokio::task::JoinSet::new();
     let mut terminated: Option<(usize, std::time::Instant)> = None;
     let mut survivor_at_termination = 0.0;
+    let mut probe = None;
     let mut sent = 0u64;
     while sent < RATE * SECONDS {
         tick.tick().await;
@@ -755,6 +757,22 @@ endpoints:
             replicas[busy].signal("TERM");
             eprintln!("terminated replica {busy} after it served {counts:?} reviews");
             terminated = Some((busy, std::time::Instant::now()));
+            // The exposure window measured directly: kube-apiserver may still open connections
+            // to the terminated replica until it sees the endpoint change, so the replica must
+            // keep accepting for its shutdown delay. New connections every 100 ms for the first
+            // second: with `--shutdown-delay 0s` the first is refused, every time.
+            let address = format!("{host}:{}", ports[busy]);
+            probe = Some(tokio::spawn(async move {
+                let mut refused = Vec::new();
+                let since = std::time::Instant::now();
+                while since.elapsed() < Duration::from_secs(1) {
+                    if let Err(e) = tokio::net::TcpStream::connect(&address).await {
+                        refused.push(format!("{:?} after SIGTERM: {e}", since.elapsed()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                refused
+            }));
             survivor_at_termination = counts[1 - busy];
         }
         let permit = semaphore.clone().acquire_owned().await?;
@@ -802,6 +820,11 @@ endpoints:
         "{sent} reviews in {elapsed:.1} s ({:.0}/s), {after_termination} sent after the termination, the survivor served {survivor_count}; {} failed",
         sent as f64 / elapsed,
         failures.len()
+    );
+    let refused = probe.context("no probe of the terminated replica")?.await?;
+    assert!(
+        refused.is_empty(),
+        "the terminated replica refused connections within its shutdown delay: {refused:#?}"
     );
     assert!(failures.is_empty(), "failed admissions: {failures:#?}");
     assert!(

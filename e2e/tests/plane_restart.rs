@@ -10,7 +10,9 @@
 //! watches resumed — a layer created after the restart deploys (the layer-controller runs
 //! with a one-hour sync period, so only its watch can see it), an object edited by hand is
 //! healed (drift-observer's watch, then the layer-controller's heal), a second rollout is
-//! carried out, and the admission-webhook still refuses a downscale it must refuse.
+//! carried out, the admission-webhook still refuses a downscale it must refuse (a decision
+//! that needs no watch), and a webhook configuration created after the restart shows in the
+//! admission-webhook's failure-policy metric (its one watch).
 //!
 //! Its own plane because restarting the shared one would break every other test running on
 //! it; docs/reliability.md records the scenario and its results.
@@ -22,6 +24,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -363,6 +366,45 @@ async fn kube_apiserver_and_etcd_restarts_lose_and_duplicate_nothing() -> Result
         )
         .await
         .with_context(logs)?;
+        // The admission-webhook's own watch (webhook configurations labelled with its
+        // namespace, exported as their failure policies): a configuration created after the
+        // restart shows in its metrics only if that watch resumed. Its rule matches nothing.
+        let probe = format!("restart-probe-{round}");
+        let hook = format!("{probe}.strata.dev");
+        let configurations: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let configuration: ValidatingWebhookConfiguration =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": probe, "labels": {"grafana.com/namespace": NS}},
+                "webhooks": [{
+                    "name": hook,
+                    "failurePolicy": "Ignore",
+                    "sideEffects": "None",
+                    "admissionReviewVersions": ["v1"],
+                    "clientConfig": {"url": format!("https://127.0.0.1:{tls_port}/unused")},
+                    "rules": [{"apiGroups": ["example.invalid"], "apiVersions": ["v1"],
+                               "operations": ["CREATE"], "resources": ["nothing"]}],
+                }],
+            }))?;
+        configurations
+            .create(&PostParams::default(), &configuration)
+            .await?;
+        let series = format!("webhook=\"{hook}\"");
+        eventually(
+            &format!("{component}: the webhook's configuration watch resumed"),
+            Duration::from_secs(120),
+            || async {
+                let ignore = webhook
+                    .metric(
+                        "kube_validating_webhook_failure_policy",
+                        &[&series, "policy=\"Ignore\""],
+                    )
+                    .await?;
+                Ok((ignore == 1.0).then_some(()))
+            },
+        )
+        .await
+        .with_context(logs)?;
+        configurations.delete(&probe, &Default::default()).await?;
     }
 
     let deleted = map_watch.deleted();

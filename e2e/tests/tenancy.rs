@@ -278,33 +278,7 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
             ),
         ],
     )?;
-    let policy = rendered.of_kinds(&[
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ]);
-    ensure!(
-        policy.len() == 2,
-        "the chart renders the policy and its binding: {policy:?}"
-    );
-    strata_e2e::release::Kubectl {
-        binary: strata_e2e::support::kubectl_binary(),
-        kubeconfig: cluster().kubeconfig().to_path_buf(),
-    }
-    .apply(&policy)?;
-    let _policy: Vec<DeleteOnDrop> = policy
-        .iter()
-        .map(|o| DeleteOnDrop {
-            resource: if o["kind"] == "ValidatingAdmissionPolicy" {
-                "validatingadmissionpolicy"
-            } else {
-                "validatingadmissionpolicybinding"
-            },
-            name: o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-        })
-        .collect();
+    let _policy = strata_e2e::release::apply_policy(&rendered, "addonslayer-author")?;
     let dry_run = kube::api::PostParams {
         dry_run: true,
         ..Default::default()
