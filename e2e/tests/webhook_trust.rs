@@ -43,12 +43,15 @@ struct Server {
 async fn start(ns: &str, extra: &[&str]) -> Result<Server> {
     let key = rcgen::KeyPair::generate()?;
     let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()])?.self_signed(&key)?;
-    let dir = std::env::temp_dir().join(format!("strata-trust-{ns}"));
+    let port = free_port()?;
+    // A directory per server: a second server in the namespace must not rewrite (and make
+    // reload) the first one's certificate.
+    let dir = std::env::temp_dir().join(format!("strata-trust-{ns}-{port}"));
     std::fs::create_dir_all(&dir)?;
     let (cert_file, key_file) = (dir.join("tls.crt"), dir.join("tls.key"));
     std::fs::write(&cert_file, cert.pem())?;
     std::fs::write(&key_file, key.serialize_pem())?;
-    let address: std::net::SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+    let address: std::net::SocketAddr = format!("127.0.0.1:{port}").parse()?;
     let mut args = vec![
         "--tls-cert-file",
         cert_file.to_str().unwrap(),
@@ -351,5 +354,29 @@ async fn with_a_client_ca_only_kube_apiserver_gets_past_the_handshake() -> Resul
         status == 200 && answer["response"]["allowed"] == false,
         "{status}: {answer}"
     );
+
+    // Subject pinning (`--client-cn`): the same certificate of the same CA is refused by a
+    // server pinned to another subject, and answered by one pinned to its own.
+    let ca = ca_file.to_str().unwrap();
+    for (subject, answered) in [
+        ("someone-else", false),
+        ("kube-apiserver-webhook-client", true),
+    ] {
+        let pinned = start(&ns.name, &["--client-ca-file", ca, "--client-cn", subject]).await?;
+        let outcome = post(
+            &pinned,
+            client_config(&pinned, Some((&cert, &key)))?,
+            path,
+            &review,
+        )
+        .await;
+        match (outcome, answered) {
+            (Ok((200, _)), true) | (Err(_), false) => {}
+            (outcome, _) => bail!(
+                "a server pinned to {subject:?} {} kube-apiserver's certificate: {outcome:?}",
+                if answered { "refused" } else { "answered" }
+            ),
+        }
+    }
     Ok(())
 }

@@ -55,6 +55,11 @@ pub struct WebhookArgs {
     /// handshake. Unset, any client that reaches the port may post a review.
     #[arg(long)]
     pub client_ca_file: Option<PathBuf>,
+    /// With `--client-ca-file`: also require the client certificate's subject common name to
+    /// be one of these (repeatable or comma-separated), so another holder of a certificate
+    /// from the same CA is refused at the handshake.
+    #[arg(long, value_delimiter = ',', requires = "client_ca_file")]
+    pub client_cn: Vec<String>,
     /// Secret (in the pod's namespace) holding the self-managed CA and certificate.
     #[arg(long, default_value = "strata-admission-webhook-certificate")]
     pub tls_secret_name: String,
@@ -206,6 +211,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         Some(path) => match std::fs::read(path)
             .map_err(|e| e.to_string())
             .and_then(|pem| tls::ClientTrust::from_pem(&pem))
+            .and_then(|trust| trust.pinned_to(args.client_cn.clone()))
         {
             Ok(trust) => trust,
             Err(e) => {

@@ -93,6 +93,7 @@ impl CompatArgs {
             tls_file_check_interval: std::time::Duration::from_secs(10),
             // Caller certificates are a Strata flag of the native deployable only.
             client_ca_file: None,
+            client_cn: Vec::new(),
             // The anchor serves no AddonsLayer validation; the defaults only matter there.
             layer_default_source_namespace: String::new(),
             layer_default_service_account: None,
