@@ -18,9 +18,14 @@ use strata_e2e::support::cluster;
 /// One use of a right: (apiGroup, resource[/subresource], verb).
 type Right = (String, String, String);
 
-/// The services' uses of rights from the audit log: service → right → test prefixes.
-fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<String>>>> {
-    let mut uses: BTreeMap<String, BTreeMap<Right, BTreeSet<String>>> = BTreeMap::new();
+/// Who used a right and on what: (test prefix, the object's name if the request named one).
+/// A rule with `resourceNames` is used only by requests naming one of them.
+type Use = (String, Option<String>);
+
+/// The services' allowed uses of rights from the audit log: service → right → uses. Only
+/// requests the API server authorized count: a 401 or 403 is a right the service lacked.
+fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<Use>>>> {
+    let mut uses: BTreeMap<String, BTreeMap<Right, BTreeSet<Use>>> = BTreeMap::new();
     for line in log.lines().filter(|l| !l.trim().is_empty()) {
         let event: Value = serde_json::from_str(line).context("an audit line")?;
         let user = event["user"]["username"].as_str().unwrap_or_default();
@@ -46,12 +51,19 @@ fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<String>>>
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
         let allowed = code != 401 && code != 403;
         let service = uses.entry(account.to_string()).or_default();
-        if event.get("impersonatedUser").is_some_and(Value::is_object) {
-            // Authorized as the service before the request ran as someone else.
+        if let Some(as_user) = event.get("impersonatedUser").filter(|u| u.is_object()) {
+            // kube-apiserver records the impersonated user only once the impersonation itself
+            // was authorized (as the service), whatever then happened to the request; the
+            // account impersonated is the name a `resourceNames` rule lists.
+            let name = as_user["username"]
+                .as_str()
+                .and_then(|u| u.strip_prefix("system:serviceaccount:"))
+                .and_then(|u| u.split_once(':'))
+                .map(|(_, name)| name.to_string());
             service
                 .entry(("".into(), "serviceaccounts".into(), "impersonate".into()))
                 .or_default()
-                .insert(test.clone());
+                .insert((test.clone(), name));
             continue;
         }
         if !allowed {
@@ -67,18 +79,22 @@ fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<String>>>
         };
         let group = object["apiGroup"].as_str().unwrap_or_default().to_string();
         let verb = event["verb"].as_str().unwrap_or_default().to_string();
+        let name = object["name"]
+            .as_str()
+            .filter(|n| !n.is_empty())
+            .map(str::to_string);
         // A server-side apply that creates the object is a `patch` the API server also
         // authorized as `create` (answered 201).
         if verb == "patch" && code == 201 {
             service
                 .entry((group.clone(), resource.clone(), "create".into()))
                 .or_default()
-                .insert(test.clone());
+                .insert((test.clone(), name.clone()));
         }
         service
             .entry((group, resource, verb))
             .or_default()
-            .insert(test);
+            .insert((test, name));
     }
     Ok(uses)
 }
@@ -125,6 +141,25 @@ fn granted(rendered: &Rendered) -> BTreeMap<String, Vec<(String, Value)>> {
     granted
 }
 
+/// The tests whose requests used the rule (`group`, `resource`, `verb`, `names`): same group,
+/// resource and verb (`*` matching any), and, when the rule lists `resourceNames`, naming one.
+fn tests_using(
+    used: &BTreeMap<Right, BTreeSet<Use>>,
+    group: &str,
+    resource: &str,
+    verb: &str,
+    names: &[String],
+) -> BTreeSet<String> {
+    used.iter()
+        .filter(|((g, r, v), _)| {
+            (group == "*" || g == group) && (resource == "*" || r == resource) && v == verb
+        })
+        .flat_map(|(_, uses)| uses.iter())
+        .filter(|(_, name)| names.is_empty() || name.as_ref().is_some_and(|n| names.contains(n)))
+        .map(|(test, _)| test.clone())
+        .collect()
+}
+
 fn strings(value: &Value) -> Vec<String> {
     value
         .as_array()
@@ -159,15 +194,13 @@ fn every_verb_the_chart_grants_was_used_by_some_test() -> Result<()> {
                 for group in strings(&rule["apiGroups"]) {
                     for resource in strings(&rule["resources"]) {
                         for verb in strings(&rule["verbs"]) {
-                            let tests: BTreeSet<String> = used
-                                .iter()
-                                .filter(|((g, r, v), _)| {
-                                    (group == "*" || *g == group)
-                                        && (resource == "*" || *r == resource)
-                                        && *v == verb
-                                })
-                                .flat_map(|(_, tests)| tests.iter().cloned())
-                                .collect();
+                            let tests = tests_using(
+                                &used,
+                                &group,
+                                &resource,
+                                &verb,
+                                &strings(&rule["resourceNames"]),
+                            );
                             let row = (
                                 service.clone(),
                                 role.replace("strata-", "<release>-"),
@@ -215,4 +248,73 @@ fn every_verb_the_chart_grants_was_used_by_some_test() -> Result<()> {
         unused.into_iter().collect::<Vec<_>>().join("\n")
     );
     Ok(())
+}
+
+/// The matching, on audit lines made up for it: a denied request is no use; a rule with
+/// `resourceNames` is used only by requests naming one; impersonation counts per account.
+#[test]
+fn only_allowed_requests_on_the_named_objects_count() {
+    let line = |code: u16, verb: &str, resource: &str, name: &str, test: &str| {
+        serde_json::json!({
+            "user": {"username": "system:serviceaccount:e2e-NS-abc:admission-webhook"},
+            "verb": verb,
+            "objectRef": {"resource": resource, "name": name, "apiGroup": ""},
+            "responseStatus": {"code": code},
+        })
+        .to_string()
+        .replace("NS", test)
+    };
+    let impersonation = serde_json::json!({
+        "user": {"username": "system:serviceaccount:e2e-tenancy-abc:layer-controller"},
+        "impersonatedUser": {"username": "system:serviceaccount:team:deployer"},
+        "verb": "create",
+        "objectRef": {"resource": "configmaps", "name": "x", "apiGroup": ""},
+        "responseStatus": {"code": 403},
+    })
+    .to_string();
+    let log = [
+        line(200, "get", "secrets", "certificate", "rotate"),
+        line(200, "get", "secrets", "someone-elses", "sneaky"),
+        line(403, "update", "secrets", "certificate", "denied"),
+        impersonation,
+    ]
+    .join("\n");
+    let uses = uses(&log).unwrap();
+    let webhook = &uses["admission-webhook"];
+    let names = |n: &[&str]| n.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let set = |t: &[&str]| t.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    // A rule naming the certificate Secret: only the request on it counts.
+    assert_eq!(
+        tests_using(webhook, "", "secrets", "get", &names(&["certificate"])),
+        set(&["rotate"])
+    );
+    // Without resourceNames, both gets count.
+    assert_eq!(
+        tests_using(webhook, "", "secrets", "get", &[]),
+        set(&["rotate", "sneaky"])
+    );
+    // The denied update is no use.
+    assert!(tests_using(webhook, "", "secrets", "update", &[]).is_empty());
+    // Impersonation by account name.
+    let controller = &uses["layer-controller"];
+    assert_eq!(
+        tests_using(
+            controller,
+            "",
+            "serviceaccounts",
+            "impersonate",
+            &names(&["deployer"])
+        ),
+        set(&["tenancy"])
+    );
+    assert!(
+        tests_using(
+            controller,
+            "",
+            "serviceaccounts",
+            "impersonate",
+            &names(&["other"])
+        )
+        .is_empty()
+    );
 }
