@@ -37,16 +37,12 @@ fn refusal<T: std::fmt::Debug>(outcome: kube::Result<T>, what: &str) -> Result<S
 /// an informer: until then the hole stays), and returns the refusal's message.
 async fn refused_once_active<T, F, Fut>(what: &str, write: F) -> Result<String>
 where
+    T: std::fmt::Debug,
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = kube::Result<T>>,
 {
     eventually(what, Duration::from_secs(30), || async {
-        Ok(match write().await {
-            Err(kube::Error::Api(e)) if e.message.contains("ValidatingAdmissionPolicy") => {
-                Some(e.message)
-            }
-            _ => None,
-        })
+        Ok(refusal(write().await, what).ok())
     })
     .await
 }
