@@ -481,7 +481,7 @@ pub async fn two_replicas(service: &str, lease_namespace: &str) -> Result<[Servi
 /// Starts one of the workspace's layer services (`layer-controller`, `drift-observer`) for the
 /// layers of one test: a free admin address, leader election off, only layers labelled
 /// `strata-e2e/suite=<ns>`, sources defaulting to `ns`, then `extra`. The drift-observer
-/// dry-runs as the layer-controller of the same release, as the chart wires them.
+/// dry-runs as the release's dry-run identity, as the chart wires them.
 pub fn start_layer_service(binary: &str, ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
     start_layer_service_with(binary, ns, extra, &[])
 }
@@ -505,7 +505,7 @@ pub fn start_layer_service_with_env(
     env: &[(String, String)],
 ) -> Result<ServiceProcess> {
     let selector = format!("strata-e2e/suite={ns}");
-    let apply_as = format!("--apply-as=system:serviceaccount:{ns}:layer-controller");
+    let apply_as = format!("--apply-as=system:serviceaccount:{ns}:drift-observer-dry-run");
     let mut args = vec![
         "--leader-elect=false",
         "--layer-selector",

@@ -75,9 +75,16 @@ fn each_service_renders_alone_with_only_its_objects() {
     for (key, service) in SERVICES {
         let objs = template(&only(key));
         assert_eq!(kinds_named(&objs, "Deployment"), [service], "{key} alone");
+        // The drift-observer's dry-run identity is an account of its own (nothing runs as it).
+        let dry_run = format!("{service}-dry-run");
+        let accounts: Vec<&str> = if service == "drift-observer" {
+            vec![service, &dry_run]
+        } else {
+            vec![service]
+        };
         assert_eq!(
             kinds_named(&objs, "ServiceAccount"),
-            [service],
+            accounts,
             "{key} alone"
         );
         for kind in ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
@@ -800,7 +807,8 @@ fn two_releases_in_one_namespace_share_no_name() {
             );
         }
         let observer = container_args(objs, "drift-observer");
-        let apply_as = format!("--apply-as=system:serviceaccount:shared:{prefix}layer-controller");
+        let apply_as =
+            format!("--apply-as=system:serviceaccount:shared:{prefix}drift-observer-dry-run");
         assert!(observer.contains(&apply_as), "{observer:?}");
         // Every RBAC binding names a ServiceAccount of its own release.
         for binding in objs

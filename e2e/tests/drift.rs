@@ -637,3 +637,150 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
     delete_layers_then_stop(&[&heal, &warn], controller);
     Ok(())
 }
+
+/// A value a layer substitutes from a Secret (`spec.postBuild.substituteFrom`) is as secret as
+/// the Secret: the observer reads it as the account the layer acts as (here, a layer with no
+/// account: the release's dry-run identity, never the observer itself), and it shows in no
+/// status, Event or log line, while the drift of the field that holds it is still reported.
+#[tokio::test]
+async fn a_secret_variable_is_read_as_the_layer_and_never_shown() -> Result<()> {
+    const PASSWORD: &str = "pw-from-a-secret-5187";
+    const TAMPERED: &str = "postgres://app:tampered@db";
+    let c = cluster();
+    let client = c.client().await?;
+    let test_ns = TestNamespace::create(&client, "drift-vars").await?;
+    let ns = test_ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let name = format!("{ns}-vars");
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: Secret\nmetadata: {{name: vars, namespace: {ns}}}\nstringData: {{DB_PASSWORD: {PASSWORD}}}\n"
+        ),
+    )
+    .await?;
+    let files = vec![(
+        "config.yaml",
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: app-config, namespace: {ns}}}\ndata: {{url: \"postgres://app:${{DB_PASSWORD}}@db\", plain: \"visible\"}}\n"
+        ),
+    )];
+    apply_yaml(&client, &ns, &source_configmap(&ns, "vars", &files)).await?;
+    let controller = start_layer_controller(&ns)?;
+    let observer = start_observer(&ns)?;
+    apply_yaml(
+        &client,
+        &ns,
+        &layer(
+            &ns,
+            "vars",
+            // Warn: the drift stays in the status to be read (a heal would clear it).
+            "  drift: {mode: Warn}\n  postBuild: {substituteFrom: [{kind: Secret, name: vars}]}\n",
+        ),
+    )
+    .await?;
+    wait_drifted(&client, &name, "False", Duration::from_secs(60)).await?;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let applied = configmaps.get("app-config").await?;
+    ensure!(
+        applied
+            .data
+            .as_ref()
+            .and_then(|d| d.get("url"))
+            .map(String::as_str)
+            == Some(&format!("postgres://app:{PASSWORD}@db")[..]),
+        "the variable was substituted: {:?}",
+        applied.data
+    );
+
+    // Both fields edited by hand: the substituted one shows masked, the plain one as is.
+    configmaps
+        .patch(
+            "app-config",
+            &PatchParams {
+                field_manager: Some("hand-edit".into()),
+                ..Default::default()
+            },
+            &Patch::Merge(json!({"data": {"url": TAMPERED, "plain": "edited"}})),
+        )
+        .await?;
+    let status = eventually("both fields reported", Duration::from_secs(30), || async {
+        let s = layer_status(&client, &name).await?;
+        Ok((drift_entries(&s).len() >= 2).then_some(s))
+    })
+    .await?;
+    let entry = |path: &str| {
+        drift_entries(&status)
+            .into_iter()
+            .find(|e| e["path"] == path)
+            .with_context(|| format!("{path} in {status}"))
+    };
+    let url = entry("data.url")?;
+    ensure!(
+        url["expected"] == "(masked)" && url["actual"] == TAMPERED,
+        "the substituted value masked, the live one shown: {url}"
+    );
+    let plain = entry("data.plain")?;
+    ensure!(
+        plain["expected"] == "visible" && plain["actual"] == "edited",
+        "{plain}"
+    );
+    let events = eventually("the drift Event", Duration::from_secs(20), || async {
+        let notes = drift_events(&client, &ns, "app-config").await?;
+        Ok(notes
+            .iter()
+            .any(|n| n.contains("data.url"))
+            .then_some(notes))
+    })
+    .await?;
+    let shown = [
+        ("the status", status.to_string()),
+        ("the Events", format!("{events:?}")),
+        ("the observer's log", observer.logs()),
+        ("the layer-controller's log", controller.logs()),
+    ];
+    let b64 = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(PASSWORD)
+    };
+    for (where_, text) in &shown {
+        ensure!(
+            !text.contains(PASSWORD) && !text.contains(&b64),
+            "the Secret's value shows in {where_}: {text}"
+        );
+    }
+
+    // Read as the layer acts: every read of the Secret by the observer was made as the
+    // release's dry-run identity (the observer's own role could read it too).
+    if let Some(audit) = c.audit_log() {
+        let observer_user = format!("system:serviceaccount:{ns}:drift-observer");
+        let reads = eventually(
+            "the observer's read of the variables' Secret audited",
+            Duration::from_secs(10),
+            || async {
+                let reads: Vec<Value> = std::fs::read_to_string(&audit)?
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                    .filter(|e| {
+                        e["user"]["username"] == observer_user.as_str()
+                            && e["objectRef"]["resource"] == "secrets"
+                            && e["objectRef"]["namespace"] == ns.as_str()
+                            && e["objectRef"]["name"] == "vars"
+                    })
+                    .collect();
+                Ok((!reads.is_empty()).then_some(reads))
+            },
+        )
+        .await?;
+        let identity = format!("system:serviceaccount:{ns}:drift-observer-dry-run");
+        for read in &reads {
+            ensure!(
+                read["impersonatedUser"]["username"] == identity.as_str(),
+                "the observer read the layer's Secret as itself: {read}"
+            );
+        }
+    }
+    delete_layers_then_stop(&[&name], controller);
+    Ok(())
+}

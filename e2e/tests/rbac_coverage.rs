@@ -22,6 +22,9 @@ type Right = (String, String, String);
 const RENDERED_NAMESPACE: &str = "strata-system";
 
 /// Who used a right and on what: (test prefix, the object's name if the request named one).
+/// The ServiceAccount the drift-observer's dry runs are made as (`<name>-dry-run`).
+const DRY_RUN_IDENTITY: &str = "drift-observer-dry-run";
+
 /// A rule with `resourceNames` is used only by requests naming one of them.
 type Use = (String, Option<String>);
 
@@ -53,7 +56,7 @@ fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<Use>>>> {
         }
         let code = event["responseStatus"]["code"].as_u64().unwrap_or(0);
         let allowed = code != 401 && code != 403;
-        let service = uses.entry(account.to_string()).or_default();
+        let mut service = uses.entry(account.to_string()).or_default();
         if let Some(as_user) = event.get("impersonatedUser").filter(|u| u.is_object()) {
             // kube-apiserver records the impersonated user only once the impersonation itself
             // was authorized (as the service), whatever then happened to the request; the
@@ -66,8 +69,14 @@ fn uses(log: &str) -> Result<BTreeMap<String, BTreeMap<Right, BTreeSet<Use>>>> {
             service
                 .entry(("".into(), "serviceaccounts".into(), "impersonate".into()))
                 .or_default()
-                .insert((test.clone(), name));
-            continue;
+                .insert((test.clone(), name.clone()));
+            // The observer's dry-run identity runs nowhere: its rights are used only through
+            // the observer's impersonation, and counted for it (requests as a layer's own
+            // account use that account's rights, not the chart's).
+            if name.as_deref() != Some(DRY_RUN_IDENTITY) {
+                continue;
+            }
+            service = uses.entry(DRY_RUN_IDENTITY.to_string()).or_default();
         }
         if !allowed {
             continue;
@@ -279,7 +288,19 @@ fn only_allowed_requests_on_the_named_objects_count() {
         "responseStatus": {"code": 403},
     })
     .to_string();
+    let dry_run = |code: u16, verb: &str| {
+        serde_json::json!({
+            "user": {"username": "system:serviceaccount:e2e-drift-abc:drift-observer"},
+            "impersonatedUser": {"username": "system:serviceaccount:e2e-drift-abc:drift-observer-dry-run"},
+            "verb": verb,
+            "objectRef": {"resource": "deployments", "name": "web", "apiGroup": "apps"},
+            "responseStatus": {"code": code},
+        })
+        .to_string()
+    };
     let log = [
+        dry_run(200, "patch"),
+        dry_run(403, "delete"),
         line(200, "get", "secrets", "certificate", "rotate"),
         line(200, "patch", "configmaps", "hooks-e2e-inject-abc", "inject"),
         line(200, "get", "secrets", "someone-elses", "sneaky"),
@@ -336,4 +357,21 @@ fn only_allowed_requests_on_the_named_objects_count() {
         )
         .is_empty()
     );
+    // The observer's dry runs: its impersonation, and the dry-run identity's own allowed rights.
+    assert_eq!(
+        tests_using(
+            &uses["drift-observer"],
+            "",
+            "serviceaccounts",
+            "impersonate",
+            &names(&[DRY_RUN_IDENTITY])
+        ),
+        set(&["drift"])
+    );
+    let identity = &uses[DRY_RUN_IDENTITY];
+    assert_eq!(
+        tests_using(identity, "*", "*", "patch", &[]),
+        set(&["drift"])
+    );
+    assert!(tests_using(identity, "*", "*", "delete", &[]).is_empty());
 }

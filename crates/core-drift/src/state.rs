@@ -61,6 +61,47 @@ pub fn findings(kind: &str, drifts: &[FieldDrift], live: &Value, ours: &str) -> 
         .collect()
 }
 
+/// Masks what a finding would show of a layer's Secret-sourced variables (`secrets`: their
+/// values). A value substituted into a ConfigMap, an environment variable or an annotation is
+/// as secret as the Secret it came from, and the API server may quote it back in a refused dry
+/// run: any shown value holding one — as written, JSON-escaped or base64-encoded — is replaced
+/// whole by [`compare::MASKED`], and a path naming one has it cut out.
+pub fn mask_variables(findings: &mut [Finding], secrets: &[String]) {
+    use base64::Engine as _;
+    if secrets.is_empty() {
+        return;
+    }
+    let forms: Vec<String> = secrets
+        .iter()
+        .flat_map(|secret| {
+            let escaped = serde_json::to_string(secret).unwrap_or_default();
+            let escaped = escaped
+                .strip_prefix('"')
+                .and_then(|e| e.strip_suffix('"'))
+                .unwrap_or(&escaped)
+                .to_string();
+            [
+                secret.clone(),
+                escaped,
+                base64::engine::general_purpose::STANDARD.encode(secret),
+            ]
+        })
+        .collect();
+    let holds = |text: &str| forms.iter().any(|form| text.contains(form.as_str()));
+    for finding in findings {
+        for shown in [&mut finding.expected, &mut finding.actual] {
+            if holds(shown) {
+                *shown = compare::MASKED.to_string();
+            }
+        }
+        for form in &forms {
+            if finding.path.contains(form.as_str()) {
+                finding.path = finding.path.replace(form.as_str(), compare::MASKED);
+            }
+        }
+    }
+}
+
 /// The finding for an object that is gone.
 pub fn missing() -> Finding {
     Finding {
@@ -612,5 +653,71 @@ mod tests {
         let invalid = memory.conditions(4, &["spec.drift.x: bad".into()], FIGHT, None, &[], at(1));
         assert_eq!(invalid[0].status, "Unknown");
         assert_eq!(invalid[0].reason, reason::INVALID_DRIFT_SPEC);
+    }
+
+    #[test]
+    fn mask_variables_table() {
+        let secret = "s3cr\"t".to_string();
+        let finding = |path: &str, expected: &str, actual: &str| Finding {
+            path: path.into(),
+            expected: expected.into(),
+            actual: actual.into(),
+            manager: None,
+        };
+        let masked = compare::MASKED;
+        // (name, finding, secrets, what must remain)
+        let cases = [
+            (
+                "as written",
+                finding("data.url", "https://u:s3cr\"t@db", "https://u:x@db"),
+                vec![secret.clone()],
+                finding("data.url", masked, "https://u:x@db"),
+            ),
+            (
+                "JSON-escaped inside a rendered map",
+                finding("data", r#"{"url":"s3cr\"t"}"#, "(absent)"),
+                vec![secret.clone()],
+                finding("data", masked, "(absent)"),
+            ),
+            (
+                "base64-encoded (binaryData, a refused dry run)",
+                finding(
+                    "",
+                    "the layer's manifest applies",
+                    "dry run refused: czNjciJ0 is bad",
+                ),
+                vec![secret.clone()],
+                finding("", "the layer's manifest applies", masked),
+            ),
+            (
+                "the live value still holds it",
+                finding("metadata.annotations.token", "(absent)", "s3cr\"t"),
+                vec![secret.clone()],
+                finding("metadata.annotations.token", "(absent)", masked),
+            ),
+            (
+                "in a path",
+                finding("data.s3cr\"t", "1", "2"),
+                vec![secret.clone()],
+                finding(&format!("data.{masked}"), "1", "2"),
+            ),
+            (
+                "no secret variables: untouched",
+                finding("data.url", "s3cr\"t", "x"),
+                vec![],
+                finding("data.url", "s3cr\"t", "x"),
+            ),
+            (
+                "other values untouched",
+                finding("data.url", "public", "x"),
+                vec![secret.clone()],
+                finding("data.url", "public", "x"),
+            ),
+        ];
+        for (name, found, secrets, want) in cases {
+            let mut found = vec![found];
+            mask_variables(&mut found, &secrets);
+            assert_eq!(found, vec![want], "{name}");
+        }
     }
 }

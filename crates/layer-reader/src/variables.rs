@@ -1,7 +1,7 @@
 //! A layer's variables read from the cluster (`spec.postBuild.substituteFrom`), as its own
 //! account may read them; the substitution itself is core-layers' (`substitute`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use core_layers::crd::AddonsLayer;
 use core_layers::error::LayerError;
@@ -19,12 +19,49 @@ pub async fn layer_variables(
     layer: &AddonsLayer,
     default_namespace: &str,
 ) -> Result<BTreeMap<String, String>, LayerError> {
+    read_variables(client, layer, default_namespace)
+        .await
+        .map(|v| v.values)
+}
+
+/// A layer's variables, and which of them came from a Secret.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Variables {
+    pub values: BTreeMap<String, String>,
+    /// Names whose value was read from a `substituteFrom` Secret (and not replaced by an
+    /// inline `substitute` value): such values are never shown in a status, Event or log.
+    pub from_secrets: BTreeSet<String>,
+}
+
+impl Variables {
+    /// The non-empty values read from Secrets.
+    pub fn secret_values(&self) -> Vec<String> {
+        let mut values: Vec<String> = self
+            .from_secrets
+            .iter()
+            .filter_map(|name| self.values.get(name))
+            .filter(|value| !value.is_empty())
+            .cloned()
+            .collect();
+        values.sort();
+        values.dedup();
+        values
+    }
+}
+
+/// [`layer_variables`], marking the values that came from Secrets.
+pub async fn read_variables(
+    client: &kube::Client,
+    layer: &AddonsLayer,
+    default_namespace: &str,
+) -> Result<Variables, LayerError> {
     use k8s_openapi::api::core::v1::{ConfigMap, Secret};
     let Some(post_build) = &layer.spec.post_build else {
-        return Ok(BTreeMap::new());
+        return Ok(Variables::default());
     };
     let namespace = SourceRef::of(layer, default_namespace).namespace;
     let mut vars = BTreeMap::new();
+    let mut from_secrets = BTreeSet::new();
     let add = |vars: &mut BTreeMap<String, String>, from: &str, key: &str, value: &str| {
         if !valid_name(key) {
             return Err(LayerError::Substitution(format!(
@@ -52,6 +89,7 @@ pub async fn layer_variables(
                     Some(found) => {
                         for (key, value) in found.data.unwrap_or_default() {
                             add(&mut vars, &from, &key, &value)?;
+                            from_secrets.remove(&key);
                         }
                     }
                     None if reference.optional => {}
@@ -69,9 +107,11 @@ pub async fn layer_variables(
                                 ))
                             })?;
                             add(&mut vars, &from, &key, &text)?;
+                            from_secrets.insert(key);
                         }
                         for (key, value) in found.string_data.unwrap_or_default() {
                             add(&mut vars, &from, &key, &value)?;
+                            from_secrets.insert(key);
                         }
                     }
                     None if reference.optional => {}
@@ -87,6 +127,10 @@ pub async fn layer_variables(
     }
     for (key, value) in &post_build.substitute {
         add(&mut vars, "spec.postBuild.substitute", key, value)?;
+        from_secrets.remove(key);
     }
-    Ok(vars)
+    Ok(Variables {
+        values: vars,
+        from_secrets,
+    })
 }

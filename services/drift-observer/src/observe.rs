@@ -95,6 +95,8 @@ struct Desired {
     layer: String,
     /// The ServiceAccount user the layer applies as, if any (its dry runs are made as it).
     acting_as: Option<String>,
+    /// The layer's variable values read from Secrets: masked wherever a finding shows them.
+    secrets: Arc<[String]>,
     api_version: String,
     resolved: ResolvedKind,
     /// The prepared manifest as compact JSON, parsed again for each check: as a tree it took
@@ -323,17 +325,31 @@ impl Observer {
         // The layer's variables are part of what it applies: a changed value (same revision,
         // same generation) is re-applied by the layer-controller, so the view is rebuilt too,
         // or the new value would look like drift.
-        let vars = layer_reader::variables::layer_variables(
-            &self.ctx.client,
+        // Read as the layer-controller reads them: as the account the layer acts as (its
+        // own, or the dry-run identity holding the controller's rights), so the observer
+        // never learns a value the layer itself may not read.
+        let acting_as = ActingAccount::of(
+            &layer,
+            &self.args.default_source_namespace,
+            self.args.default_service_account.as_deref(),
+        )
+        .map(|account| account.user());
+        let reader_client = match acting_as.as_deref().or(self.args.apply_as.as_deref()) {
+            Some(user) => self.ctx.impersonating_client(user)?,
+            None => self.ctx.client.clone(),
+        };
+        let vars = layer_reader::variables::read_variables(
+            &reader_client,
             &layer,
             &self.args.default_source_namespace,
         )
         .await?;
+        let secrets: Arc<[String]> = vars.secret_values().into();
         let key = (
             revision.clone(),
             layer.metadata.generation,
             spec.clone(),
-            vars.clone(),
+            vars.values.clone(),
         );
         if lock(&self.layers)
             .get(&name)
@@ -354,17 +370,11 @@ impl Observer {
             // The source moved on; the layer-controller will deploy it and wake us.
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
-        let manifests = source::layer_manifests_with(files, &layer.spec.source.path, &vars)?;
+        let manifests = source::layer_manifests_with(files, &layer.spec.source.path, &vars.values)?;
         let version = status
             .version
             .clone()
             .unwrap_or_else(|| layer.spec.version.clone());
-        let acting_as = ActingAccount::of(
-            &layer,
-            &self.args.default_source_namespace,
-            self.args.default_service_account.as_deref(),
-        )
-        .map(|account| account.user());
         let mut objects = BTreeMap::new();
         for manifest in &manifests {
             let object = self.reader.identity(manifest).await;
@@ -396,6 +406,7 @@ impl Observer {
                 Arc::new(Desired {
                     layer: name.clone(),
                     acting_as: acting_as.clone(),
+                    secrets: secrets.clone(),
                     api_version: manifest.api_version.clone(),
                     resolved,
                     manifest: serde_json::to_vec(&prepared)
@@ -705,7 +716,7 @@ impl Observer {
         };
         let applier = self.dry_run_applier(desired.acting_as.as_deref())?;
         let manifest = desired.manifest()?;
-        let (found, outcome) = drift_of(
+        let (mut found, outcome) = drift_of(
             &applier,
             &object.kind,
             &manifest,
@@ -713,6 +724,7 @@ impl Observer {
             &desired.rules,
         )
         .await?;
+        state::mask_variables(&mut found, &desired.secrets);
         span.record("outcome", outcome);
         span.record("drifted_fields", found.len());
         self.metrics.count_check(outcome);
