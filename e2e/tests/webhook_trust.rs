@@ -151,15 +151,12 @@ fn downscale_review(old: &Value, new_replicas: i64) -> Value {
         "userInfo": {"username": "forger"}, "oldObject": old, "object": new}})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forged_reviews_posted_straight_to_the_server_reach_no_pod() -> Result<()> {
-    let client = cluster().client().await?;
-    let ns = TestNamespace::create(&client, "trust").await?;
-    let pods = AnyPod::start().await?;
-    let server = start(&ns.name, &["--pod-address-override", &pods.address]).await?;
+/// A prepare-downscale StatefulSet `ingester` with 2 ready pods in `ns`: its API and its live
+/// object as JSON.
+async fn ingester(client: &kube::Client, ns: &str) -> Result<(Api<StatefulSet>, Value)> {
     apply_yaml(
-        &client,
-        &ns.name,
+        client,
+        ns,
         r#"apiVersion: apps/v1
 kind: StatefulSet
 metadata:
@@ -177,14 +174,24 @@ spec:
 "#,
     )
     .await?;
-    let pod_api: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), ns);
     eventually("2 ready pods", Duration::from_secs(60), || async {
         let list = pod_api.list(&Default::default()).await?;
         Ok((list.items.iter().filter(|p| pod_ready(p)).count() == 2).then_some(()))
     })
     .await?;
-    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
+    let sts: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let live = serde_json::to_value(sts.get("ingester").await?)?;
+    Ok((sts, live))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_reviews_posted_straight_to_the_server_reach_no_pod() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "trust").await?;
+    let pods = AnyPod::start().await?;
+    let server = start(&ns.name, &["--pod-address-override", &pods.address]).await?;
+    let (sts, live) = ingester(&client, &ns.name).await?;
     let config = || client_config(&server, None);
     let path = "/admission/prepare-downscale";
 
@@ -248,6 +255,100 @@ spec:
         pods.seen()
     );
     ensure!(recorded().await?, "the allowed downscale was recorded");
+    Ok(())
+}
+
+/// kube-apiserver sends a webhook only reviews of namespaces its `namespaceSelector` matches;
+/// the server checks the same selector (`--namespace-selector`, which the chart passes), so a
+/// review of a namespace that did not opt in — forged — gets nothing done: no pod called, no
+/// downscale or eviction recorded. Once the namespace opts in, the same review is prepared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forged_review_of_a_namespace_that_did_not_opt_in_does_nothing() -> Result<()> {
+    const OPT_IN: &str = "strata.dev/admission-webhook";
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "trust-ns").await?;
+    let pods = AnyPod::start().await?;
+    let prepare_selector = format!("prepare-downscale={OPT_IN}=enabled");
+    let eviction_selector = format!("pod-eviction={OPT_IN}=enabled");
+    let server = start(
+        &ns.name,
+        &[
+            "--pod-address-override",
+            &pods.address,
+            "--namespace-selector",
+            &prepare_selector,
+            "--namespace-selector",
+            &eviction_selector,
+        ],
+    )
+    .await?;
+    let (sts, live) = ingester(&client, &ns.name).await?;
+    let config = || client_config(&server, None);
+    let not_selected = format!(
+        "namespace {} is not selected by the prepare-downscale webhook ({OPT_IN}=enabled): nothing checked, called or recorded",
+        ns.name
+    );
+    let (status, answer) = post(
+        &server,
+        config()?,
+        "/admission/prepare-downscale",
+        &downscale_review(&live, 1),
+    )
+    .await?;
+    ensure!(status == 200, "HTTP {status}: {answer}");
+    ensure!(
+        answer["response"]["allowed"] == true
+            && answer["response"]["status"]["message"] == not_selected.as_str(),
+        "{answer}"
+    );
+    let pod_name = "ingester-0";
+    let eviction = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "3b9a3c5e-0000-4000-8000-000000000002", "operation": "CREATE",
+        "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "eviction",
+        "name": pod_name, "namespace": ns.name,
+        "userInfo": {"username": "forger"},
+        "object": {"apiVersion": "policy/v1", "kind": "Eviction",
+                   "metadata": {"name": pod_name, "namespace": ns.name}}}});
+    let (_, answer) = post(&server, config()?, "/admission/pod-eviction", &eviction).await?;
+    ensure!(
+        answer["response"]["allowed"] == true
+            && answer["response"]["status"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("not selected by the pod-eviction webhook")),
+        "{answer}"
+    );
+    let annotations = sts.get("ingester").await?.annotations().clone();
+    ensure!(
+        pods.seen().is_empty()
+            && !annotations.contains_key("grafana.com/last-downscale")
+            && !annotations.contains_key("strata.dev/recent-evictions"),
+        "a review of a namespace that did not opt in did something: calls {:?}, annotations {annotations:?}",
+        pods.seen()
+    );
+
+    // The control: opted in, the same review is prepared.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    namespaces
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {OPT_IN: "enabled"}}})),
+        )
+        .await?;
+    let (_, answer) = post(
+        &server,
+        config()?,
+        "/admission/prepare-downscale",
+        &downscale_review(&live, 1),
+    )
+    .await?;
+    ensure!(
+        answer["response"]["allowed"] == true
+            && pods.seen() == vec!["POST /ingester/prepare-shutdown".to_string()],
+        "opted in: {answer}, calls {:?}",
+        pods.seen()
+    );
     Ok(())
 }
 

@@ -122,6 +122,14 @@ pub struct WebhookArgs {
     /// only their own (`app.kubernetes.io/instance=<release>`).
     #[arg(long)]
     pub inject_ca_selector: Option<String>,
+    /// The namespaces a webhook acts in, `WEBHOOK=SELECTOR` (e.g.
+    /// `pod-eviction=strata.dev/admission-webhook=enabled`; repeatable, one per webhook), checked
+    /// by the server itself as kube-apiserver checks the configuration's `namespaceSelector`: a
+    /// review for an object in a namespace the selector does not match — one kube-apiserver
+    /// would not have sent, so forged — is allowed with nothing read, called or recorded. A
+    /// webhook not listed acts in every namespace. The chart passes each webhook's selector.
+    #[arg(long, value_parser = parse_namespace_selector)]
+    pub namespace_selector: Vec<(webhooks::Webhook, core_k8s::labels::LabelSelector)>,
     /// Budget of one admission request; decisions must be made within 90 % of it (the
     /// anchor's `-server-tls.request-timeout`). Keep it at or under the webhook
     /// configurations' `timeoutSeconds` (10 s by default).
@@ -343,6 +351,9 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             service_account: args.layer_default_service_account.clone(),
             controller_account: args.layer_controller_service_account.clone(),
         },
+        // Checked in `run`.
+        namespace_selectors: namespace_selectors(&args.namespace_selector).unwrap_or_default(),
+        layers: Default::default(),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     // The server outlives the shutdown signal by --shutdown-delay (see the flag), not ready
@@ -390,6 +401,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
 }
 
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
+    namespace_selectors(&args.namespace_selector)?;
     let mut registry = Registry::default();
     let zpdb =
         metrics::ZpdbMetrics::register(&core_k8s::metrics::metric_prefix(SERVICE), &mut registry);
@@ -398,6 +410,48 @@ pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::R
         serve_webhooks(ctx, args, metrics)
     })
     .await
+}
+
+/// One `--namespace-selector` value: `WEBHOOK=SELECTOR`, for a namespaced webhook.
+fn parse_namespace_selector(
+    value: &str,
+) -> Result<(webhooks::Webhook, core_k8s::labels::LabelSelector), String> {
+    let (name, selector) = value
+        .split_once('=')
+        .ok_or_else(|| format!("{value:?} is not WEBHOOK=SELECTOR"))?;
+    let webhook = webhooks::Webhook::named(name).ok_or_else(|| {
+        format!(
+            "{name:?} is not a webhook (one of {})",
+            webhooks::Webhook::ALL.map(|w| w.name()).join(", ")
+        )
+    })?;
+    if !webhook.namespaced() {
+        return Err(format!(
+            "{name} reviews cluster-scoped objects: no namespace to select"
+        ));
+    }
+    Ok((webhook, core_k8s::labels::parse_flag(selector)?))
+}
+
+/// The `--namespace-selector` values by webhook; a webhook given twice is refused (which one
+/// kube-apiserver uses is not for the server to guess).
+pub fn namespace_selectors(
+    given: &[(webhooks::Webhook, core_k8s::labels::LabelSelector)],
+) -> core_k8s::Result<std::collections::BTreeMap<webhooks::Webhook, core_k8s::labels::LabelSelector>>
+{
+    let mut selectors = std::collections::BTreeMap::new();
+    for (webhook, selector) in given {
+        if selectors.insert(*webhook, selector.clone()).is_some() {
+            return Err(core_k8s::Error::InvalidFlag {
+                flag: "--namespace-selector",
+                reason: format!(
+                    "{} is given twice: one selector per webhook",
+                    webhook.name()
+                ),
+            });
+        }
+    }
+    Ok(selectors)
 }
 
 fn non_empty(value: &str) -> Result<String, String> {
@@ -417,6 +471,60 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         webhook: WebhookArgs,
+    }
+
+    #[test]
+    fn namespace_selectors_name_a_namespaced_webhook_once() {
+        let parse = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("admission-webhook").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())
+                .and_then(|cli| {
+                    namespace_selectors(&cli.webhook.namespace_selector).map_err(|e| e.to_string())
+                })
+        };
+        let selectors = parse(&[
+            "--namespace-selector",
+            "pod-eviction=strata.dev/admission-webhook=enabled,kubernetes.io/metadata.name notin (kube-system)",
+            "--namespace-selector",
+            "prepare-downscale=team",
+        ])
+        .unwrap();
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let eviction = &selectors[&webhooks::Webhook::PodEviction];
+        assert!(eviction.matches(&labels(&[
+            ("strata.dev/admission-webhook", "enabled"),
+            ("kubernetes.io/metadata.name", "apps")
+        ])));
+        assert!(!eviction.matches(&labels(&[
+            ("strata.dev/admission-webhook", "enabled"),
+            ("kubernetes.io/metadata.name", "kube-system")
+        ])));
+        assert!(!eviction.matches(&labels(&[("kubernetes.io/metadata.name", "apps")])));
+        assert!(!selectors.contains_key(&webhooks::Webhook::NoDownscale));
+        // (flags, what the refusal names)
+        let refused = [
+            (vec!["pod-eviction"], "is not WEBHOOK=SELECTOR"),
+            (vec!["evict=a=b"], "\"evict\" is not a webhook"),
+            (vec!["addonslayer-validation=a=b"], "no namespace to select"),
+            (vec!["pod-eviction=a in (b"], "label selector"),
+            (
+                vec!["pod-eviction=a=b", "pod-eviction=c=d"],
+                "pod-eviction is given twice",
+            ),
+        ];
+        for (values, says) in refused {
+            let mut args = Vec::new();
+            for value in &values {
+                args.extend(["--namespace-selector", value]);
+            }
+            let error = parse(&args).unwrap_err();
+            assert!(error.contains(says), "{values:?}: {error}");
+        }
     }
 
     #[test]

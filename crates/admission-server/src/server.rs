@@ -2,6 +2,7 @@
 //! from [`crate::webhooks`]; this shell reads what they need from the API server, performs
 //! the prepare-downscale calls and patch, and answers.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,11 +14,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum_server::tls_rustls::RustlsConfig;
 use core_k8s::apply::typed_value;
+use core_k8s::labels::LabelSelector;
 use core_k8s::pod_http::PodHttp;
+use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{self, Store, reflector};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use serde_json::{Value, json};
 
@@ -53,7 +58,16 @@ pub struct App {
     pub http_metrics: core_k8s::http_metrics::HttpMetrics,
     /// The layer-controller's defaults (who an AddonsLayer acts as).
     pub layer_defaults: crate::webhooks::LayerDefaults,
+    /// `--namespace-selector`: the namespaces each listed webhook acts in.
+    pub namespace_selectors: BTreeMap<Webhook, LabelSelector>,
+    /// Every AddonsLayer, from a watch the first layer review starts (an install without the
+    /// CRD never watches it).
+    pub layers: tokio::sync::OnceCell<Store<DynamicObject>>,
 }
+
+/// How long a layer review waits for the layer cache's first full list before it is answered
+/// 500 (a watch that keeps failing must not hold every review until kube-apiserver's timeout).
+const LAYER_CACHE_WAIT: Duration = Duration::from_secs(3);
 
 impl std::fmt::Debug for App {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,6 +187,27 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         &app.metrics.zpdb.inflight_evictions
     }));
     let namespace = review.field("namespace").to_string();
+    // kube-apiserver calls a webhook only for namespaces its configuration selects; a review
+    // for another one is forged, and gets no read, call or record.
+    if let Some(selector) = app.namespace_selectors.get(&webhook)
+        && !namespace.is_empty()
+    {
+        match namespace_selected(app, &namespace, selector).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Decision::allow_with_message(format!(
+                    "namespace {namespace} is not selected by the {} webhook ({selector}): nothing checked, called or recorded",
+                    webhook.name()
+                ));
+            }
+            Err(why) => {
+                return Decision::deny_with_code(
+                    500,
+                    format!("{why}; nothing was decided, try again"),
+                );
+            }
+        }
+    }
     // `Some` for a downscale: the start of every no-downscale/prepare-downscale message.
     let downscale = crate::webhooks::downscale_prefix(review);
     let state = match read_state(app, webhook, review, downscale.is_some()).await {
@@ -342,20 +377,67 @@ async fn read_state(
         Webhook::PodEviction => state = evictions::list(&app.client, namespace).await?,
         Webhook::ZpdbValidation => {}
         Webhook::AddonsLayerValidation => {
-            // Every layer: a dependency cycle through layers this read missed would pass.
+            // Every layer (a dependency cycle through a layer left out would pass), from the
+            // watch's cache: a LIST of every layer per review would let anyone able to send
+            // reviews make kube-apiserver serve the whole set again and again.
             let ar = ApiResource::erase::<core_layers::crd::AddonsLayer>(&());
-            let api: Api<DynamicObject> = Api::all_with(app.client.clone(), &ar);
-            state.references = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| format!("listing AddonsLayers failed: {e}"))?
-                .items
-                .into_iter()
-                .filter_map(|l| typed_value(&l, &ar))
+            state.references = layer_cache(app)
+                .await?
+                .state()
+                .iter()
+                .filter_map(|l| typed_value(l, &ar))
                 .collect();
         }
     }
     Ok(state)
+}
+
+/// Whether `namespace`'s labels match `selector` (a namespace that does not exist matches
+/// nothing: kube-apiserver has no object there to review).
+async fn namespace_selected(
+    app: &App,
+    namespace: &str,
+    selector: &LabelSelector,
+) -> Result<bool, String> {
+    let api: Api<Namespace> = Api::all(app.client.clone());
+    let found = api
+        .get_opt(namespace)
+        .await
+        .map_err(|e| format!("reading namespace {namespace} failed: {e}"))?;
+    Ok(found.is_some_and(|n| selector.matches(&n.metadata.labels.unwrap_or_default())))
+}
+
+/// The AddonsLayer cache, started on first use and awaited until it holds the first list.
+async fn layer_cache(app: &App) -> Result<&Store<DynamicObject>, String> {
+    let store = app
+        .layers
+        .get_or_init(|| async { watch_layers(app.client.clone()) })
+        .await;
+    match tokio::time::timeout(LAYER_CACHE_WAIT, store.wait_until_ready()).await {
+        Ok(Ok(())) => Ok(store),
+        _ => Err(format!(
+            "the AddonsLayer cache holds no full list yet (watching AddonsLayers: see the server's log) after {LAYER_CACHE_WAIT:?}"
+        )),
+    }
+}
+
+/// Watches every AddonsLayer into a store, for as long as the process runs.
+fn watch_layers(client: Client) -> Store<DynamicObject> {
+    let ar = ApiResource::erase::<core_layers::crd::AddonsLayer>(&());
+    let writer = reflector::store::Writer::new(ar.clone());
+    let reader = writer.as_reader();
+    let api: Api<DynamicObject> = Api::all_with(client, &ar);
+    let events = reflector(
+        writer,
+        watcher(api, watcher::Config::default()).default_backoff(),
+    );
+    tokio::spawn(events.for_each(|event| {
+        if let Err(e) = event {
+            tracing::warn!(error = %e, "watching AddonsLayers (retrying)");
+        }
+        std::future::ready(())
+    }));
+    reader
 }
 
 /// Asks the API server (a SubjectAccessReview) whether the user who sent `review` may

@@ -28,6 +28,8 @@ fn app() -> Arc<App> {
             &mut prometheus_client::registry::Registry::default(),
         ),
         layer_defaults: Default::default(),
+        namespace_selectors: Default::default(),
+        layers: Default::default(),
     })
 }
 

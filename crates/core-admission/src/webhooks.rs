@@ -20,7 +20,7 @@ pub const PREPARE_PATH: &str = "grafana.com/prepare-downscale-http-path";
 pub const PREPARE_PORT: &str = "grafana.com/prepare-downscale-http-port";
 
 /// The webhooks, by endpoint.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Webhook {
     NoDownscale,
     PrepareDownscale,
@@ -48,6 +48,16 @@ impl Webhook {
             Webhook::ZpdbValidation => "zpdb-validation",
             Webhook::AddonsLayerValidation => "addonslayer-validation",
         }
+    }
+
+    /// The webhook named `name` ([`Webhook::name`]).
+    pub fn named(name: &str) -> Option<Webhook> {
+        Webhook::ALL.into_iter().find(|w| w.name() == name)
+    }
+
+    /// Whether it reviews namespaced objects (so a namespace selector applies to it).
+    pub fn namespaced(self) -> bool {
+        self != Webhook::AddonsLayerValidation
     }
 
     pub fn path(self) -> &'static str {

@@ -94,6 +94,8 @@ impl CompatArgs {
             // Caller certificates are a Strata flag of the native deployable only.
             client_ca_file: None,
             client_cn: Vec::new(),
+            // The anchor's install selects namespaces in its webhook configurations only.
+            namespace_selector: Vec::new(),
             // The anchor serves no AddonsLayer validation; the defaults only matter there.
             layer_default_source_namespace: String::new(),
             layer_default_service_account: None,
