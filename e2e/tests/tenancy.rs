@@ -10,7 +10,10 @@
 //!
 //! The author is a ServiceAccount `alice` with rights in namespace `team-a` only (plus
 //! creating AddonsLayers); the powerful account is `kustomize-controller` in another namespace,
-//! standing for `flux-system`.
+//! standing for `flux-system`. A second tenant, `bob` of `team-b`, has the same rights in his
+//! namespace: the release lets layers act in both, and neither team may act as the other's
+//! account — by creating a layer or by changing the account of one, with or without the
+//! webhook — while each team's own layer deploys into its own namespace only.
 
 use std::time::Duration;
 
@@ -52,7 +55,8 @@ async fn a_layer_author_cannot_act_as_an_account_they_may_not_impersonate() -> R
     let admin = cluster().client().await?;
     let team = TestNamespace::create(&admin, "team-a").await?;
     let system = TestNamespace::create(&admin, "flux-system").await?;
-    let (team, system) = (team.name.clone(), system.name.clone());
+    let team_b = TestNamespace::create(&admin, "team-b").await?;
+    let (team, system, team_b) = (team.name.clone(), system.name.clone(), team_b.name.clone());
     install_layer_crds(&admin, &team).await?;
 
     // The powerful account elsewhere, the team's own deployer, and alice, who may act as
@@ -64,6 +68,8 @@ async fn a_layer_author_cannot_act_as_an_account_they_may_not_impersonate() -> R
         (&system, "kustomize-controller", configmaps),
         (&team, "deployer", configmaps),
         (&team, "alice", impersonate),
+        (&team_b, "deployer", configmaps),
+        (&team_b, "bob", impersonate),
     ] {
         apply_yaml(&admin, ns, &service_account_with_role(ns, account, &[rule])).await?;
     }
@@ -80,13 +86,15 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {{name: {team}-layer-author, labels: {{app.kubernetes.io/instance: {team}}}}}
 roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {team}-layer-author}}
-subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
+subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}, {{kind: ServiceAccount, name: bob, namespace: {team_b}}}]
 "
         ),
     )
     .await?;
     let alice =
         strata_e2e::support::kube_client(&service_account_kubeconfig(&team, "alice")?).await?;
+    let bob =
+        strata_e2e::support::kube_client(&service_account_kubeconfig(&team_b, "bob")?).await?;
 
     // The sources: each would create a ConfigMap in its own namespace.
     let settings = |ns: &str, name: &str| {
@@ -115,13 +123,27 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
     )
     .await?;
 
-    // The release lets layers act as accounts of team-a only.
-    let impersonation = format!("layerController.impersonation[0].namespace={team}");
+    apply_yaml(
+        &admin,
+        &team_b,
+        &source_configmap(
+            &team_b,
+            "b-apps",
+            &[("cm.yaml", settings(&team_b, "b-settings"))],
+        ),
+    )
+    .await?;
+
+    // The release lets layers act as accounts of team-a and team-b only.
+    let impersonation = [
+        format!("layerController.impersonation[0].namespace={team}"),
+        format!("layerController.impersonation[1].namespace={team_b}"),
+    ];
     let _controller = start_layer_service_with(
         "layer-controller",
         &team,
         &["--health-poll", "500ms"],
-        &[&impersonation],
+        &[&impersonation[0], &impersonation[1]],
     )?;
     let tls = format!("127.0.0.1:{}", free_port()?);
     let _webhook = start_admission_webhook(
@@ -223,11 +245,67 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
             }
         }
     }
-    let layers: Api<layer_controller::crd::AddonsLayer> = Api::all(admin.clone());
+    // 2c. The other tenant: alice may not move her layer to team-b's account, bob may not
+    // name team-a's; each refusal names the user, the account and the right.
+    for (what, author, user, manifest, account) in [
+        (
+            "alice changing her layer's account to team-b's",
+            &alice,
+            format!("system:serviceaccount:{team}:alice"),
+            layer(&team, "apps", &team_b, "deployer"),
+            format!("ServiceAccount {team_b}/deployer"),
+        ),
+        (
+            "bob naming team-a's account",
+            &bob,
+            format!("system:serviceaccount:{team_b}:bob"),
+            layer(&team, "b-steal", &team, "deployer"),
+            format!("ServiceAccount {team}/deployer"),
+        ),
+    ] {
+        match apply_yaml(author, &team, &manifest).await {
+            Ok(_) => bail!("{what}: admitted"),
+            Err(e) => {
+                let e = format!("{e:#}");
+                ensure!(
+                    e.contains(&format!("user \"{user}\""))
+                        && e.contains(&account)
+                        && e.contains("\"impersonate\" on serviceaccounts \"deployer\""),
+                    "{what}: {e}"
+                );
+            }
+        }
+    }
+    // Bob's own layer deploys, into team-b only.
+    apply_yaml(&bob, &team, &layer(&team, "b-apps", &team_b, "deployer")).await?;
+    let b_apps = format!("{team}-b-apps");
+    eventually(
+        "team-b's layer Deployed",
+        Duration::from_secs(60),
+        || async {
+            let status = layer_status(&admin, &b_apps).await?;
+            Ok((status["state"] == "Deployed").then_some(()))
+        },
+    )
+    .await?;
+    let team_b_maps: Api<ConfigMap> = Api::namespaced(admin.clone(), &team_b);
+    ensure!(team_b_maps.get_opt("b-settings").await?.is_some());
     ensure!(
-        layers.get_opt(&format!("{team}-unnamed")).await?.is_none(),
-        "the refused layer was stored"
+        team_maps.get_opt("b-settings").await?.is_none()
+            && team_b_maps.get_opt("team-settings").await?.is_none(),
+        "a team's layer applied into the other team's namespace"
     );
+
+    let layers: Api<layer_controller::crd::AddonsLayer> = Api::all(admin.clone());
+    for refused in ["unnamed", "b-steal"] {
+        ensure!(
+            layers
+                .get_opt(&format!("{team}-{refused}"))
+                .await?
+                .is_none(),
+            "the refused layer {refused} was stored"
+        );
+    }
     let stored = layers.get(&apps).await?;
     ensure!(
         stored.spec.service_account_name.as_deref() == Some("deployer"),
@@ -331,7 +409,46 @@ subjects: [{{kind: ServiceAccount, name: alice, namespace: {team}}}]
         )
         .await
         .map_err(|e| anyhow::anyhow!("the policy refused the team's own account: {e}"))?;
-    for layer in [&escalated, &apps] {
+    // The second tenant inside kube-apiserver: bob naming team-a's account, and alice
+    // repointing her deployed layer at team-b's, are refused with no webhook in the path.
+    let as_bob: Api<layer_controller::crd::AddonsLayer> = Api::all(bob.clone());
+    let refused = match as_bob
+        .create(
+            &dry_run,
+            &parse(&layer(&team, "b-steal", &team, "deployer"))?,
+        )
+        .await
+    {
+        Ok(_) => bail!("the policy admitted bob's layer acting as {team}/deployer"),
+        Err(e) => format!("{e:#}"),
+    };
+    ensure!(
+        refused.contains(&format!(
+            "user \"system:serviceaccount:{team_b}:bob\" may not act as ServiceAccount {team}/deployer"
+        )),
+        "{refused}"
+    );
+    let mut moved = as_alice.get(&apps).await?;
+    moved.spec.source.namespace = Some(team_b.clone());
+    let refused = match as_alice
+        .replace(
+            &apps,
+            &kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            },
+            &moved,
+        )
+        .await
+    {
+        Ok(_) => bail!("the policy let alice move her layer to {team_b}/deployer"),
+        Err(e) => format!("{e:#}"),
+    };
+    ensure!(
+        refused.contains(&format!("may not act as ServiceAccount {team_b}/deployer")),
+        "{refused}"
+    );
+    for layer in [&escalated, &apps, &b_apps] {
         let _ = cluster()
             .kubectl()
             .args([
