@@ -15,7 +15,7 @@ use k8s_openapi::api::admissionregistration::v1::{
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
-use serde_json::Value;
+use serde_json::{Value, json};
 use strata_e2e::in_cluster::{
     Release, SERVICES, WEBHOOK_OPT_IN, container_processes, node_namespace, pod_ip, recorded_calls,
     serial, test_pod_image,
@@ -251,6 +251,206 @@ spec:
         },
     )
     .await?;
+    refusals_as_the_mounted_tokens(&client, &ns, g).await
+}
+
+/// A client acting with `token` (as a pod's mounted one), impersonating `as_user` if given.
+async fn token_client(token: &str, as_user: Option<&str>) -> Result<Client> {
+    let mut config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(cluster().kubeconfig())?,
+        &Default::default(),
+    )
+    .await?;
+    config.auth_info = kube::config::AuthInfo {
+        token: Some(token.to_string().into()),
+        impersonate: as_user.map(str::to_string),
+        ..Default::default()
+    };
+    Ok(Client::try_from(config)?)
+}
+
+/// The boundaries of docs/security.md, each refused for a token kubelet mounted into a real pod
+/// (read through the container's own root, as a process that took over the container would):
+/// the admission-webhook's and the drift-observer's write policies, the observer's dry-run
+/// identity, every service's hold on the other services' Leases, the rollout-operator outside
+/// its namespace and the layer-controller's impersonation outside the listed namespaces.
+async fn refusals_as_the_mounted_tokens(admin: &Client, ns: &str, elsewhere: &str) -> Result<()> {
+    let mut tokens: BTreeMap<&str, String> = BTreeMap::new();
+    for process in container_processes(ns)? {
+        let Some(service) = SERVICES.iter().find(|s| process.pod.starts_with(*s)) else {
+            continue;
+        };
+        let path = format!(
+            "/proc/{}/root/var/run/secrets/kubernetes.io/serviceaccount/token",
+            process.pid
+        );
+        let token = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        tokens.insert(service, token.trim().to_string());
+    }
+    ensure!(
+        tokens.len() == SERVICES.len(),
+        "mounted tokens: {:?}",
+        tokens.keys()
+    );
+    let dry = kube::api::PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let merge = |v: Value| kube::api::Patch::Merge(v);
+    let refusal = |outcome: kube::Result<Value>, what: &str| -> Result<(u16, String)> {
+        match outcome {
+            Err(kube::Error::Api(e)) => Ok((e.code, e.message)),
+            other => bail!("{what}: not refused: {other:?}"),
+        }
+    };
+    let as_value = |r: kube::Result<_>| {
+        r.map(|o: kube::api::DynamicObject| serde_json::to_value(o).unwrap_or_default())
+    };
+    let user = |service: &str| format!("system:serviceaccount:{ns}:{service}");
+
+    // The admission-webhook changing another pod's image.
+    let victim = Api::<Pod>::namespaced(admin.clone(), ns)
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|p| p.name_any().starts_with("layer-controller"))
+        .context("a layer-controller pod")?
+        .name_any();
+    let pods = kube::Api::<kube::api::DynamicObject>::namespaced_with(
+        token_client(&tokens["admission-webhook"], None).await?,
+        ns,
+        &kube::core::ApiResource::erase::<Pod>(&()),
+    );
+    let (code, message) = refusal(
+        as_value(
+            pods.patch(
+                &victim,
+                &dry,
+                // Strategic: the container is merged by name, so only its image changes.
+                &kube::api::Patch::Strategic(json!({"spec": {"containers": [{"name": "layer-controller", "image": "evil.invalid/x:1"}]}})),
+            )
+            .await,
+        ),
+        "the webhook's token changing a pod's image",
+    )?;
+    ensure!(
+        code == 403
+            && message.contains(&format!(
+                "admission-webhook ({}): may not change the spec of pods",
+                user("admission-webhook")
+            )),
+        "{code}: {message}"
+    );
+
+    // The drift-observer rewriting a layer, and writing for real as its dry-run identity.
+    let layer = format!("{ns}-token-target");
+    apply_yaml(
+        admin,
+        ns,
+        &format!(
+            "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {layer}}}
+spec:
+  version: 1.0.0
+  serviceAccountName: deployer
+  source: {{kind: ConfigMap, name: absent, namespace: {ns}, path: ./}}
+"
+        ),
+    )
+    .await?;
+    let layers = kube::Api::<kube::api::DynamicObject>::all_with(
+        token_client(&tokens["drift-observer"], None).await?,
+        &kube::core::ApiResource::erase::<layer_controller::crd::AddonsLayer>(&()),
+    );
+    // A relabel (into another shard): a change of spec would be refused by the author policy
+    // too, and its message could come first.
+    let (code, message) = refusal(
+        as_value(
+            layers
+                .patch(
+                    &layer,
+                    &dry,
+                    &merge(json!({"metadata": {"labels": {"sharding.fluxcd.io/key": "b"}}})),
+                )
+                .await,
+        ),
+        "the observer's token moving a layer to another shard",
+    )?;
+    let _ = kube::Api::<layer_controller::crd::AddonsLayer>::all(admin.clone())
+        .delete(&layer, &Default::default())
+        .await;
+    ensure!(
+        code == 403
+            && message.contains(&format!(
+                "drift-observer ({}): AddonsLayer {layer}: may not change labels",
+                user("drift-observer")
+            )),
+        "{code}: {message}"
+    );
+    let as_dry_run = token_client(
+        &tokens["drift-observer"],
+        Some(&user("drift-observer-dry-run")),
+    )
+    .await?;
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(as_dry_run, ns);
+    let created = maps
+        .create(
+            &Default::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "written-by-the-dry-run-identity"}}),
+            )?,
+        )
+        .await;
+    match created {
+        Err(kube::Error::Api(e)) if e.message.contains("makes dry runs only") => {}
+        other => bail!("the observer's dry-run identity wrote for real: {other:?}"),
+    }
+
+    // Every service renewing another's Lease.
+    for (service, token) in &tokens {
+        let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+            Api::namespaced(token_client(token, None).await?, ns);
+        for other in SERVICES.iter().filter(|o| *o != service) {
+            match leases
+                .patch(
+                    &format!("{other}-leader"),
+                    &dry,
+                    &merge(json!({"spec": {"holderIdentity": "taken"}})),
+                )
+                .await
+            {
+                Err(kube::Error::Api(e)) if e.code == 403 => {}
+                other_outcome => {
+                    bail!("{service}'s token renewing {other}-leader: {other_outcome:?}")
+                }
+            }
+        }
+    }
+
+    // The rollout-operator deleting a pod outside its namespace; the layer-controller acting as
+    // an account of a namespace the release does not list.
+    let outside: Api<Pod> = Api::namespaced(
+        token_client(&tokens["rollout-operator"], None).await?,
+        elsewhere,
+    );
+    match outside.list(&ListParams::default()).await {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => bail!("the rollout-operator's token listed pods of {elsewhere}: {other:?}"),
+    }
+    let impersonating = token_client(
+        &tokens["layer-controller"],
+        Some("system:serviceaccount:kube-system:default"),
+    )
+    .await?;
+    match Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(impersonating, "kube-system")
+        .list(&ListParams::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("impersonate") => {}
+        other => bail!("the layer-controller's token impersonated kube-system/default: {other:?}"),
+    }
     Ok(())
 }
 

@@ -93,3 +93,84 @@ async fn each_service_may_touch_only_its_own_lease() -> Result<()> {
     }
     Ok(())
 }
+
+/// With the chart's default `applyRules` (every resource, Leases included) RBAC lets the
+/// layer-controller renew the other services' Leases; the chart's ValidatingAdmissionPolicy
+/// `<prefix>layer-controller-leases` keeps it to its own in the release namespace, naming the
+/// account, the Lease and the ones it may write. Leases elsewhere, as layers ship them, pass.
+#[tokio::test]
+async fn the_layer_controller_with_default_rights_takes_no_other_lease() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "leases-default").await?;
+    let elsewhere = TestNamespace::create(&client, "leases-shipped").await?;
+    for (namespace, name) in [
+        (&ns.name, "layer-controller-leader"),
+        (&ns.name, "drift-observer-leader"),
+        (&elsewhere.name, "shipped-by-a-layer"),
+    ] {
+        apply_yaml(
+            &client,
+            namespace,
+            &format!(
+                "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata: {{name: {name}}}\nspec: {{holderIdentity: someone}}\n"
+            ),
+        )
+        .await?;
+    }
+    let kubeconfig = chart_identity_with(
+        cluster().kubeconfig(),
+        "layer-controller",
+        &["--lease-namespace", &ns.name],
+        &[],
+    )?;
+    let controller = kube_client(&kubeconfig).await?;
+    let leases: Api<Lease> = Api::namespaced(controller.clone(), &ns.name);
+    let dry = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let take = || Patch::Merge(json!({"spec": {"holderIdentity": "layer-controller-x"}}));
+    // The hole: RBAC alone.
+    leases
+        .patch("drift-observer-leader", &dry, &take())
+        .await
+        .map_err(|e| anyhow::anyhow!("without the policy the default rights renew it: {e}"))?;
+    let sets = strata_e2e::release::alone("layer-controller");
+    let rendered = strata_e2e::release::Rendered::template(
+        &strata_e2e::chart::helm(),
+        &ns.name,
+        &ns.name,
+        &sets,
+    )?;
+    let _policy = strata_e2e::release::apply_policy(&rendered, "layer-controller-leases")?;
+    let user = format!("system:serviceaccount:{}:layer-controller", ns.name);
+    let message = strata_e2e::support::eventually(
+        "the policy refuses another service's Lease",
+        std::time::Duration::from_secs(30),
+        || async {
+            Ok(
+                match leases.patch("drift-observer-leader", &dry, &take()).await {
+                    Err(kube::Error::Api(e)) if e.code == 403 => Some(e.message),
+                    _ => None,
+                },
+            )
+        },
+    )
+    .await?;
+    ensure!(
+        message.contains(&format!(
+            "layer-controller ({user}): may write only its own Leases in {ns} (layer-controller-leader), not Lease {ns}/drift-observer-leader",
+            ns = ns.name
+        )),
+        "{message}"
+    );
+    leases
+        .patch("layer-controller-leader", &dry, &take())
+        .await
+        .map_err(|e| anyhow::anyhow!("its own Lease: {e}"))?;
+    Api::<Lease>::namespaced(controller, &elsewhere.name)
+        .patch("shipped-by-a-layer", &dry, &take())
+        .await
+        .map_err(|e| anyhow::anyhow!("a Lease a layer ships elsewhere: {e}"))?;
+    Ok(())
+}
