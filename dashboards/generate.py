@@ -245,11 +245,14 @@ def layer_controller():
          "{{layer}}: {{state}}"),
     ], kind="table", width=12)
     board.panel("Objects applied and pruned", "Objects per second applied with server-side apply, "
+                "left unapplied by a new attempt because unchanged since applied exactly so, "
                 "and deleted because they left every layer, by layer.", [
         (f"sum by (layer) (rate(layer_controller_applied_objects_total{{{SEL}}}[$__rate_interval]))",
          "applied: {{layer}}"),
         (f"sum by (layer) (rate(layer_controller_pruned_objects_total{{{SEL}}}[$__rate_interval]))",
          "pruned: {{layer}}"),
+        (f"sum by (layer) (rate(layer_controller_unchanged_objects_total{{{SEL}}}[$__rate_interval]))",
+         "unchanged, not re-sent: {{layer}}"),
     ], unit="ops")
     board.panel("Waiting for prerequisites", "How long layers waited for the layers they depend on.",
                 quantiles("layer_controller_dependency_wait_seconds"), unit="s")
@@ -591,6 +594,150 @@ def alerts():
     ]}
 
 
+def alert_tests():
+    """`promtool test rules` cases for every alert: one input where it fires (its `for` elapsed),
+    with the labels and annotations it must carry, and one where it stays quiet — the
+    condition just short of true (a series of the right name and labels, below the threshold,
+    excluded by a matcher, or not for long enough). The expected annotations are the alert's
+    own templates filled with the case's labels and the `$value` the case produces (written out
+    by hand: promtool checks the rendering)."""
+    rules = {r["alert"]: r for g in alerts()["groups"] for r in g["rules"]}
+
+    def expect(name, labels, value=None):
+        rule = rules[name]
+        out = {}
+        for key, text in rule["annotations"].items():
+            for label, v in labels.items():
+                text = text.replace(f"{{{{ $labels.{label} }}}}", v)
+            if value is not None:
+                for form in ["{{ $value | humanizeDuration }}", "{{ $value | humanize }}", "{{ $value }}"]:
+                    text = text.replace(form, value)
+            out[key] = text
+        return {"exp_labels": {**rule["labels"], **labels}, "exp_annotations": out}
+
+    def case(name, fire_series, quiet_series, at, labels, value=None):
+        """A firing group and a quiet group, both evaluated at `at`."""
+        return [
+            {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in fire_series],
+             "alert_rule_test": [{"eval_time": at, "alertname": name,
+                                  "exp_alerts": [expect(name, labels, value)]}]},
+            {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in quiet_series],
+             "alert_rule_test": [{"eval_time": at, "alertname": name, "exp_alerts": []}]},
+        ]
+
+    ns = 'namespace="strata-system"'
+    tests = []
+    for service in SERVICES:
+        p, title = prefix(service), "".join(w.title() for w in service.split("-"))
+        # Down: the only target scraped and down for 10 minutes; quiet while a release's
+        # prefixed job (`RELEASE-SERVICE`) is up.
+        tests += case(f"{title}Down", [(f'up{{job="{service}", instance="10.0.0.1:8080"}}', "0x15")],
+                      [(f'up{{job="blue-{service}", instance="10.0.0.1:8080"}}', "1x15")], "10m", {})
+        # Errors every minute for half an hour; quiet: the counter stands still.
+        tests += case(f"{title}ReconcileErrors",
+                      [(f'{p}_reconcile_errors_total{{{ns}, pod="a", category="api"}}', "0+1x40")],
+                      [(f'{p}_reconcile_errors_total{{{ns}, pod="a", category="api"}}', "7x40")],
+                      "30m", {"namespace": "strata-system", "category": "api"})
+        # Every reconcile between 10 and 60 s (p99 59.5 s); quiet: every one under 1 s.
+        slow = [("1", "0x60"), ("10", "0x60"), ("60", "0+10x60"), ("+Inf", "0+10x60")]
+        fast = [("1", "0+10x60"), ("10", "0+10x60"), ("60", "0+10x60"), ("+Inf", "0+10x60")]
+        bucket = f'{p}_reconcile_duration_seconds_bucket{{{ns}, pod="a", le="LE"}}'
+        tests += case(f"{title}SlowReconciles", [(bucket.replace("LE", le), v) for le, v in slow],
+                      [(bucket.replace("LE", le), v) for le, v in fast], "45m",
+                      {"namespace": "strata-system"}, "59.5s")
+        # No replica leads; quiet: one of two does.
+        tests += case(f"{title}NoLeader",
+                      [(f'{p}_leader{{{ns}, pod="a"}}', "0x15"), (f'{p}_leader{{{ns}, pod="b"}}', "0x15")],
+                      [(f'{p}_leader{{{ns}, pod="a"}}', "1x15"), (f'{p}_leader{{{ns}, pod="b"}}', "0x15")],
+                      "10m", {"namespace": "strata-system"})
+        # Two replicas lead; quiet: one does.
+        tests += case(f"{title}SeveralLeaders",
+                      [(f'{p}_leader{{{ns}, pod="a"}}', "1x15"), (f'{p}_leader{{{ns}, pod="b"}}', "1x15")],
+                      [(f'{p}_leader{{{ns}, pod="a"}}', "1x15"), (f'{p}_leader{{{ns}, pod="b"}}', "0x15")],
+                      "10m", {"namespace": "strata-system"}, "2")
+        # Requests given up at the client limit every minute; quiet: none since the start.
+        limited = f'{p}_kubernetes_api_client_rate_limited_requests_total{{{ns}, pod="a", api_group="apps"}}'
+        tests += case(f"{title}KubernetesAPIClientRateLimited", [(limited, "0+1x40")], [(limited, "3x40")],
+                      "30m", {"namespace": "strata-system", "api_group": "apps"})
+    layer = 'namespace="strata-system", layer="monitoring"'
+    tests += case("AddonsLayerNotProgressing",
+                  [(f'layer_controller_layer_state{{{layer}, state="Applying"}}', "1x90")],
+                  [(f'layer_controller_layer_state{{{layer}, state="Applying"}}', "1x30 0x60")],
+                  "80m", {"namespace": "strata-system", "layer": "monitoring", "state": "Applying"})
+    tests += case("AddonsLayerPruning",
+                  [(f'layer_controller_pruned_objects_total{{{layer}, pod="a"}}', "0x10 0+20x20")],
+                  [(f'layer_controller_pruned_objects_total{{{layer}, pod="a"}}', "0x10 0+2x20")],
+                  "25m", {"namespace": "strata-system", "layer": "monitoring"}, "200")
+    # The leader reports 3 drifted objects; quiet: only a replica that lost the Lease does.
+    tests += case("AddonsLayerDriftPersists",
+                  [(f'drift_observer_drifted_objects{{{layer}, pod="a"}}', "3x30"),
+                   (f'drift_observer_leader{{{ns}, pod="a"}}', "1x30")],
+                  [(f'drift_observer_drifted_objects{{{layer}, pod="a"}}', "3x30"),
+                   (f'drift_observer_leader{{{ns}, pod="a"}}', "0x30"),
+                   (f'drift_observer_drifted_objects{{{layer}, pod="b"}}', "0x30"),
+                   (f'drift_observer_leader{{{ns}, pod="b"}}', "1x30")],
+                  "20m", {"namespace": "strata-system", "layer": "monitoring"}, "3")
+    tests += case("AddonsLayerDriftFight",
+                  [(f'drift_observer_fights_total{{{layer}, kind="Deployment", pod="a"}}', "0x5 1x25")],
+                  [(f'drift_observer_fights_total{{{layer}, kind="Deployment", pod="a"}}', "0x30")],
+                  "10m", {"namespace": "strata-system", "layer": "monitoring", "kind": "Deployment"})
+    # Heal requests keep going out while the leader still reports drift; quiet: drift gone.
+    tests += case("AddonsLayerDriftNotHealing",
+                  [(f'drift_observer_heal_requests_total{{{layer}, pod="a"}}', "0+1x60"),
+                   (f'drift_observer_drifted_objects{{{layer}, pod="a"}}', "2x60"),
+                   (f'drift_observer_leader{{{ns}, pod="a"}}', "1x60")],
+                  [(f'drift_observer_heal_requests_total{{{layer}, pod="a"}}', "0+1x60"),
+                   (f'drift_observer_drifted_objects{{{layer}, pod="a"}}', "0x60"),
+                   (f'drift_observer_leader{{{ns}, pod="a"}}', "1x60")],
+                  "50m", {"namespace": "strata-system", "layer": "monitoring"})
+    group = 'namespace="strata-system", rollout_group="ingester"'
+    tests += case("RolloutOperatorGroupReconcileFailing",
+                  [(f'rollout_operator_group_reconciles_failed_total{{{group}, pod="a"}}', "0+1x40")],
+                  [(f'rollout_operator_group_reconciles_failed_total{{{group}, pod="a"}}', "4x40")],
+                  "30m", {"namespace": "strata-system", "rollout_group": "ingester"})
+    # Last success at time 0; quiet: one every minute.
+    tests += case("RolloutOperatorGroupStale",
+                  [(f'rollout_operator_last_successful_group_reconcile_timestamp_seconds{{{group}, pod="a"}}', "0x30")],
+                  [(f'rollout_operator_last_successful_group_reconcile_timestamp_seconds{{{group}, pod="a"}}', "0+60x30")],
+                  "25m", {"namespace": "strata-system", "rollout_group": "ingester"}, "25m 0s")
+    policy = 'kube_validating_webhook_failure_policy{{type="validating", webhook="pod-eviction-strata-system.strata.dev", namespace="strata-system", policy="{}"}}'
+    tests += case("RolloutOperatorIncorrectWebhookConfigurationFailurePolicy",
+                  [(policy.format("Ignore"), "1x15")], [(policy.format("Fail"), "1x15")], "10m",
+                  {"type": "validating", "webhook": "pod-eviction-strata-system.strata.dev",
+                   "namespace": "strata-system"})
+    observed = 'rollout_operator_zpdb_configurations_observed_total{{job="rollout-operator", namespace="strata-system", pod="a", result="{}"}}'
+    tests += case("RolloutOperatorBadZoneAwarePodDisruptionBudgetConfiguration",
+                  [(observed.format("invalid"), "0+1x20")], [(observed.format("success"), "0+1x20")], "15m",
+                  {"job": "rollout-operator", "namespace": "strata-system"})
+    inflight = 'admission_webhook_zpdb_inflight_eviction_requests{namespace="strata-system", pod="admission-webhook-a"}'
+    tests += case("RolloutOperatorHighNumberInflightZpdbRequests", [(inflight, "20x20")], [(inflight, "5x20")],
+                  "15m", {"namespace": "strata-system", "pod": "admission-webhook-a"})
+    fail_open = 'apiserver_admission_webhook_fail_open_count{{name="{}", type="validating"}}'
+    tests += case("AdmissionWebhookFailingOpen",
+                  [(fail_open.format("pod-eviction-strata-system.strata.dev"), "0+1x20")],
+                  [(fail_open.format("policy.example.com"), "0+1x20")], "15m",
+                  {"name": "pod-eviction-strata-system.strata.dev", "type": "validating"})
+    reloads = 'admission_webhook_certificate_reloads_total{{namespace="strata-system", pod="admission-webhook-a", result="{}"}}'
+    tests += case("AdmissionWebhookCertificateReloadFailing", [(reloads.format("failed"), "0x5 1x25")],
+                  [(reloads.format("loaded"), "0x5 1x25")], "10m",
+                  {"namespace": "strata-system", "pod": "admission-webhook-a"})
+    reviews = 'admission_webhook_reviews_total{{namespace="strata-system", pod="a", webhook="pod-eviction", outcome="{}"}}'
+    tests += case("AdmissionWebhookTimeouts", [(reviews.format("timeout"), "0+1x20")],
+                  [(reviews.format("allowed"), "0+1x20")], "15m",
+                  {"namespace": "strata-system", "webhook": "pod-eviction"})
+    tests += case("AdmissionWebhookInvalidReviews", [(reviews.format("invalid"), "0+1x40")],
+                  [(reviews.format("denied"), "0+1x40")], "30m",
+                  {"namespace": "strata-system", "webhook": "pod-eviction"})
+    # Every answer between 0.1 and 1 s (p99 0.991 s); quiet: prepare-downscale, which waits for
+    # pods by design, answering as slowly.
+    answer = 'admission_webhook_review_duration_seconds_bucket{{namespace="strata-system", pod="a", webhook="{}", le="{}"}}'
+    slow = [("0.1", "0x40"), ("1", "0+10x40"), ("+Inf", "0+10x40")]
+    tests += case("AdmissionWebhookSlowAnswers", [(answer.format("pod-eviction", le), v) for le, v in slow],
+                  [(answer.format("prepare-downscale", le), v) for le, v in slow], "30m",
+                  {"namespace": "strata-system", "webhook": "pod-eviction"}, "991ms")
+    return {"rule_files": ["alerts.yaml"], "evaluation_interval": "1m", "tests": tests}
+
+
 def main():
     for name, board in [("overview", overview()), ("layer-controller", layer_controller()),
                         ("drift-observer", drift_observer()),
@@ -606,6 +753,10 @@ def main():
     (HERE / "alerts.yaml").write_text(
         "# Generated by dashboards/generate.py: Prometheus alert rules for Strata.\n"
         + "\n".join(to_yaml(alerts(), 0)) + "\n")
+    (HERE / "alerts-test-generated.yaml").write_text(
+        "# Generated by dashboards/generate.py: a firing and a quiet `promtool test rules` case for\n"
+        "# every alert (alerts-test.yaml holds the hand-written scenarios).\n"
+        + "\n".join(to_yaml(alert_tests(), 0)) + "\n")
 
 
 def to_yaml(value, indent):
@@ -614,7 +765,9 @@ def to_yaml(value, indent):
     if isinstance(value, dict):
         lines = []
         for key, item in value.items():
-            if isinstance(item, (dict, list)):
+            if isinstance(item, (dict, list)) and not item:
+                lines.append(f"{pad}{key}: {json.dumps(item)}")
+            elif isinstance(item, (dict, list)):
                 lines.append(f"{pad}{key}:")
                 lines += to_yaml(item, indent + 2)
             else:

@@ -504,6 +504,23 @@ async fn drift_is_reported_healed_and_fights_back_off() -> Result<()> {
         }
     }
 
+    // Nor in either service's log, after the drift of Secrets declared with data and with
+    // stringData was found (and, in Heal mode, healed).
+    for (service, log) in [
+        ("drift-observer", observer.logs()),
+        ("layer-controller", controller.logs()),
+    ] {
+        ensure!(!log.is_empty(), "{service} logged nothing");
+        for value in [SECRET_VALUE, FORGED_VALUE] {
+            use base64::Engine as _;
+            let b64 = base64::engine::general_purpose::STANDARD.encode(value);
+            ensure!(
+                !log.contains(value) && !log.contains(&b64),
+                "a Secret value in the {service}'s log"
+            );
+        }
+    }
+
     // --- Observer restart: nothing lost, `since` kept; drift made while it was down found.
     observer.signal("KILL");
     observer.wait_exit_blocking(Duration::from_secs(10));
