@@ -219,9 +219,33 @@ pub enum LayersCommand {
     },
     /// Show what the layer-controller would do next for one layer: whether it may apply
     /// (every blocker), and a server-side dry run of what it would create, change and prune.
+    ///
+    /// With `--from-empty` instead of LAYER: what would break on a cluster rebuilt from
+    /// nothing, checked without touching one — a layer applying a kind whose CRD only another
+    /// layer installs, or into a namespace only another layer creates, without depending on
+    /// it; a dependency cycle; a dependency no layer's version satisfies. One line per finding
+    /// naming both layers and the object, exit 1 when there is any (a pre-merge check). Reads
+    /// the cluster's layers and their sources, or with `-f`, AddonsLayer files and their
+    /// sources under `--source-root`, offline.
     Plan {
         /// The AddonsLayer name.
-        layer: String,
+        #[arg(required_unless_present = "from_empty", conflicts_with = "from_empty")]
+        layer: Option<String>,
+        /// Check every layer for what would break on an empty cluster.
+        #[arg(long)]
+        from_empty: bool,
+        /// With `--from-empty`: AddonsLayer files (a file, a directory read recursively, or
+        /// `-`), checked offline instead of the cluster's layers.
+        #[arg(short = 'f', long = "filename", requires = "from_empty")]
+        files: Vec<String>,
+        /// With `-f`: the directory every layer's `spec.source.path` is relative to (the
+        /// checkout of the repository the sources point at).
+        #[arg(long, default_value = ".", requires = "files")]
+        source_root: std::path::PathBuf,
+        /// With `--from-empty` against a cluster: only the layers matching this label selector
+        /// (a shard, a team); a dependency on a layer left out counts as missing.
+        #[arg(short = 'l', long, requires = "from_empty", conflicts_with = "files")]
+        selector: Option<String>,
         #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Text)]
         output: PlanFormat,
         /// Namespace of a source when the layer does not name one (the controller's
@@ -456,10 +480,24 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Layers(LayersCommand::Plan {
             layer,
+            from_empty,
+            files,
+            source_root,
+            selector,
             output,
             default_source_namespace,
             cluster,
-        }) => crate::layers::plan(&layer, output, &default_source_namespace, &cluster),
+        }) => match layer {
+            Some(layer) if !from_empty => {
+                crate::layers::plan(&layer, output, &default_source_namespace, &cluster)
+            }
+            _ if !files.is_empty() => crate::layers::from_empty_files(&files, &source_root),
+            _ => crate::layers::from_empty_cluster(
+                &default_source_namespace,
+                selector.as_deref(),
+                &cluster,
+            ),
+        },
         Command::Drift(args) => match (&args.layer, &args.files) {
             (_, Some(files)) => {
                 crate::drift::files(files, args.output, &args.field_manager, &args.cluster)

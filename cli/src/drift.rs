@@ -68,7 +68,7 @@ pub fn layer(name: &str, output: DriftOutput, cluster: &ClusterArgs) -> anyhow::
 }
 
 /// Reads every file under `path` (a file or a directory, recursively).
-fn read_files(path: &std::path::Path) -> std::io::Result<Files> {
+pub(crate) fn read_files(path: &std::path::Path) -> std::io::Result<Files> {
     let mut files = Files::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(next) = stack.pop() {

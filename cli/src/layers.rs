@@ -475,3 +475,152 @@ pub fn set_hold(name: &str, hold: bool, cluster: &ClusterArgs) -> anyhow::Result
         Ok(ExitCode::SUCCESS)
     })
 }
+
+/// The objects of `manifests`, as [`core_layers::from_empty`] reads them.
+fn contents(
+    layer: &AddonsLayer,
+    manifests: &[core_layers::source::Manifest],
+) -> core_layers::from_empty::LayerContents {
+    core_layers::from_empty::LayerContents {
+        name: layer.name_any(),
+        version: layer.spec.version.clone(),
+        depends_on: layer.spec.prereqs.depends_on.clone(),
+        objects: manifests
+            .iter()
+            .map(|m| (m.object.clone(), m.value.clone()))
+            .collect(),
+    }
+}
+
+/// Prints the findings of [`core_layers::from_empty`], one per line (the layers whose source
+/// could not be read first): exit 1 when there is any.
+fn report_from_empty(
+    unreadable: Vec<String>,
+    layers: &[core_layers::from_empty::LayerContents],
+) -> ExitCode {
+    let mut lines = unreadable;
+    lines.extend(core_layers::from_empty::findings(layers));
+    if lines.is_empty() {
+        println!(
+            "{} layers: nothing would break on an empty cluster",
+            layers.len()
+        );
+        return ExitCode::SUCCESS;
+    }
+    for line in &lines {
+        println!("{line}");
+    }
+    ExitCode::from(1)
+}
+
+/// `strata layers plan --from-empty -f FILES --source-root DIR`: offline, every AddonsLayer of
+/// FILES with its source read from DIR (its inline `postBuild.substitute` variables applied;
+/// `substituteFrom` objects live in a cluster and are left out).
+pub fn from_empty_files(
+    files: &[String],
+    source_root: &std::path::Path,
+) -> anyhow::Result<ExitCode> {
+    let documents = match core_status::input::read_sources(files) {
+        Ok(documents) => documents,
+        Err(e) => return Ok(crate::cli::input_error(&e.to_string())),
+    };
+    let root = match crate::drift::read_files(source_root) {
+        Ok(root) => root,
+        Err(e) => {
+            return Ok(crate::cli::input_error(&format!(
+                "--source-root {}: {e}",
+                source_root.display()
+            )));
+        }
+    };
+    let (mut unreadable, mut layers) = (Vec::new(), Vec::new());
+    for document in &documents {
+        if document.object["kind"] != "AddonsLayer" {
+            continue;
+        }
+        let layer: AddonsLayer = match serde_json::from_value(document.object.clone()) {
+            Ok(layer) => layer,
+            Err(e) => {
+                return Ok(crate::cli::input_error(&format!(
+                    "{}: document {}: not an AddonsLayer: {e}",
+                    document.source, document.index
+                )));
+            }
+        };
+        let vars = layer
+            .spec
+            .post_build
+            .as_ref()
+            .map(|p| p.substitute.clone())
+            .unwrap_or_default();
+        match source::layer_manifests_with(&root, &layer.spec.source.path, &vars) {
+            Ok(manifests) => layers.push(contents(&layer, &manifests)),
+            Err(e) => unreadable.push(format!(
+                "layer {}: its source {}: {e}",
+                layer.name_any(),
+                source_root.join(&layer.spec.source.path).display()
+            )),
+        }
+    }
+    if layers.is_empty() && unreadable.is_empty() {
+        return Ok(crate::cli::input_error(&format!(
+            "no AddonsLayer in {}",
+            files.join(", ")
+        )));
+    }
+    Ok(report_from_empty(unreadable, &layers))
+}
+
+/// `strata layers plan --from-empty`: the cluster's layers, each with its source as the
+/// layer-controller reads it (its variables read as this user).
+pub fn from_empty_cluster(
+    default_ns: &str,
+    selector: Option<&str>,
+    cluster: &ClusterArgs,
+) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = cluster.client().await?;
+        let field_manager = core_k8s::runtime::field_manager(core_layers::keys::LAYER_CONTROLLER);
+        let reader = Reader::new(
+            client.clone(),
+            Applier::new(client.clone(), field_manager),
+            Limits::default(),
+            default_ns.into(),
+        );
+        let (mut unreadable, mut layers) = (Vec::new(), Vec::new());
+        let mut list = ListParams::default();
+        if let Some(selector) = selector {
+            list = list.labels(selector);
+        }
+        let selected = Api::<AddonsLayer>::all(client.clone())
+            .list(&list)
+            .await?
+            .items;
+        for layer in selected {
+            let name = layer.name_any();
+            let source_ref = SourceRef::of(&layer, reader.default_namespace());
+            let files = match reader.fetch(&source_ref).await {
+                Ok(fetched) => fetched.files,
+                Err(e) => {
+                    unreadable.push(format!("layer {name}: its source {source_ref}: {e}"));
+                    continue;
+                }
+            };
+            let Some(files) = files else {
+                unreadable.push(format!(
+                    "layer {name}: its source {source_ref} has no artifact yet"
+                ));
+                continue;
+            };
+            match layer_reader::variables::layer_variables(&client, &layer, default_ns)
+                .await
+                .and_then(|vars| {
+                    source::layer_manifests_with(&files, &layer.spec.source.path, &vars)
+                }) {
+                Ok(manifests) => layers.push(contents(&layer, &manifests)),
+                Err(e) => unreadable.push(format!("layer {name}: its source {source_ref}: {e}")),
+            }
+        }
+        Ok(report_from_empty(unreadable, &layers))
+    })
+}

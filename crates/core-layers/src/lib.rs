@@ -13,6 +13,7 @@ pub mod crd;
 pub mod deps;
 pub mod error;
 pub mod flux_import;
+pub mod from_empty;
 pub mod graph;
 pub mod keys;
 pub mod kraan;
