@@ -347,6 +347,10 @@ def rollout_operator():
     board.panel("Pods deleted", "Outdated pods deleted per second to roll them to the update revision.", [
         (f"sum(rate(rollout_operator_pods_deleted_total{{{SEL}}}[$__rate_interval]))", "deleted"),
     ], unit="ops")
+    board.panel("Objects in the watch caches", "Pods and rollout-group StatefulSets each replica "
+                "holds in memory: what its memory grows with (every pod of the watched namespaces).", [
+        (f"max by (pod, kind) (rollout_operator_cached_objects{{{SEL}}})", "{{pod}}: {{kind}}"),
+    ])
     board.row("Zone-aware disruption budgets")
     board.panel("Budget changes observed", "ZoneAwarePodDisruptionBudget changes by result "
                 "(invalid ones are logged with the validation message).", [

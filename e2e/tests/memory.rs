@@ -2,7 +2,8 @@
 //! limit the Helm chart documents for it (`helm/strata/values.yaml`,
 //! `<service>.resources.limits.memory`) while it watches 5,000 objects of its own kind:
 //!
-//! - rollout-operator: 5,000 pods in its namespace (its pod watch caches every one of them);
+//! - rollout-operator: 5,000 pods in its namespace (its pod watch caches every one of them, shown
+//!   by its own `rollout_operator_cached_objects{kind="Pod"}` before the memory is read);
 //! - layer-controller: five layers of 1,000 ConfigMaps each, applied, inventoried and
 //!   health-checked (5,000 objects it owns);
 //! - drift-observer: the same 5,000 objects, each compared with its manifest;
@@ -176,6 +177,20 @@ async fn every_service_stays_under_its_documented_limit_with_5000_watched_object
         || async {
             let reconciles = rollouts.group_reconciles("watched").await?;
             Ok((reconciles > 0.0).then_some(()))
+        },
+    )
+    .await?;
+
+    // The operator's claim, from its own metric: every one of the pods is in its watch cache
+    // when its memory is read.
+    eventually(
+        "the operator's pod cache holds every pod",
+        Duration::from_secs(60),
+        || async {
+            let cached = rollouts
+                .metric("rollout_operator_cached_objects", &["kind=\"Pod\""])
+                .await?;
+            Ok((cached == OBJECTS as f64).then_some(()))
         },
     )
     .await?;

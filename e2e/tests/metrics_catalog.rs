@@ -91,6 +91,7 @@ fn registered() -> BTreeSet<String> {
         .last_successful_group_reconcile
         .get_or_create(&group)
         .set(1.0);
+    rollout.cached("Pod", 1);
     let drift = drift_observer::metrics::Metrics::register(&mut registry);
     let layer_kind = drift_observer::metrics::Metrics::layer_kind("layer", "Deployment");
     let layer = drift_observer::metrics::Metrics::layer("layer");

@@ -14,6 +14,11 @@ pub struct GroupLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    pub kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub result: &'static str,
 }
@@ -32,6 +37,9 @@ pub struct Metrics {
     /// ZPDB changes seen: `updated`, `ignored` (generation not newer), `invalid`, `deleted`,
     /// `delete-ignored` (the anchor's labels).
     pub zpdb_configurations_observed: Family<ResultLabels, Counter>,
+    /// Objects held in the operator's watch caches, by kind (`Pod`, `StatefulSet`): what its
+    /// memory grows with.
+    pub cached_objects: Family<KindLabels, Gauge>,
 }
 
 /// Prometheus' default buckets, which the anchor's group histogram uses: 5 ms to 10 s.
@@ -54,7 +62,13 @@ impl Metrics {
                 registry,
             ),
             zpdb_configurations_observed: Family::default(),
+            cached_objects: Family::default(),
         };
+        registry.register(
+            "rollout_operator_cached_objects",
+            "Objects held in the watch caches, by kind",
+            metrics.cached_objects.clone(),
+        );
         registry.register(
             "rollout_operator_zpdb_configurations_observed",
             "Zone-aware pod disruption budget configurations observed, by result",
@@ -86,6 +100,13 @@ impl Metrics {
             metrics.pods_deleted.clone(),
         );
         metrics
+    }
+
+    /// Records how many objects of `kind` the watch cache holds.
+    pub fn cached(&self, kind: &'static str, objects: usize) {
+        self.cached_objects
+            .get_or_create(&KindLabels { kind })
+            .set(i64::try_from(objects).unwrap_or(i64::MAX));
     }
 
     pub fn observe_zpdb_configuration(&self, result: &'static str) {

@@ -169,13 +169,18 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
     {
         let tx = dirty_tx.clone();
         let stop = stop.clone();
+        let metrics = metrics.clone();
+        let sts_cache = stores.stateful_sets.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(sts_stream);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => return,
                     next = stream.next() => match next {
-                        Some(Ok(sts)) => { if let Some(g) = group_of(&sts) { let _ = tx.send(g); } }
+                        Some(Ok(sts)) => {
+                            metrics.cached("StatefulSet", sts_cache.len());
+                            if let Some(g) = group_of(&sts) { let _ = tx.send(g); }
+                        }
                         Some(Err(e)) => tracing::debug!(error = %e, "statefulset watch error"),
                         None => return,
                     }
@@ -211,6 +216,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         let tx = dirty_tx.clone();
         let stop = stop.clone();
         let stores = stores.clone();
+        let metrics = metrics.clone();
         let track_ready_time = track_ready_time.clone();
         tokio::spawn(async move {
             let mut stream = std::pin::pin!(pod_stream);
@@ -219,6 +225,7 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
                     _ = stop.cancelled() => return,
                     next = stream.next() => match next {
                         Some(Ok(pod)) => {
+                            metrics.cached("Pod", stores.pods.len());
                             track_ready_time(&pod, &ready_time::budgets(&stores.zpdbs));
                             if let Some(g) = group_of_pod(&stores, &pod) { let _ = tx.send(g); }
                         }
