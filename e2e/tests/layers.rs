@@ -1788,3 +1788,95 @@ async fn cleanup_layer(client: &Client, name: &str) -> Result<()> {
     )
     .await
 }
+
+/// A prerequisite object judged by a CEL expression (`readyExpr`, Flux's semantics: `dep` the
+/// object, `self` the layer) instead of kstatus: a ConfigMap — Current as soon as it exists —
+/// holds the layer back until the expression holds, the wait naming the expression; a
+/// `readyExpr` that does not compile fails the layer naming the field, nothing applied.
+#[tokio::test]
+async fn an_object_prerequisite_is_judged_by_its_ready_expression() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "readyexpr").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &[])?;
+    let gate = |ready: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{ready: \"{ready}\", version: 1.0.0}}\n"
+        )
+    };
+    apply_yaml(&client, &ns, &gate("no")).await?;
+    let layer = |name: &str, expr: &str| {
+        format!(
+            "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-{name}, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 10m
+  source: {{kind: ConfigMap, name: src-{name}, namespace: {ns}, path: ./}}
+  prereqs:
+    objects:
+    - {{apiVersion: v1, kind: ConfigMap, name: gate, namespace: {ns}, readyExpr: {expr:?}}}
+"
+        )
+    };
+    for name in ["gated", "broken"] {
+        apply_yaml(
+            &client,
+            &ns,
+            &strata_e2e::flux::source_configmap(
+                &ns,
+                name,
+                &[("cm.yaml", cm(&ns, &format!("{name}-obj")))],
+            ),
+        )
+        .await?;
+    }
+    apply_yaml(
+        &client,
+        &ns,
+        &layer(
+            "gated",
+            "dep.data.ready == 'yes' && dep.data.version == self.spec.version",
+        ),
+    )
+    .await?;
+    apply_yaml(&client, &ns, &layer("broken", "dep.data.ready ==")).await?;
+    let gated = format!("{ns}-gated");
+    let waiting = eventually(
+        "the layer waits on the expression",
+        Duration::from_secs(30),
+        || async {
+            let status = layer_status(&client, &gated).await?;
+            let text = status.to_string();
+            Ok(
+                (text.contains("is false") && text.contains("dep.data.ready == 'yes'"))
+                    .then_some(status),
+            )
+        },
+    )
+    .await?;
+    assert_ne!(waiting["state"], "Deployed", "{waiting}");
+    assert!(
+        configmap(&client, &ns, "gated-obj").await.is_none(),
+        "applied while waiting"
+    );
+    apply_yaml(&client, &ns, &gate("yes")).await?;
+    wait_state(&client, &gated, "Deployed", Duration::from_secs(30)).await?;
+    assert!(configmap(&client, &ns, "gated-obj").await.is_some());
+
+    let broken = format!("{ns}-broken");
+    let failed = wait_state(&client, &broken, "Failed", Duration::from_secs(30)).await?;
+    let text = failed.to_string();
+    assert!(
+        text.contains("spec.prereqs.objects[0].readyExpr") && text.contains("does not compile"),
+        "{failed}"
+    );
+    assert!(
+        configmap(&client, &ns, "broken-obj").await.is_none(),
+        "the broken layer applied"
+    );
+    cleanup(&client, &ns, &["gated", "broken"], controller).await;
+    Ok(())
+}

@@ -51,6 +51,13 @@ pub struct ObjectPrereq {
     /// For namespaced kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    /// A CEL expression that decides when the object is ready, instead of kstatus' Current
+    /// (Flux's `dependsOn[].readyExpr`): `dep` is the object, `self` this layer; it must return
+    /// a boolean, e.g. `dep.status.phase == 'Active'` or
+    /// `dep.data.version == self.spec.version`. An expression that does not compile stalls the
+    /// layer naming this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_expr: Option<String>,
 }
 
 impl std::fmt::Display for ObjectPrereq {

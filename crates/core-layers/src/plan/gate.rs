@@ -412,6 +412,7 @@ mod object_prereq_tests {
             kind: "Secret".into(),
             name: "db".into(),
             namespace: Some("shop".into()),
+            ready_expr: None,
         }
     }
 

@@ -41,6 +41,44 @@ pub fn ready_reason(object: &Value) -> Option<String> {
         .and_then(|c| c.get("reason")?.as_str().map(str::to_string))
 }
 
+/// Compiles a prerequisite's `readyExpr`; the error is the compiler's.
+pub fn compile_ready_expr(source: &str) -> Result<cel::Program, String> {
+    cel::Program::compile(source).map_err(|e| e.to_string().replace('\n', " "))
+}
+
+/// A prerequisite object judged by its `readyExpr` (`dep`: the object, `self`: the layer):
+/// Current when it returns true, InProgress when false, Unknown when it cannot be evaluated
+/// (a field missing, a result that is not a boolean) — never ready by mistake.
+pub fn ready_by_expr(source: &str, layer: &Value, object: &Value) -> (Status, String) {
+    let program = match compile_ready_expr(source) {
+        Ok(program) => program,
+        Err(e) => return (Status::Unknown, format!("readyExpr does not compile: {e}")),
+    };
+    let mut context = cel::Context::default();
+    for (name, value) in [("dep", object), ("self", layer)] {
+        match cel::to_value(value) {
+            Ok(value) => context.add_variable_from_value(name, value),
+            Err(e) => {
+                return (
+                    Status::Unknown,
+                    format!("readyExpr: {name} cannot be given to CEL: {e}"),
+                );
+            }
+        }
+    }
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(true)) => (Status::Current, format!("readyExpr {source:?} holds")),
+        Ok(cel::Value::Bool(false)) => {
+            (Status::InProgress, format!("readyExpr {source:?} is false"))
+        }
+        Ok(other) => (
+            Status::Unknown,
+            format!("readyExpr {source:?} returned {other:?}, not a boolean"),
+        ),
+        Err(e) => (Status::Unknown, format!("readyExpr {source:?} failed: {e}")),
+    }
+}
+
 /// The status of an applied object under kstatus' rules, refusing stale readiness (see
 /// [`judged_status`]).
 pub fn object_status(object: &Value, now: Timestamp) -> (Status, String) {
@@ -287,5 +325,37 @@ mod tests {
                 Some("web-h-1/app: ImagePullBackOff: no such image".into())
             )
         );
+    }
+}
+
+#[cfg(test)]
+mod ready_expr_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ready_by_expr_table() {
+        let layer = json!({"metadata": {"name": "apps"}, "spec": {"version": "1.2.0"}});
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gate"},
+                            "data": {"ready": "yes", "version": "1.2.0"}});
+        // (expression, status, message part)
+        let cases = [
+            ("dep.data.ready == 'yes'", Status::Current, "holds"),
+            ("dep.data.ready == 'no'", Status::InProgress, "is false"),
+            (
+                "dep.data.version == self.spec.version",
+                Status::Current,
+                "holds",
+            ),
+            ("dep.data.missing == 'x'", Status::Unknown, "failed"),
+            ("dep.data.ready", Status::Unknown, "not a boolean"),
+            ("dep.data.ready ==", Status::Unknown, "does not compile"),
+        ];
+        for (source, want, part) in cases {
+            let (status, message) = ready_by_expr(source, &layer, &object);
+            assert_eq!(status, want, "{source}: {message}");
+            assert!(message.contains(part), "{source}: {message}");
+        }
     }
 }

@@ -80,6 +80,13 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
         errors.push(e);
     }
     for (i, object) in layer.spec.prereqs.objects.iter().enumerate() {
+        if let Some(source) = &object.ready_expr
+            && let Err(e) = super::readiness::compile_ready_expr(source)
+        {
+            errors.push(format!(
+                "spec.prereqs.objects[{i}].readyExpr {source:?} does not compile: {e}"
+            ));
+        }
         for (field, value) in [
             ("apiVersion", &object.api_version),
             ("kind", &object.kind),
@@ -161,6 +168,22 @@ mod tests {
             errors
                 .iter()
                 .any(|e| e.starts_with("spec.prereqs.objects[0].apiVersion")),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_ready_expr_must_compile() {
+        let mut bad = crd();
+        bad.ready_expr = Some("dep.status.phase ==".into());
+        let mut good = crd();
+        good.ready_expr = Some("dep.status.phase == 'Active'".into());
+        let errors = spec_errors(&layer(vec![good, bad]));
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with(
+                "spec.prereqs.objects[1].readyExpr \"dep.status.phase ==\" does not compile: "
+            ),
             "{errors:?}"
         );
     }

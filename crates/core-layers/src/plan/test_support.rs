@@ -22,5 +22,6 @@ pub(super) fn crd() -> ObjectPrereq {
         kind: "CustomResourceDefinition".into(),
         name: "widgets.example.com".into(),
         namespace: None,
+        ready_expr: None,
     }
 }
