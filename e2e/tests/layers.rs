@@ -1880,3 +1880,96 @@ spec:
     cleanup(&client, &ns, &["gated", "broken"], controller).await;
     Ok(())
 }
+
+/// A layer blocked on a prerequisite object is woken by the object's change, not by polling
+/// it: with `--health-poll 1h` (the safety net), once the object's kind is watched the layer
+/// reads it no more while it waits (the audit log shows no GET of it for longer than the old
+/// 5 s poll), and the object's change releases the layer at once.
+#[tokio::test]
+async fn a_layer_blocked_on_an_object_is_woken_by_its_watch() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "prereqwatch").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let Some(audit) = cluster().audit_log() else {
+        eprintln!("no audit log (not the local plane): skipped");
+        return Ok(());
+    };
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "1h"])?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{ready: \"no\"}}\n"
+        ),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &strata_e2e::flux::source_configmap(&ns, "held", &[("cm.yaml", cm(&ns, "held-obj"))]),
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: strata.dev/v1alpha1
+kind: AddonsLayer
+metadata: {{name: {ns}-held, labels: {{strata-e2e/suite: {ns}}}}}
+spec:
+  version: 1.0.0
+  interval: 1h
+  source: {{kind: ConfigMap, name: src-held, namespace: {ns}, path: ./}}
+  prereqs:
+    objects:
+    - {{apiVersion: v1, kind: ConfigMap, name: gate, namespace: {ns}, readyExpr: \"dep.data.ready == 'yes'\"}}
+"
+        ),
+    )
+    .await?;
+    let user = format!("system:serviceaccount:{ns}:layer-controller");
+    let reads = || -> Result<usize> {
+        Ok(std::fs::read_to_string(&audit)?
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| {
+                e["user"]["username"] == user.as_str()
+                    && e["verb"] == "get"
+                    && e["objectRef"]["resource"] == "configmaps"
+                    && e["objectRef"]["namespace"] == ns.as_str()
+                    && e["objectRef"]["name"] == "gate"
+            })
+            .count())
+    };
+    // The first look reads it and starts the kind's watch; the next (the watch not listed
+    // yet at the first) registers it as watched.
+    eventually(
+        "the layer read the gate twice",
+        Duration::from_secs(30),
+        || async { Ok((reads()? >= 2).then_some(())) },
+    )
+    .await?;
+    let held = format!("{ns}-held");
+    assert_ne!(state_of(&client, &held).await, "Deployed");
+    // Absence over longer than the poll it replaced (5 s): not read again.
+    let before = reads()?;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        reads()?,
+        before,
+        "the waiting layer polled its prerequisite"
+    );
+    apply_yaml(
+        &client,
+        &ns,
+        &format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{ready: \"yes\"}}\n"
+        ),
+    )
+    .await?;
+    // Nothing polls within the hour: only the watch can release it.
+    wait_state(&client, &held, "Deployed", Duration::from_secs(20)).await?;
+    cleanup(&client, &ns, &["held"], controller).await;
+    Ok(())
+}

@@ -24,7 +24,8 @@ use super::apply::apply_layer;
 use super::prune::teardown;
 use super::status::{Pass, Report, set_finalizer, write_status};
 
-/// How often a layer blocked by `spec.prereqs.objects` looks at them again.
+/// How often a layer blocked by `spec.prereqs.objects` looks at them again while some of their
+/// kinds is not watched (see `watch_prereqs`).
 const OBJECT_PREREQ_POLL: Duration = Duration::from_secs(5);
 
 /// What the gate of `layer` reads: the layer and its dependency chain. From this replica's
@@ -155,6 +156,7 @@ async fn pass(held: &Arc<AddonsLayer>, ctx: &Context, shared: &Shared) -> Result
         Err(e) => return Err(e),
     };
     let cluster_version = shared.cluster_version(ctx).await;
+    let read_at = Instant::now();
     let objects = layer_reader::prereqs::read(&shared.reader, layer).await;
     let inputs = GateInputs {
         source: &fetched.state,
@@ -181,14 +183,65 @@ async fn pass(held: &Arc<AddonsLayer>, ctx: &Context, shared: &Shared) -> Result
         let files = fetched.files.unwrap_or_default();
         return apply_layer(layer, ctx, shared, revision, &files, interval, timeout).await;
     }
+    let mut prereq_poll = OBJECT_PREREQ_POLL;
     if let Gate::Blocked { .. } = gate {
         lock(&shared.memory)
             .entry(name.clone())
             .or_default()
             .blocked_since
             .get_or_insert_with(Instant::now);
+        if !layer.spec.prereqs.objects.is_empty() {
+            prereq_poll = watch_prereqs(layer, shared, &objects, read_at).await;
+        }
     }
-    Ok(refusal(layer, gate, interval))
+    Ok(refusal(layer, gate, interval, prereq_poll))
+}
+
+/// Registers a blocked layer's prerequisite objects with the kind watches (`health_watch`): a
+/// change of one (created, edited, deleted) wakes the layer, and the poll is only a safety net
+/// — or, while some kind is not watched yet (or not served), the 5 s poll. Returns when to
+/// look again.
+async fn watch_prereqs(
+    layer: &AddonsLayer,
+    shared: &Shared,
+    objects: &[Option<(core_status::Status, String)>],
+    read_at: Instant,
+) -> Duration {
+    /// The poll of a layer whose prerequisite objects are all watched (lost events, a watch
+    /// restarted), or `--health-poll` when longer.
+    const SAFETY_NET: Duration = Duration::from_secs(30);
+    let mut awaited = Vec::with_capacity(layer.spec.prereqs.objects.len());
+    for (i, wanted) in layer.spec.prereqs.objects.iter().enumerate() {
+        let Ok(resolved) = shared
+            .reader
+            .resolve(&wanted.api_version, &wanted.kind)
+            .await
+        else {
+            // A kind not served yet (its CRD to come) has no watch: poll.
+            return OBJECT_PREREQ_POLL;
+        };
+        let namespace = match (resolved.namespaced, &wanted.namespace) {
+            (false, _) => None,
+            (true, Some(ns)) => Some(ns.clone()),
+            (true, None) => Some("default".to_string()),
+        };
+        awaited.push(super::health_watch::Awaited {
+            resource: resolved.resource,
+            namespace,
+            name: wanted.name.clone(),
+            version: None,
+            current: matches!(
+                objects.get(i),
+                Some(Some((core_status::Status::Current, _)))
+            ),
+            verdict: None,
+        });
+    }
+    match shared.health.wait_for(&layer.name_any(), &awaited, read_at) {
+        super::health_watch::Wakeup::Watched => SAFETY_NET.max(shared.args.health_poll),
+        super::health_watch::Wakeup::Changed => Duration::from_millis(100),
+        super::health_watch::Wakeup::Polled => OBJECT_PREREQ_POLL,
+    }
 }
 
 /// The layer's source, read unless the layer is on hold or its spec is invalid (the gate
@@ -229,7 +282,7 @@ async fn fetch_source(
 }
 
 /// What the layer reports when the gate does not let it proceed, and when it looks again.
-fn refusal(layer: &AddonsLayer, gate: Gate, interval: Duration) -> Pass {
+fn refusal(layer: &AddonsLayer, gate: Gate, interval: Duration, prereq_poll: Duration) -> Pass {
     let name = layer.name_any();
     match gate {
         Gate::Hold => Pass::report(
@@ -280,7 +333,7 @@ fn refusal(layer: &AddonsLayer, gate: Gate, interval: Duration) -> Pass {
                 state,
                 format!("waiting for {}: {}{more}", first.name, first.message),
             );
-            // Prerequisite objects of any kind are not watched: look again soon.
+            // Prerequisite objects: woken by their kind's watch, else polled (`watch_prereqs`).
             let waits_for_objects = blockers.iter().any(|b| {
                 layer
                     .spec
@@ -291,7 +344,7 @@ fn refusal(layer: &AddonsLayer, gate: Gate, interval: Duration) -> Pass {
             });
             report.blockers = blockers;
             let next = if waits_for_objects {
-                interval.min(OBJECT_PREREQ_POLL)
+                interval.min(prereq_poll)
             } else {
                 interval
             };
