@@ -1973,3 +1973,70 @@ spec:
     cleanup(&client, &ns, &["held"], controller).await;
     Ok(())
 }
+
+/// A new revision replaces the attempt in flight: while a layer waits (up to its 10-minute
+/// timeout) for a Deployment that cannot become ready, its source changes to one that can; the
+/// new revision is applied and Deployed at once, and the abandoned attempt never reports after
+/// it (its wait does not run out and fail the layer later).
+#[tokio::test]
+async fn a_new_revision_replaces_the_attempt_in_flight() -> Result<()> {
+    use strata_e2e::flux::{configmap_layer, source_configmap};
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "inflight").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_controller(&ns, &[])?;
+    apply_yaml(
+        &client,
+        &ns,
+        &configmap_layer(
+            &ns,
+            "web",
+            "10m",
+            &[("web.yaml", deployment(&ns, "web", false))],
+        ),
+    )
+    .await?;
+    let layer = format!("{ns}-web");
+    let waiting = eventually(
+        "the first revision waits on its Deployment",
+        Duration::from_secs(30),
+        || async {
+            let status = layer_status(&client, &layer).await?;
+            Ok(
+                (status["state"] == "Applying" && status["inventory"][0]["status"] == "InProgress")
+                    .then_some(status),
+            )
+        },
+    )
+    .await?;
+    let first = waiting["lastAttemptedRevision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    apply_yaml(
+        &client,
+        &ns,
+        &source_configmap(&ns, "web", &[("web.yaml", deployment(&ns, "web", true))]),
+    )
+    .await?;
+    let deployed = wait_state(&client, &layer, "Deployed", Duration::from_secs(60)).await?;
+    let second = deployed["revision"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !second.is_empty() && second != first,
+        "{first} then {deployed}"
+    );
+    // The abandoned attempt's wait never reports: the layer stays Deployed at the new
+    // revision through several of its health re-checks (500 ms).
+    for _ in 0..10 {
+        let status = layer_status(&client, &layer).await?;
+        assert_eq!(status["state"], "Deployed", "{status}");
+        assert_eq!(status["revision"], second.as_str(), "{status}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    cleanup(&client, &ns, &["web"], controller).await;
+    Ok(())
+}
