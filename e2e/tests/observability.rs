@@ -3,7 +3,9 @@
 //! one pruned object and one failing layer, a drift found and healed, a zone rollout, admission
 //! reviews. Then every query of every dashboard panel, its variables resolved, is evaluated:
 //! one that returns no series fails the test unless `dashboards/e2e-empty.tsv` (written by the
-//! generator) says why it may be empty here (series that exist only once something fails). Last, alerts are driven to fire for real
+//! generator) says why it may be empty here (series that exist only once something fails), and
+//! its witness query — series exactly when what the reason rules out did happen — is empty too,
+//! so a wrong query is never excused by a reason. Last, alerts are driven to fire for real
 //! (with every `for` set to 0 s): a failing layer, a webhook stopped under `failurePolicy: Fail`
 //! while kube-apiserver keeps calling it, and a service whose every replica is gone.
 
@@ -34,18 +36,23 @@ use strata_e2e::support::{
     crds_established, eventually, kubeconfig_server, pod_ready, rollout_zone,
 };
 
-/// `(dashboard uid, panel id, refId)` → why that query may return nothing in this scenario.
-fn may_be_empty() -> BTreeMap<(String, u64, String), String> {
+/// `(dashboard uid, panel id, refId)` → (why that query may return nothing in this scenario,
+/// the witness query that must then return nothing too).
+fn may_be_empty() -> BTreeMap<(String, u64, String), (String, String)> {
     let text = std::fs::read_to_string(repo_root().join("dashboards/e2e-empty.tsv")).unwrap();
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {
-            let f: Vec<&str> = l.splitn(5, '\t').collect();
-            assert_eq!(f.len(), 5, "e2e-empty.tsv: {l:?}");
+            let f: Vec<&str> = l.splitn(6, '\t').collect();
+            assert_eq!(f.len(), 6, "e2e-empty.tsv: {l:?}");
             assert!(!f[4].trim().is_empty(), "e2e-empty.tsv: no reason in {l:?}");
+            assert!(
+                !f[5].trim().is_empty(),
+                "e2e-empty.tsv: no witness in {l:?}"
+            );
             (
                 (f[0].to_string(), f[1].parse().unwrap(), f[3].to_string()),
-                f[4].to_string(),
+                (f[4].to_string(), f[5].to_string()),
             )
         })
         .collect()
@@ -395,11 +402,32 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
             .query(&q.expr)
             .await
             .with_context(|| format!("{} / {} / {}", q.uid, q.title, q.ref_id))?;
-        if series.is_empty() && !allowed.contains_key(&(q.uid.clone(), q.panel, q.ref_id.clone())) {
-            empty.push(format!(
+        if !series.is_empty() {
+            continue;
+        }
+        match allowed.get(&(q.uid.clone(), q.panel, q.ref_id.clone())) {
+            None => empty.push(format!(
                 "{}\t{} {}\t{}\t{}",
                 q.uid, q.panel, q.title, q.ref_id, q.expr
-            ));
+            )),
+            // Excused only when what the reason rules out really did not happen.
+            Some((reason, witness)) => {
+                let seen = prometheus
+                    .query(witness)
+                    .await
+                    .with_context(|| format!("witness {witness}"))?;
+                if !seen.is_empty() {
+                    empty.push(format!(
+                        "{}\t{} {}\t{}\t{}\t(excused as \"{reason}\", but {witness} has {} series)",
+                        q.uid,
+                        q.panel,
+                        q.title,
+                        q.ref_id,
+                        q.expr,
+                        seen.len()
+                    ));
+                }
+            }
         }
     }
     ensure!(
