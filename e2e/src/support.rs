@@ -653,3 +653,17 @@ spec:
 "
     )
 }
+
+/// The message of a ValidatingAdmissionPolicy's refusal of `outcome`, or why it was not one
+/// (`what`: the write, for the error).
+pub fn policy_refusal<T: std::fmt::Debug>(
+    outcome: kube::Result<T>,
+    what: &str,
+) -> anyhow::Result<String> {
+    match outcome {
+        Err(kube::Error::Api(e)) if e.message.contains("ValidatingAdmissionPolicy") => {
+            Ok(e.message)
+        }
+        other => anyhow::bail!("{what}: not refused by the policy: {other:?}"),
+    }
+}

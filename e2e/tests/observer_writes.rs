@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use kube::ResourceExt as _;
 use kube::api::{Api, Patch, PatchParams};
 use layer_controller::crd::AddonsLayer;
@@ -20,17 +20,8 @@ use serde_json::json;
 use strata_e2e::flux::install_layer_crds;
 use strata_e2e::release::Rendered;
 use strata_e2e::services::chart_identity;
+use strata_e2e::support::policy_refusal as refusal;
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually, kube_client};
-
-/// The policy's refusal of `outcome`, or why it was not one.
-fn refusal<T: std::fmt::Debug>(outcome: kube::Result<T>, what: &str) -> Result<String> {
-    match outcome {
-        Err(kube::Error::Api(e)) if e.message.contains("ValidatingAdmissionPolicy") => {
-            Ok(e.message)
-        }
-        other => bail!("{what}: not refused by the policy: {other:?}"),
-    }
-}
 
 /// kubectl as the observer's account impersonating `user`: (succeeded, stdout + stderr).
 fn kubectl_as(kubeconfig: &std::path::Path, user: &str, args: &[&str]) -> Result<(bool, String)> {

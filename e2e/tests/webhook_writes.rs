@@ -12,26 +12,17 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use strata_e2e::release::Rendered;
 use strata_e2e::services::chart_identity;
+use strata_e2e::support::policy_refusal as refusal;
 use strata_e2e::support::{
     DeleteOnDrop, TestNamespace, apply_yaml, cluster, eventually, kube_client,
 };
-
-/// The policy's refusal of `outcome`, or why it was not one.
-fn refusal<T: std::fmt::Debug>(outcome: kube::Result<T>, what: &str) -> Result<String> {
-    match outcome {
-        Err(kube::Error::Api(e)) if e.message.contains("ValidatingAdmissionPolicy") => {
-            Ok(e.message)
-        }
-        other => bail!("{what}: not refused by the policy: {other:?}"),
-    }
-}
 
 /// Waits until the policy refuses `write` (policies reach the API server's admission through
 /// an informer: until then the hole stays), and returns the refusal's message.

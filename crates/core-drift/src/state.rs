@@ -61,42 +61,55 @@ pub fn findings(kind: &str, drifts: &[FieldDrift], live: &Value, ours: &str) -> 
         .collect()
 }
 
-/// Masks what a finding would show of a layer's Secret-sourced variables (`secrets`: their
-/// values). A value substituted into a ConfigMap, an environment variable or an annotation is
-/// as secret as the Secret it came from, and the API server may quote it back in a refused dry
-/// run: any shown value holding one — as written, JSON-escaped or base64-encoded — is replaced
-/// whole by [`compare::MASKED`], and a path naming one has it cut out.
-pub fn mask_variables(findings: &mut [Finding], secrets: &[String]) {
-    use base64::Engine as _;
-    if secrets.is_empty() {
-        return;
+/// A layer's Secret-sourced variable values, in every form a finding may show them. A value
+/// substituted into a ConfigMap, an environment variable or an annotation is as secret as the
+/// Secret it came from, and the API server may quote it back in a refused dry run. Built once
+/// per layer view, applied to every check's findings.
+#[derive(Clone, Debug, Default)]
+pub struct SecretValues {
+    /// Each value as written, JSON-escaped and base64-encoded.
+    forms: Vec<String>,
+}
+
+impl SecretValues {
+    pub fn new(secrets: &[String]) -> Self {
+        use base64::Engine as _;
+        let forms = secrets
+            .iter()
+            .flat_map(|secret| {
+                let escaped = serde_json::to_string(secret).unwrap_or_default();
+                let escaped = escaped
+                    .strip_prefix('"')
+                    .and_then(|e| e.strip_suffix('"'))
+                    .unwrap_or(&escaped)
+                    .to_string();
+                [
+                    secret.clone(),
+                    escaped,
+                    base64::engine::general_purpose::STANDARD.encode(secret),
+                ]
+            })
+            .collect();
+        Self { forms }
     }
-    let forms: Vec<String> = secrets
-        .iter()
-        .flat_map(|secret| {
-            let escaped = serde_json::to_string(secret).unwrap_or_default();
-            let escaped = escaped
-                .strip_prefix('"')
-                .and_then(|e| e.strip_suffix('"'))
-                .unwrap_or(&escaped)
-                .to_string();
-            [
-                secret.clone(),
-                escaped,
-                base64::engine::general_purpose::STANDARD.encode(secret),
-            ]
-        })
-        .collect();
-    let holds = |text: &str| forms.iter().any(|form| text.contains(form.as_str()));
-    for finding in findings {
-        for shown in [&mut finding.expected, &mut finding.actual] {
-            if holds(shown) {
-                *shown = compare::MASKED.to_string();
-            }
+
+    /// Masks them in `findings`: a shown value holding one is replaced whole by
+    /// [`compare::MASKED`], and a path naming one has it cut out.
+    pub fn mask(&self, findings: &mut [Finding]) {
+        if self.forms.is_empty() {
+            return;
         }
-        for form in &forms {
-            if finding.path.contains(form.as_str()) {
-                finding.path = finding.path.replace(form.as_str(), compare::MASKED);
+        let holds = |text: &str| self.forms.iter().any(|form| text.contains(form.as_str()));
+        for finding in findings {
+            for shown in [&mut finding.expected, &mut finding.actual] {
+                if holds(shown) {
+                    *shown = compare::MASKED.to_string();
+                }
+            }
+            for form in &self.forms {
+                if finding.path.contains(form.as_str()) {
+                    finding.path = finding.path.replace(form.as_str(), compare::MASKED);
+                }
             }
         }
     }
@@ -656,7 +669,7 @@ mod tests {
     }
 
     #[test]
-    fn mask_variables_table() {
+    fn secret_values_table() {
         let secret = "s3cr\"t".to_string();
         let finding = |path: &str, expected: &str, actual: &str| Finding {
             path: path.into(),
@@ -716,7 +729,7 @@ mod tests {
         ];
         for (name, found, secrets, want) in cases {
             let mut found = vec![found];
-            mask_variables(&mut found, &secrets);
+            SecretValues::new(&secrets).mask(&mut found);
             assert_eq!(found, vec![want], "{name}");
         }
     }

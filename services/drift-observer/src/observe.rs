@@ -96,7 +96,7 @@ struct Desired {
     /// The ServiceAccount user the layer applies as, if any (its dry runs are made as it).
     acting_as: Option<String>,
     /// The layer's variable values read from Secrets: masked wherever a finding shows them.
-    secrets: Arc<[String]>,
+    secrets: Arc<state::SecretValues>,
     api_version: String,
     resolved: ResolvedKind,
     /// The prepared manifest as compact JSON, parsed again for each check: as a tree it took
@@ -334,17 +334,13 @@ impl Observer {
             self.args.default_service_account.as_deref(),
         )
         .map(|account| account.user());
-        let reader_client = match acting_as.as_deref().or(self.args.apply_as.as_deref()) {
-            Some(user) => self.ctx.impersonating_client(user)?,
-            None => self.ctx.client.clone(),
-        };
         let vars = layer_reader::variables::read_variables(
-            &reader_client,
+            &self.client_acting_as(acting_as.as_deref())?,
             &layer,
             &self.args.default_source_namespace,
         )
         .await?;
-        let secrets: Arc<[String]> = vars.secret_values().into();
+        let secrets = Arc::new(state::SecretValues::new(&vars.secret_values()));
         let key = (
             revision.clone(),
             layer.metadata.generation,
@@ -664,15 +660,21 @@ impl Observer {
         }
     }
 
-    /// The applier a layer's dry runs go through: as the user it applies as (`acting_as`,
-    /// else `--apply-as`), impersonated, or as this process when neither is known.
-    fn dry_run_applier(&self, acting_as: Option<&str>) -> Result<Applier> {
+    /// A client acting as a layer: as the user it applies as (`acting_as`, else
+    /// `--apply-as`), impersonated, or as this process when neither is known. Its dry runs and
+    /// its reads of the layer's variables go through it.
+    fn client_acting_as(&self, acting_as: Option<&str>) -> Result<kube::Client> {
         Ok(match acting_as.or(self.args.apply_as.as_deref()) {
-            Some(user) => self
-                .layer_applier
-                .with_client(self.ctx.impersonating_client(user)?),
-            None => self.layer_applier.clone(),
+            Some(user) => self.ctx.impersonating_client(user)?,
+            None => self.ctx.client.clone(),
         })
+    }
+
+    /// The applier a layer's dry runs go through ([`Observer::client_acting_as`]).
+    fn dry_run_applier(&self, acting_as: Option<&str>) -> Result<Applier> {
+        Ok(self
+            .layer_applier
+            .with_client(self.client_acting_as(acting_as)?))
     }
 
     /// Compares one object with what its layer applies and records the result.
@@ -724,7 +726,7 @@ impl Observer {
             &desired.rules,
         )
         .await?;
-        state::mask_variables(&mut found, &desired.secrets);
+        desired.secrets.mask(&mut found);
         span.record("outcome", outcome);
         span.record("drifted_fields", found.len());
         self.metrics.count_check(outcome);

@@ -212,18 +212,10 @@ async fn watch_prereqs(
     const SAFETY_NET: Duration = Duration::from_secs(30);
     let mut awaited = Vec::with_capacity(layer.spec.prereqs.objects.len());
     for (i, wanted) in layer.spec.prereqs.objects.iter().enumerate() {
-        let Ok(resolved) = shared
-            .reader
-            .resolve(&wanted.api_version, &wanted.kind)
-            .await
+        let Ok((resolved, namespace)) = layer_reader::prereqs::locate(&shared.reader, wanted).await
         else {
             // A kind not served yet (its CRD to come) has no watch: poll.
             return OBJECT_PREREQ_POLL;
-        };
-        let namespace = match (resolved.namespaced, &wanted.namespace) {
-            (false, _) => None,
-            (true, Some(ns)) => Some(ns.clone()),
-            (true, None) => Some("default".to_string()),
         };
         awaited.push(super::health_watch::Awaited {
             resource: resolved.resource,
