@@ -281,6 +281,36 @@ pub enum LayersCommand {
         #[command(flatten)]
         cluster: ClusterArgs,
     },
+    /// The outcomes of LAYER's attempts, newest first: each revision deployed, failed, or
+    /// restored by a rollback, with the revisions kept for rollback (`spec.rollback`) marked.
+    History {
+        /// The AddonsLayer name.
+        layer: String,
+        #[arg(short = 'o', long, value_enum, default_value_t = PlanFormat::Text)]
+        output: PlanFormat,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Roll LAYER back to a kept revision (the last deployed one unless `--to`): the
+    /// layer-controller applies it exactly as it was applied then, prunes what the current
+    /// revision added and reports `RolledBack`; the layer stays there until its source or
+    /// spec changes. Needs `spec.rollback` on the layer (which keeps the revisions).
+    Rollback {
+        /// The AddonsLayer name.
+        layer: String,
+        /// The kept revision to restore (as `strata layers history` lists it; a unique
+        /// beginning is enough).
+        #[arg(long)]
+        to: Option<String>,
+        /// Wait until the layer is RolledBack (or the rollback failed).
+        #[arg(long)]
+        wait: bool,
+        /// How long `--wait` waits.
+        #[arg(long, default_value = "5m", value_parser = core_k8s::args::parse_duration)]
+        timeout: std::time::Duration,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
     /// Hold LAYER: the layer-controller touches nothing of it until `resume` (`spec.hold`,
     /// Kraan's hold, Flux's suspend).
     Suspend {
@@ -467,6 +497,18 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             timeout,
             cluster,
         }) => crate::layers::reconcile(&layer, wait.then_some(timeout), &cluster),
+        Command::Layers(LayersCommand::History {
+            layer,
+            output,
+            cluster,
+        }) => crate::layers::history(&layer, output, &cluster),
+        Command::Layers(LayersCommand::Rollback {
+            layer,
+            to,
+            wait,
+            timeout,
+            cluster,
+        }) => crate::layers::rollback(&layer, to.as_deref(), wait.then_some(timeout), &cluster),
         Command::Layers(LayersCommand::Suspend { layer, cluster }) => {
             crate::layers::set_hold(&layer, true, &cluster)
         }

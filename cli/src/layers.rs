@@ -458,6 +458,213 @@ pub fn reconcile(
     })
 }
 
+/// One line of `strata layers history`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct HistoryLine {
+    revision: String,
+    generation: Option<i64>,
+    version: String,
+    outcome: String,
+    at: String,
+    /// Kept for rollback: the compressed bytes it takes.
+    kept_bytes: Option<u64>,
+    reason: Option<String>,
+    message: Option<String>,
+}
+
+/// The history of a layer's status, each entry marked when its revision is kept.
+fn history_lines(status: &core_layers::crd::AddonsLayerStatus) -> Vec<HistoryLine> {
+    status
+        .history
+        .iter()
+        .map(|h| HistoryLine {
+            revision: h.revision.clone(),
+            generation: h.generation,
+            version: h.version.clone(),
+            outcome: h.outcome().to_string(),
+            at: h
+                .deployed_at
+                .clone()
+                .or_else(|| h.failed_at.clone())
+                .unwrap_or_default(),
+            kept_bytes: h
+                .was_good()
+                .then(|| {
+                    status
+                        .kept_revisions
+                        .iter()
+                        .find(|k| k.revision == h.revision && k.generation == h.generation)
+                        .map(|k| k.bytes)
+                })
+                .flatten(),
+            reason: h.reason.clone(),
+            message: h.message.clone(),
+        })
+        .collect()
+}
+
+fn render_history(name: &str, lines: &[HistoryLine]) -> String {
+    if lines.is_empty() {
+        return format!("addonslayer {name}: no attempt recorded yet\n");
+    }
+    let generation = |g: Option<i64>| g.map_or_else(|| "-".to_string(), |g| g.to_string());
+    let rows: Vec<[String; 6]> = lines
+        .iter()
+        .map(|l| {
+            [
+                l.revision.clone(),
+                generation(l.generation),
+                l.version.clone(),
+                l.outcome.clone(),
+                l.at.clone(),
+                match (l.kept_bytes, &l.reason) {
+                    (Some(bytes), _) => format!("kept ({bytes} bytes)"),
+                    (None, Some(reason)) => {
+                        format!("{reason}: {}", l.message.as_deref().unwrap_or_default())
+                    }
+                    (None, None) => String::new(),
+                },
+            ]
+        })
+        .collect();
+    let header = ["REVISION", "GENERATION", "VERSION", "OUTCOME", "AT", "NOTE"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text: String = cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ");
+        text.truncate(text.trim_end().len());
+        text + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+/// `strata layers history LAYER`.
+pub fn history(name: &str, format: PlanFormat, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
+    runtime()?.block_on(async {
+        let client = cluster.client().await?;
+        let api: Api<AddonsLayer> = Api::all(client);
+        let Some(layer) = api.get_opt(name).await? else {
+            eprintln!("strata layers history: AddonsLayer {name} not found");
+            return Ok(ExitCode::from(1));
+        };
+        let lines = history_lines(&layer.status.unwrap_or_default());
+        match format {
+            PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&lines)?),
+            PlanFormat::Text => print!("{}", render_history(name, &lines)),
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The kept revision a rollback of `layer` to `to` restores (the newest kept one that is not
+/// the current attempt, without `to`), or why there is none.
+fn rollback_target(layer: &AddonsLayer, to: Option<&str>) -> Result<String, String> {
+    let name = layer.name_any();
+    let Some(_) = &layer.spec.rollback else {
+        return Err(format!(
+            "addonslayer {name} keeps no revisions to roll back to: spec.rollback is not set"
+        ));
+    };
+    let status = layer.status.clone().unwrap_or_default();
+    let current = (
+        status.last_attempted_revision.as_deref(),
+        status.observed_generation,
+    );
+    let candidates: Vec<&core_layers::crd::KeptRevision> = status
+        .kept_revisions
+        .iter()
+        .filter(|k| (Some(k.revision.as_str()), k.generation) != current)
+        .collect();
+    let found = match to {
+        Some(to) => candidates.iter().find(|k| k.revision.starts_with(to)),
+        None => candidates.first(),
+    };
+    found.map(|k| k.revision.clone()).ok_or_else(|| {
+        let listed: Vec<&str> = candidates.iter().map(|k| k.revision.as_str()).collect();
+        let kept = if listed.is_empty() {
+            "no other revision is kept".to_string()
+        } else {
+            format!("kept: {}", listed.join(", "))
+        };
+        match to {
+            Some(to) => format!("addonslayer {name}: revision {to:?} is not kept ({kept})"),
+            None => format!("addonslayer {name}: nothing to roll back to ({kept})"),
+        }
+    })
+}
+
+/// `strata layers rollback LAYER [--to REVISION]`: asks the layer-controller to restore a kept
+/// revision (`strata.dev/rollback-requested-at`, `strata.dev/rollback-to`); with `wait`,
+/// waits until it handled the request. Exit 1 when the revision is not kept, when the
+/// rollback failed, or on timeout.
+pub fn rollback(
+    name: &str,
+    to: Option<&str>,
+    wait: Option<Duration>,
+    cluster: &ClusterArgs,
+) -> anyhow::Result<ExitCode> {
+    use core_layers::keys::{ROLLBACK_REQUESTED_AT, ROLLBACK_TO, state};
+    runtime()?.block_on(async {
+        let client = cluster.client().await?;
+        let api: Api<AddonsLayer> = Api::all(client.clone());
+        let Some(layer) = api.get_opt(name).await? else {
+            eprintln!("strata layers rollback: AddonsLayer {name} not found");
+            return Ok(ExitCode::from(1));
+        };
+        let target = match rollback_target(&layer, to) {
+            Ok(target) => target,
+            Err(why) => {
+                eprintln!("strata layers rollback: {why}");
+                return Ok(ExitCode::from(1));
+            }
+        };
+        let at = jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({"metadata": {"annotations": {
+            ROLLBACK_REQUESTED_AT: at, ROLLBACK_TO: target}}});
+        patch_layer(&client, name, patch).await?;
+        println!("addonslayer/{name}: rollback to revision {target} requested at {at}");
+        let Some(timeout) = wait else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let status = api.get(name).await?.status.unwrap_or_default();
+            let state = status.state.clone().unwrap_or_default();
+            let handled = status.last_handled_rollback_at.as_deref() == Some(at.as_str());
+            if handled && matches!(state.as_str(), state::ROLLED_BACK | state::FAILED) {
+                let revision = status.revision.unwrap_or_default();
+                println!("addonslayer/{name}: {state} (revision {revision})");
+                return Ok(if state == state::FAILED {
+                    ExitCode::FAILURE
+                } else {
+                    ExitCode::SUCCESS
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                eprintln!(
+                    "strata: addonslayer {name}: not rolled back within {timeout:?} (state {state})"
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+}
+
 /// `strata layers suspend|resume`: sets `spec.hold`; resuming also asks for a reconcile.
 pub fn set_hold(name: &str, hold: bool, cluster: &ClusterArgs) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async {
@@ -623,4 +830,136 @@ pub fn from_empty_cluster(
         }
         Ok(report_from_empty(unreadable, &layers))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn layer(status: serde_json::Value, rollback: bool) -> AddonsLayer {
+        let mut spec = serde_json::json!({"version": "2", "source": {"name": "s", "path": "./"}});
+        if rollback {
+            spec["rollback"] = serde_json::json!({"enabled": true});
+        }
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
+            "metadata": {"name": "apps", "generation": 3},
+            "spec": spec, "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn status() -> serde_json::Value {
+        serde_json::json!({
+            "lastAttemptedRevision": "r3", "observedGeneration": 3,
+            "history": [
+                {"revision": "r2", "version": "1", "generation": 2, "outcome": "RolledBack",
+                 "deployedAt": "2026-11-28T10:02:00Z", "reason": "HealthCheckFailed"},
+                {"revision": "r3", "version": "2", "generation": 3, "outcome": "Failed",
+                 "failedAt": "2026-11-28T10:01:00Z", "reason": "HealthCheckFailed",
+                 "message": "Deployment apps/web: timed out"},
+                {"revision": "r2", "version": "1", "generation": 2,
+                 "deployedAt": "2026-11-28T09:00:00Z"},
+            ],
+            "keptRevisions": [
+                {"revision": "r3", "generation": 3, "version": "2", "objects": 1, "bytes": 300},
+                {"revision": "r2", "generation": 2, "version": "1", "objects": 1, "bytes": 280},
+                {"revision": "r1", "generation": 1, "version": "1", "objects": 1, "bytes": 250},
+            ],
+        })
+    }
+
+    #[test]
+    fn history_marks_kept_revisions_and_failures() {
+        let this = layer(status(), true);
+        let text = render_history("apps", &history_lines(this.status.as_ref().unwrap()));
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .map(|l| {
+                l.split("  ")
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            vec![
+                vec!["REVISION", "GENERATION", "VERSION", "OUTCOME", "AT", "NOTE"],
+                vec![
+                    "r2",
+                    "2",
+                    "1",
+                    "RolledBack",
+                    "2026-11-28T10:02:00Z",
+                    "kept (280 bytes)"
+                ],
+                vec![
+                    "r3",
+                    "3",
+                    "2",
+                    "Failed",
+                    "2026-11-28T10:01:00Z",
+                    "HealthCheckFailed: Deployment apps/web: timed out"
+                ],
+                // Written before outcomes were recorded: Deployed.
+                vec![
+                    "r2",
+                    "2",
+                    "1",
+                    "Deployed",
+                    "2026-11-28T09:00:00Z",
+                    "kept (280 bytes)"
+                ],
+            ],
+            "{text}"
+        );
+        assert_eq!(
+            render_history("apps", &[]),
+            "addonslayer apps: no attempt recorded yet\n"
+        );
+    }
+
+    #[test]
+    fn rollback_target_table() {
+        for (case, rollback, to, want) in [
+            (
+                "the newest kept that is not the current attempt",
+                true,
+                None,
+                Ok("r2"),
+            ),
+            (
+                "a kept revision by its beginning",
+                true,
+                Some("r1"),
+                Ok("r1"),
+            ),
+            (
+                "the current attempt is not a target",
+                true,
+                Some("r3"),
+                Err("addonslayer apps: revision \"r3\" is not kept (kept: r2, r1)"),
+            ),
+            (
+                "without spec.rollback nothing is kept",
+                false,
+                None,
+                Err(
+                    "addonslayer apps keeps no revisions to roll back to: spec.rollback is not set",
+                ),
+            ),
+        ] {
+            let got = rollback_target(&layer(status(), rollback), to);
+            assert_eq!(got.as_deref().map_err(String::as_str), want, "{case}");
+        }
+        let mut alone = status();
+        alone["keptRevisions"] = serde_json::json!([
+            {"revision": "r3", "generation": 3, "version": "2", "objects": 1, "bytes": 300}]);
+        assert_eq!(
+            rollback_target(&layer(alone, true), None).unwrap_err(),
+            "addonslayer apps: nothing to roll back to (no other revision is kept)"
+        );
+    }
 }

@@ -279,6 +279,17 @@ spec:
 /// A Deployment `name` in `ns`: one replica of `image` in container `app`, pods labelled
 /// `app: <name>`.
 pub fn deployment_yaml(ns: &str, name: &str, image: &str) -> String {
+    deployment_yaml_ready(ns, name, image, true)
+}
+
+/// [`deployment_yaml`], whose pod kwok never makes ready unless `ready` (the pod label
+/// `strata.dev/fake-ready: "false"`).
+pub fn deployment_yaml_ready(ns: &str, name: &str, image: &str, ready: bool) -> String {
+    let fake = if ready {
+        ""
+    } else {
+        ", strata.dev/fake-ready: \"false\""
+    };
     format!(
         "apiVersion: apps/v1
 kind: Deployment
@@ -287,7 +298,7 @@ spec:
   replicas: 1
   selector: {{matchLabels: {{app: {name}}}}}
   template:
-    metadata: {{labels: {{app: {name}}}}}
+    metadata: {{labels: {{app: {name}{fake}}}}}
     spec: {{containers: [{{name: app, image: \"{image}\"}}]}}
 "
     )
@@ -378,4 +389,25 @@ spec:
   source: {{kind: GitRepository, name: repo, namespace: {ns}, path: {path}}}
 "
     )
+}
+
+/// The Events about AddonsLayer `layer`, oldest first.
+pub async fn layer_events(
+    client: &Client,
+    layer: &str,
+) -> Result<Vec<k8s_openapi::api::events::v1::Event>> {
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let mut about: Vec<_> = events
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().is_some_and(|r| {
+                r.kind.as_deref() == Some("AddonsLayer") && r.name.as_deref() == Some(layer)
+            })
+        })
+        .collect();
+    about.sort_by_key(|e| e.metadata.creation_timestamp.clone());
+    Ok(about)
 }

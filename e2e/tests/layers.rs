@@ -1607,20 +1607,8 @@ spec:
 
 /// The reasons of the Events about layer `name`, oldest first.
 async fn layer_event_reasons(client: &Client, name: &str) -> Result<Vec<String>> {
-    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
-    let mut about: Vec<_> = events
-        .list(&kube::api::ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.regarding.as_ref().is_some_and(|r| {
-                r.kind.as_deref() == Some("AddonsLayer") && r.name.as_deref() == Some(name)
-            })
-        })
-        .collect();
-    about.sort_by_key(|e| e.metadata.creation_timestamp.clone());
-    Ok(about.into_iter().filter_map(|e| e.reason).collect())
+    let events = strata_e2e::flux::layer_events(client, name).await?;
+    Ok(events.into_iter().filter_map(|e| e.reason).collect())
 }
 
 /// A new layer's first state waits for its first attempt to settle (`--first-report-grace`,

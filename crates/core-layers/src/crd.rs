@@ -119,6 +119,27 @@ pub struct AddonsLayerSpec {
     /// How the layer judges the health of what it applied (default: kstatus' rules).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health: Option<HealthSpec>,
+    /// Keep the manifests of the last deployed revisions, and (with `enabled`) go back to
+    /// the last one when an attempt at a new revision or spec fails (see docs/layer-controller.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollback: Option<RollbackSpec>,
+}
+
+/// `spec.rollback` of an AddonsLayer. Present, the layer keeps the rendered manifests of its
+/// last deployed revisions in a Secret next to the controller (so a new leader can roll back
+/// too), and `strata layers rollback` can restore one; `enabled` does it on its own when an
+/// attempt fails.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RollbackSpec {
+    /// Roll back to the last deployed revision when an attempt at a new revision or spec
+    /// ends Failed (an apply refused, a Failed object, the health timeout).
+    #[serde(default)]
+    pub enabled: bool,
+    /// How many deployed revisions are kept (default 2, at most 10); their rendered
+    /// manifests, compressed, share one Secret of at most 768 KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep: Option<u32>,
 }
 
 /// `policy` of `spec.health`.
@@ -357,13 +378,84 @@ pub struct Blocker {
     pub message: String,
 }
 
-/// A deployed revision.
+/// One attempt's outcome: a revision deployed, failed, or restored by a rollback (newest
+/// first, bounded).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
     pub revision: String,
     pub version: String,
-    pub deployed_at: String,
+    /// The layer's generation the attempt was made at.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    /// `Deployed`, `Failed` or `RolledBack` (this revision restored after a failed one);
+    /// absent in entries written before outcomes were recorded, which were all Deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// When a Deployed or RolledBack revision was deployed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployed_at: Option<String>,
+    /// When a Failed attempt failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<String>,
+    /// Why a Failed attempt failed, or which revision a RolledBack one replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl HistoryEntry {
+    /// The entry's outcome (entries without one were written for deployed revisions).
+    pub fn outcome(&self) -> &str {
+        self.outcome
+            .as_deref()
+            .unwrap_or(crate::keys::state::DEPLOYED)
+    }
+
+    /// Whether the revision ran healthy: deployed, or restored by a rollback.
+    pub fn was_good(&self) -> bool {
+        matches!(
+            self.outcome(),
+            crate::keys::state::DEPLOYED | crate::keys::state::ROLLED_BACK
+        )
+    }
+}
+
+/// A revision kept for rollback (`status.keptRevisions[]`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptRevision {
+    pub revision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    pub version: String,
+    /// Objects kept.
+    pub objects: u32,
+    /// Its share of the Secret: the compressed manifests, in bytes.
+    pub bytes: u64,
+}
+
+/// What the last rollback did (`status.rolledBack`): kept while the layer runs the restored
+/// revision, cleared when a new attempt deploys.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolledBack {
+    /// The attempt that failed (or that a requested rollback replaced).
+    pub failed_revision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_generation: Option<i64>,
+    /// The kept revision now applied.
+    pub restored_revision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_generation: Option<i64>,
+    pub restored_version: String,
+    /// Why: the failed attempt's reason (`ApplyFailed`, `HealthCheckFailed`) or
+    /// `RollbackRequested`.
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    pub at: String,
 }
 
 /// A standard condition (metav1.Condition's shape): Ready, Reconciling, Stalled.
@@ -416,6 +508,15 @@ pub struct AddonsLayerStatus {
     /// Drifted fields (drift-observer; bounded, the `Drifted` condition gives the totals).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<DriftEntry>,
+    /// The revisions whose manifests are kept for rollback (`spec.rollback`), newest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kept_revisions: Vec<KeptRevision>,
+    /// Set while the layer runs a revision restored by a rollback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rolled_back: Option<RolledBack>,
+    /// The last `strata.dev/rollback-requested-at` value the layer-controller acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_rollback_at: Option<String>,
 }
 
 /// Every CRD this crate owns, with the file name `make crds` writes it to.

@@ -46,6 +46,15 @@ pub const SHARD_LABEL: &str = "sharding.fluxcd.io/key";
 /// How the layers carrying no shard label are named in messages and graphs.
 pub const DEFAULT_SHARD: &str = "default";
 
+/// Set on an AddonsLayer (RFC 3339 time) to have the layer-controller roll it back at once to
+/// a kept revision (`strata layers rollback`); the revision is [`ROLLBACK_TO`]'s, else the
+/// newest kept one that is not the current attempt.
+pub const ROLLBACK_REQUESTED_AT: &str = "strata.dev/rollback-requested-at";
+/// The revision a requested rollback restores.
+pub const ROLLBACK_TO: &str = "strata.dev/rollback-to";
+/// Label of the Secret holding a layer's kept revisions (value: the Secret's role, `revisions`).
+pub const KEPT_REVISIONS_LABEL: &str = "strata.dev/kept-revisions-of";
+
 /// On an applied object: `Heal`, `Warn` or `Ignore`, overriding the layer's drift mode.
 pub const DRIFT_MODE_ANNOTATION: &str = "strata.dev/drift-mode";
 
@@ -60,8 +69,13 @@ pub mod state {
     pub const FAILED: &str = "Failed";
     pub const HOLD: &str = "Hold";
     pub const DELETING: &str = "Deleting";
+    /// A failed attempt is being replaced by a kept revision (`spec.rollback`).
+    pub const ROLLING_BACK: &str = "RollingBack";
+    /// The layer runs a kept revision after a failed attempt (or a requested rollback), and
+    /// stays there until its source or spec changes.
+    pub const ROLLED_BACK: &str = "RolledBack";
 
-    pub const ALL: [&str; 9] = [
+    pub const ALL: [&str; 11] = [
         PENDING,
         K8S_VERSION,
         APPLY_PENDING,
@@ -71,6 +85,8 @@ pub mod state {
         FAILED,
         HOLD,
         DELETING,
+        ROLLING_BACK,
+        ROLLED_BACK,
     ];
 }
 
@@ -121,4 +137,10 @@ pub mod reason {
     pub const SUCCEEDED: &str = "ReconciliationSucceeded";
     pub const PROGRESSING: &str = "Progressing";
     pub const TEARDOWN_TIMED_OUT: &str = "TeardownTimedOut";
+    /// A rollback asked for with `strata.dev/rollback-requested-at`.
+    pub const ROLLBACK_REQUESTED: &str = "RollbackRequested";
+    /// `spec.rollback` is on but no deployed revision is kept to go back to.
+    pub const ROLLBACK_UNAVAILABLE: &str = "RollbackUnavailable";
+    /// The kept revision could not be applied, or did not become healthy.
+    pub const ROLLBACK_FAILED: &str = "RollbackFailed";
 }

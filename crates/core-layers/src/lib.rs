@@ -20,6 +20,7 @@ pub mod kraan;
 pub mod manifest;
 pub mod objects;
 pub mod plan;
+pub mod rollback;
 pub mod source;
 pub mod substitute;
 

@@ -9,7 +9,7 @@ pub mod reconcile;
 
 // The API, sources, manifests and every decision live in `core-layers`, shared with the
 // drift-observer, the admission-webhook and the CLI; this crate is the shell that acts on them.
-pub use core_layers::{crd, deps, error, keys, plan, source};
+pub use core_layers::{crd, deps, error, keys, plan, rollback, source};
 pub use layer_reader::{read, source_cache, stale};
 
 use prometheus_client::registry::Registry;

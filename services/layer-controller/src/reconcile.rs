@@ -19,6 +19,7 @@ mod health_watch;
 mod index;
 mod pass;
 mod prune;
+mod rollback;
 mod status;
 mod triggers;
 
@@ -149,6 +150,9 @@ fn duration(value: &str) -> std::result::Result<Duration, String> {
     core_k8s::args::parse_duration(value).map_err(|e| e.to_string())
 }
 
+/// An attempt: the source revision and the layer's generation.
+type Attempt = (String, Option<i64>);
+
 /// What one process remembers between reconciles (nothing here is needed for correctness
 /// after a restart; it only saves work and measures waits).
 #[derive(Debug, Default)]
@@ -157,6 +161,8 @@ struct Memory {
     applied: Option<((String, Option<i64>), Instant)>,
     blocked_since: Option<Instant>,
     attempt_started: Option<Instant>,
+    /// The attempt whose manifests were last kept for rollback, and the kept list then.
+    kept: Option<(Attempt, Vec<crate::crd::KeptRevision>)>,
 }
 
 /// State shared by all reconciles.

@@ -107,6 +107,14 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
             ));
         }
     }
+    if let Some(keep) = layer.spec.rollback.as_ref().and_then(|r| r.keep)
+        && !(1..=crate::rollback::MAX_KEEP).contains(&keep)
+    {
+        errors.push(format!(
+            "spec.rollback.keep: {keep} is not between 1 and {}",
+            crate::rollback::MAX_KEEP
+        ));
+    }
     if let Some(post_build) = &layer.spec.post_build {
         for key in post_build.substitute.keys() {
             if !crate::substitute::valid_name(key) {
@@ -186,6 +194,28 @@ mod tests {
             ),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn rollback_keep_is_bounded() {
+        for (keep, valid) in [
+            (None, true),
+            (Some(1), true),
+            (Some(10), true),
+            (Some(0), false),
+            (Some(11), false),
+        ] {
+            let mut this = layer(vec![]);
+            this.spec.rollback = Some(crate::crd::RollbackSpec {
+                enabled: true,
+                keep,
+            });
+            let errors = spec_errors(&this);
+            assert_eq!(errors.is_empty(), valid, "keep {keep:?}: {errors:?}");
+            if !valid {
+                assert!(errors[0].starts_with("spec.rollback.keep: "), "{errors:?}");
+            }
+        }
     }
 
     #[test]

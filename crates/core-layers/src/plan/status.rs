@@ -77,7 +77,9 @@ pub fn conditions(
         }
     };
     let deployed = layer_state == state::DEPLOYED;
-    let failed = layer_state == state::FAILED;
+    // Rolled back, the layer stays on the kept revision until its source or spec changes:
+    // no progress without someone acting, as kstatus means by Stalled.
+    let failed = matches!(layer_state, state::FAILED | state::ROLLED_BACK);
     let working = matches!(
         layer_state,
         state::PENDING
@@ -86,6 +88,7 @@ pub fn conditions(
             | state::APPLYING
             | state::PRUNING
             | state::DELETING
+            | state::ROLLING_BACK
     );
     let mut out = vec![
         make(layer_state, true, layer_state),

@@ -14,7 +14,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::ObjectRef as LayerKey;
 use serde_json::{Value, json};
 
-use crate::crd::{AddonsLayer, InventoryEntry, LayerSet};
+use crate::crd::{AddonsLayer, InventoryEntry, LayerSet, RolledBack};
 use crate::error::{LayerError, Result};
 use crate::keys::{ORPHANED_LABEL, ORPHANED_STATUS, reason, state};
 use crate::lock;
@@ -59,6 +59,14 @@ pub(super) async fn apply_layer(
     let same_attempt = previous.last_attempted_revision.as_deref() == Some(revision.as_str())
         && previous.observed_generation == layer.metadata.generation;
     let previous_state = previous.state.as_deref().unwrap_or_default();
+    // A rollback asked for, or one decided earlier for this very attempt: the kept revision,
+    // not the source's (see `rollback`).
+    if let Some(pass) =
+        super::rollback::instead_of_attempt(layer, ctx, shared, &revision, interval, timeout)
+            .await?
+    {
+        return Ok(pass);
+    }
     // How long ago this very attempt was fully applied, if within the interval.
     let applied_ago = lock(&shared.memory)
         .get(&name)
@@ -79,28 +87,18 @@ pub(super) async fn apply_layer(
             )));
         }
         if (previous_state == state::APPLYING || previous_state == state::FAILED)
-            && let Some((inventory, versions)) = recheck(
-                &shared.reader,
+            && let Some(pass) = rejudge(
+                layer,
+                shared,
                 &previous.inventory,
-                &rules,
-                Some((&shared.health, &name)),
+                (revision.clone(), same_attempt),
+                (interval, timeout),
+                None,
             )
             .await?
         {
-            let attempt = Attempt {
-                revision,
-                same: same_attempt,
-                interval,
-                timeout,
-                prune_wait: None,
-                observed: Observed {
-                    at: checked_at,
-                    versions,
-                    judges_pods: rules.needs_pods(),
-                    kstatus_rules: rules.is_kstatus(),
-                },
-            };
-            return judge(layer, shared, attempt, inventory).await;
+            return super::rollback::after_attempt(layer, ctx, shared, pass, interval, timeout)
+                .await;
         }
     }
 
@@ -150,6 +148,10 @@ pub(super) async fn apply_layer(
         return Ok(Pass::report(report, Action::requeue(interval)));
     }
 
+    // With `spec.rollback`, what this attempt applies is kept before it is applied: a
+    // controller that stops halfway can still roll back to it once it has deployed.
+    super::rollback::keep_revision(ctx, shared, layer, &revision, &manifests).await?;
+
     // A new attempt sends only the applies that change something (see
     // `unchanged_since_applied`); a re-apply of the same attempt (the interval, a reconcile
     // request, a retry after a failure) sends every one, so that the account's rights and the
@@ -164,6 +166,7 @@ pub(super) async fn apply_layer(
         &access,
         shared,
         layer,
+        &layer.spec.version,
         &manifests,
         &desired,
         &rules,
@@ -172,13 +175,14 @@ pub(super) async fn apply_layer(
     )
     .await?;
     if !failures.is_empty() {
-        return Ok(failed_apply(
+        let pass = failed_apply(
             &previous.inventory,
             &inventory,
             &failures,
             revision,
             interval,
-        ));
+        );
+        return super::rollback::after_attempt(layer, ctx, shared, pass, interval, timeout).await;
     }
     lock(&shared.memory)
         .entry(name.clone())
@@ -194,7 +198,7 @@ pub(super) async fn apply_layer(
         &previous.inventory,
         &mut inventory,
         &wanted_by,
-        interval,
+        plan::orphan_grace(shared.args.orphan_grace, interval),
     )
     .await?;
     let attempt = Attempt {
@@ -210,13 +214,56 @@ pub(super) async fn apply_layer(
             kstatus_rules: rules.is_kstatus(),
         },
     };
-    judge(layer, shared, attempt, inventory).await
+    let pass = judge(layer, shared, attempt, inventory, None).await?;
+    super::rollback::after_attempt(layer, ctx, shared, pass, interval, timeout).await
+}
+
+/// Judges the objects `inventory` lists as they stand now, without applying anything: an
+/// attempt (or a rollback) already applied within the interval, waiting on health. `None`
+/// when one of them is missing (it must be applied again).
+pub(super) async fn rejudge(
+    layer: &AddonsLayer,
+    shared: &Shared,
+    inventory: &[InventoryEntry],
+    (revision, same): (String, bool),
+    (interval, timeout): (Duration, Duration),
+    rollback: Option<&RolledBack>,
+) -> Result<Option<Pass>> {
+    let rules = plan::layer_rules(layer).unwrap_or_default();
+    let checked_at = Instant::now();
+    let name = layer.name_any();
+    let Some((inventory, versions)) = recheck(
+        &shared.reader,
+        inventory,
+        &rules,
+        Some((&shared.health, &name)),
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let attempt = Attempt {
+        revision,
+        same,
+        interval,
+        timeout,
+        prune_wait: None,
+        observed: Observed {
+            at: checked_at,
+            versions,
+            judges_pods: rules.needs_pods(),
+            kstatus_rules: rules.is_kstatus(),
+        },
+    };
+    judge(layer, shared, attempt, inventory, rollback)
+        .await
+        .map(Some)
 }
 
 /// The report of an attempt whose apply failed: nothing is pruned after a failed apply, and
 /// the inventory keeps everything the layer owns (what it owned before and what it applied
 /// now).
-fn failed_apply(
+pub(super) fn failed_apply(
     owned_before: &[InventoryEntry],
     applied: &[InventoryEntry],
     failures: &[String],
@@ -245,7 +292,7 @@ fn failed_apply(
 /// waiting out their grace window join the inventory (as orphaned entries). Returns when the
 /// next grace window ends, if one does.
 #[allow(clippy::too_many_arguments)]
-async fn prune_left(
+pub(super) async fn prune_left(
     ctx: &Context,
     access: &Access,
     shared: &Shared,
@@ -253,7 +300,7 @@ async fn prune_left(
     owned_before: &[InventoryEntry],
     inventory: &mut Vec<InventoryEntry>,
     wanted_by: &BTreeMap<ObjectRef, BTreeSet<String>>,
-    interval: Duration,
+    grace: Duration,
 ) -> Result<Option<Duration>> {
     let applied: BTreeSet<ObjectRef> = inventory.iter().map(ObjectRef::of_entry).collect();
     let stale_entries: Vec<&InventoryEntry> = owned_before
@@ -263,7 +310,6 @@ async fn prune_left(
     if stale_entries.is_empty() {
         return Ok(None);
     }
-    let grace = plan::orphan_grace(shared.args.orphan_grace, interval);
     let pending = prune(ctx, access, shared, layer, &stale_entries, wanted_by, grace).await?;
     Ok(pending.map(|(entries, wait)| {
         inventory.extend(entries);
@@ -272,19 +318,19 @@ async fn prune_left(
 }
 
 /// What a layer wants and who else claims it.
-struct Claims {
+pub(super) struct Claims {
     /// The objects of the layer's manifests, in manifest order.
-    desired: Vec<ObjectRef>,
+    pub(super) desired: Vec<ObjectRef>,
     /// The layers whose sources want each contested or leaving object.
-    wanted_by: BTreeMap<ObjectRef, BTreeSet<String>>,
+    pub(super) wanted_by: BTreeMap<ObjectRef, BTreeSet<String>>,
     /// The objects another layer owns and still wants, with that layer.
-    conflicts: Vec<(ObjectRef, String)>,
+    pub(super) conflicts: Vec<(ObjectRef, String)>,
 }
 
 /// The objects `name` wants, their owners from the index the layer watch keeps (each
 /// confirmed against the owner's cached copy, see `index`), and which of them another layer
 /// owns and still wants.
-async fn claims(
+pub(super) async fn claims(
     shared: &Shared,
     name: &str,
     inventory: &[InventoryEntry],
@@ -367,20 +413,21 @@ async fn claims(
 
 /// What the staged apply left: the entries applied (or left unchanged), the versions they
 /// were judged at, and the failures.
-struct Staged {
-    inventory: Vec<InventoryEntry>,
-    versions: JudgedVersions,
-    failures: Vec<String>,
+pub(super) struct Staged {
+    pub(super) inventory: Vec<InventoryEntry>,
+    pub(super) versions: JudgedVersions,
+    pub(super) failures: Vec<String>,
 }
 
 /// Stage 1, CRDs and Namespaces, waited on (up to a minute) before anything that may need
 /// them; then cluster-scoped objects and namespaced ones, each in kind order. A stage that
 /// fails stops the next.
 #[allow(clippy::too_many_arguments)]
-async fn apply_stages(
+pub(super) async fn apply_stages(
     access: &Access,
     shared: &Shared,
     layer: &AddonsLayer,
+    version: &str,
     manifests: &[Manifest],
     desired: &[ObjectRef],
     rules: &Rules,
@@ -388,11 +435,10 @@ async fn apply_stages(
     timeout: Duration,
 ) -> Result<Staged> {
     let name = layer.name_any();
-    let version = layer.spec.version.clone();
     let prepared: Vec<(usize, Value)> = manifests
         .iter()
         .enumerate()
-        .map(|(i, m)| (i, plan::prepare_manifest(&m.value, &name, &version)))
+        .map(|(i, m)| (i, plan::prepare_manifest(&m.value, &name, version)))
         .collect();
     let (mut definitions, rest): (Vec<_>, Vec<_>) = prepared.into_iter().partition(|(i, _)| {
         plan::is_definition(&manifests[*i].api_version, &manifests[*i].object.kind)
@@ -713,7 +759,7 @@ async fn wait_established(
 /// (one LIST by its selector).
 /// With `known` (the health wake-ups and the layer), an object Current at the layer's last
 /// pass that its kind's watch shows unchanged since is not read again: it is still Current.
-async fn recheck(
+pub(super) async fn recheck(
     reader: &Reader,
     inventory: &[InventoryEntry],
     rules: &Rules,
@@ -793,29 +839,29 @@ async fn workload_pods(
 
 /// The apply attempt being judged.
 #[derive(Debug)]
-struct Attempt {
-    revision: String,
+pub(super) struct Attempt {
+    pub(super) revision: String,
     /// Same revision and generation as the previous pass.
-    same: bool,
-    interval: Duration,
-    timeout: Duration,
+    pub(super) same: bool,
+    pub(super) interval: Duration,
+    pub(super) timeout: Duration,
     /// When the next orphaned object's grace window ends.
-    prune_wait: Option<Duration>,
+    pub(super) prune_wait: Option<Duration>,
     /// How this pass saw the objects, for the health wake-ups.
-    observed: Observed,
+    pub(super) observed: Observed,
 }
 
 /// How a pass saw a layer's objects.
 #[derive(Debug)]
-struct Observed {
+pub(super) struct Observed {
     /// When the pass began reading or applying them.
-    at: Instant,
+    pub(super) at: Instant,
     /// Their versions as judged.
-    versions: JudgedVersions,
+    pub(super) versions: JudgedVersions,
     /// The rules judge pods, whose changes no object watch sees: poll.
-    judges_pods: bool,
+    pub(super) judges_pods: bool,
     /// The rules are kstatus' own, as the workload watches judge their events.
-    kstatus_rules: bool,
+    pub(super) kstatus_rules: bool,
 }
 
 /// Turns the inventory into the layer's state: Deployed, still Applying, or Failed.
@@ -834,11 +880,12 @@ struct Observed {
             .collect::<Vec<_>>(),
     )
 )]
-async fn judge(
+pub(super) async fn judge(
     layer: &AddonsLayer,
     shared: &Shared,
     attempt: Attempt,
     inventory: Vec<InventoryEntry>,
+    rollback: Option<&RolledBack>,
 ) -> Result<Pass> {
     let Attempt {
         revision,
@@ -857,11 +904,17 @@ async fn judge(
         .cloned()
         .collect();
     let pending_prune = inventory.len() - desired.len();
-    let elapsed = if same_attempt && previous_state == state::APPLYING {
-        plan::state_since(layer, state::APPLYING)
+    // A rollback's health wait counts from when it began rolling back, an attempt's from
+    // when it began applying.
+    let waiting_state = match rollback {
+        Some(_) => state::ROLLING_BACK,
+        None => state::APPLYING,
+    };
+    let elapsed = if same_attempt && previous_state == waiting_state {
+        plan::state_since(layer, waiting_state)
             .map(|since| Timestamp::now().duration_since(since).unsigned_abs())
             .unwrap_or_default()
-    } else if same_attempt && shared.first_reports.held(layer).is_some() {
+    } else if same_attempt && rollback.is_none() && shared.first_reports.held(layer).is_some() {
         // Held back, the attempt has no Applying state to count from: since it began.
         lock(&shared.memory)
             .get(&name)
@@ -874,7 +927,32 @@ async fn judge(
     // Whatever the outcome, what the layer waited on is replaced: a layer still applying
     // registers afresh below.
     shared.health.forget(&name);
-    let (report, action) = match plan::outcome(&desired, elapsed, timeout) {
+    let outcome = plan::outcome(&desired, elapsed, timeout);
+    if let Some(rolled_back) = rollback {
+        let (report, next) = super::rollback::judged(
+            layer,
+            rolled_back,
+            outcome,
+            pending_prune,
+            same_attempt && previous_state == state::FAILED,
+        );
+        let next = match next {
+            super::rollback::Next::Interval => interval,
+            super::rollback::Next::Retry => interval.min(Duration::from_secs(30)),
+            super::rollback::Next::Prune => prune_wait.map_or(interval, |w| w.min(interval)),
+            super::rollback::Next::Health => {
+                let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
+                next_health_check(shared, &name, &desired, &observed, remaining).await
+            }
+        };
+        let report = Report {
+            inventory: Some(inventory),
+            attempted_revision: Some(revision),
+            ..report
+        };
+        return Ok(Pass::report(report, Action::requeue(next)));
+    }
+    let (report, action) = match outcome {
         Outcome::Deployed => {
             let started = lock(&shared.memory)
                 .get_mut(&name)

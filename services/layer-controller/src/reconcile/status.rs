@@ -9,7 +9,9 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-use crate::crd::{AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry};
+use crate::crd::{
+    AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry, KeptRevision, RolledBack,
+};
 use crate::error::{LayerError, Result};
 use crate::keys::{FINALIZER, RECONCILE_REQUESTED_AT, condition, state};
 use crate::plan;
@@ -28,6 +30,17 @@ pub(super) struct Report {
     /// Set when this revision is now deployed.
     pub(super) deployed_revision: Option<String>,
     pub(super) attempted_revision: Option<String>,
+    /// Outcomes to add to the history, newest first (besides a newly deployed revision and
+    /// a newly failed attempt, which are added from the state).
+    pub(super) history: Vec<HistoryEntry>,
+    /// `None` keeps the previous list of kept revisions.
+    pub(super) kept: Option<Vec<KeptRevision>>,
+    /// `None` keeps the previous `rolledBack` (cleared when the layer is Deployed).
+    pub(super) rolled_back: Option<RolledBack>,
+    /// The version running, when not `spec.version` (a restored revision's).
+    pub(super) version: Option<String>,
+    /// The rollback request this pass handled.
+    pub(super) handled_rollback_at: Option<String>,
 }
 
 impl Report {
@@ -40,6 +53,11 @@ impl Report {
             inventory: None,
             deployed_revision: None,
             attempted_revision: None,
+            history: Vec::new(),
+            kept: None,
+            rolled_back: None,
+            version: None,
+            handled_rollback_at: None,
         }
     }
 }
@@ -88,25 +106,12 @@ pub(super) async fn write_status(
     }
     let previous = layer.status.clone().unwrap_or_default();
     let now = Timestamp::now();
-    let mut history = previous.history.clone();
-    let mut revision = previous.revision.clone();
-    if let Some(deployed) = &report.deployed_revision {
-        revision = Some(deployed.clone());
-        let already = history
-            .first()
-            .is_some_and(|h| h.revision == *deployed && h.version == layer.spec.version);
-        if !already {
-            history.insert(
-                0,
-                HistoryEntry {
-                    revision: deployed.clone(),
-                    version: layer.spec.version.clone(),
-                    deployed_at: core_status::augment::format_time(now),
-                },
-            );
-            history.truncate(plan::HISTORY_LIMIT);
-        }
-    }
+    let (history, revision) = history_after(layer, &previous, &report, now);
+    let rolled_back = match (&report.rolled_back, report.state) {
+        (Some(rolled_back), _) => Some(rolled_back.clone()),
+        (None, state::DEPLOYED | state::PRUNING) => None,
+        (None, _) => previous.rolled_back.clone(),
+    };
     let status = AddonsLayerStatus {
         state: Some(report.state.to_string()),
         conditions: plan::conditions(
@@ -121,7 +126,12 @@ pub(super) async fn write_status(
         last_attempted_revision: report
             .attempted_revision
             .or(previous.last_attempted_revision.clone()),
-        version: Some(layer.spec.version.clone()),
+        version: Some(
+            report
+                .version
+                .clone()
+                .unwrap_or_else(|| layer.spec.version.clone()),
+        ),
         observed_generation: layer.metadata.generation,
         // A held first report's inventory is what the layer owns (see `first_report`).
         inventory: report
@@ -135,6 +145,15 @@ pub(super) async fn write_status(
             .or(previous.last_handled_reconcile_at.clone()),
         // The drift-observer's fields: never part of our apply (SSA would take them over).
         drift: Vec::new(),
+        kept_revisions: report
+            .kept
+            .clone()
+            .unwrap_or_else(|| previous.kept_revisions.clone()),
+        rolled_back,
+        last_handled_rollback_at: report
+            .handled_rollback_at
+            .clone()
+            .or(previous.last_handled_rollback_at.clone()),
     };
     let status = AddonsLayerStatus {
         resources: plan::kraan_resources(&status.inventory, &previous.resources, now),
@@ -155,7 +174,11 @@ pub(super) async fn write_status(
         .wrote(&name, written.metadata.resource_version.as_deref());
     shared.first_reports.release(&name);
     if previous.state.as_deref() != Some(report.state) {
-        let severity = if report.state == state::FAILED {
+        // A rollback is a warning: the revision asked for is not what runs.
+        let severity = if matches!(
+            report.state,
+            state::FAILED | state::ROLLING_BACK | state::ROLLED_BACK
+        ) {
             Severity::Warning
         } else {
             Severity::Normal
@@ -170,6 +193,82 @@ pub(super) async fn write_status(
         tracing::info!(layer = %name, state = report.state, message = %report.message, "layer state changed");
     }
     Ok(())
+}
+
+/// The history and deployed revision after `report`: a revision newly deployed, an attempt
+/// newly failed and the report's own entries go first; the oldest beyond
+/// [`plan::HISTORY_LIMIT`] go.
+fn history_after(
+    layer: &AddonsLayer,
+    previous: &AddonsLayerStatus,
+    report: &Report,
+    now: Timestamp,
+) -> (Vec<HistoryEntry>, Option<String>) {
+    let at = core_status::augment::format_time(now);
+    let mut history = previous.history.clone();
+    let mut revision = previous.revision.clone();
+    let generation = layer.metadata.generation;
+    let mut add = |entry: HistoryEntry| {
+        history.insert(0, entry);
+        history.truncate(plan::HISTORY_LIMIT);
+    };
+    if let Some(deployed) = &report.deployed_revision {
+        revision = Some(deployed.clone());
+        let already = previous.history.first().is_some_and(|h| {
+            h.revision == *deployed
+                && h.version == layer.spec.version
+                && h.outcome() == state::DEPLOYED
+        });
+        let deployed_now = matches!(report.state, state::DEPLOYED | state::PRUNING);
+        if !already && deployed_now {
+            add(HistoryEntry {
+                revision: deployed.clone(),
+                version: layer.spec.version.clone(),
+                generation,
+                outcome: Some(state::DEPLOYED.into()),
+                deployed_at: Some(at.clone()),
+                ..Default::default()
+            });
+        }
+    }
+    // An attempt that turns Failed is recorded once, when it does.
+    let attempted = report
+        .attempted_revision
+        .as_ref()
+        .or(previous.last_attempted_revision.as_ref());
+    let newly_failed = report.state == state::FAILED
+        && (previous.state.as_deref() != Some(state::FAILED)
+            || previous.last_attempted_revision.as_ref() != attempted
+            || previous.observed_generation != generation);
+    if newly_failed && let Some(attempted) = attempted {
+        add(HistoryEntry {
+            revision: attempted.clone(),
+            version: layer.spec.version.clone(),
+            generation,
+            outcome: Some(state::FAILED.into()),
+            failed_at: Some(at.clone()),
+            reason: Some(report.reason.clone()),
+            message: Some(bounded(&report.message)),
+            ..Default::default()
+        });
+    }
+    for entry in report.history.iter().rev() {
+        add(entry.clone());
+    }
+    (history, revision)
+}
+
+/// A message as the history keeps it: its first 512 bytes.
+fn bounded(message: &str) -> String {
+    const LIMIT: usize = 512;
+    if message.len() <= LIMIT {
+        return message.to_string();
+    }
+    let mut end = LIMIT;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 /// Whether the layer carries a reconcile request (a drift heal, a user's) not handled yet.
