@@ -829,8 +829,79 @@ kustomize-controller with 2 CPUs and `--concurrent` 20; **not run here**): 100 a
 PY
 }
 
+fleet_rollback_bench() {
+  # #54: the fleet with `spec.rollback` on for every layer (each attempt's rendered manifests
+  # kept in a Secret before it is applied), RUNS times at the largest size and last client
+  # limit, beside the same fleet without it in the same part, so the cost of keeping
+  # revisions is the difference of two rows measured together.
+  echo "bench: building the layer-controller (release) and the fleet driver" >&2
+  cargo build --release -p layer-controller >&2
+  cargo build -p strata-e2e --bins >&2
+  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+  local driver="$target/driver/examples/fleet_bench"
+  local n qps
+  n="${BENCH_FLEET_ROLLBACK_SIZE:-1000}"; qps="${BENCH_FLEET_ROLLBACK_QPS:-200}"
+  : > "$work/fleet-rollback.jsonl"
+  for _ in $(seq 1 "$RUNS"); do
+    for rollback in "" 1; do
+      env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
+        BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+        ${rollback:+BENCH_FLEET_ROLLBACK=1} \
+        scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-rollback.jsonl"
+    done
+  done
+  python3 - "$work/fleet-rollback.jsonl" "$RUNS" <<'PY'
+import json, sys, datetime, statistics
+sys.path.insert(0, "bench"); import docs_section
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rows, medians = [], {}
+for on in (False, True):
+    rs = [r for r in runs if bool(r.get("rollback")) == on]
+    for r in rs:
+        c, cf = r["create_to_all_deployed_seconds"], r["create_floor_seconds"]
+        u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
+        kept = (f"{r['kept_bytes_per_layer']:.0f} B ({r['kept_revision_secrets']} Secrets)"
+                if on else "—")
+        rows.append(f"| {'on' if on else 'off'} | {r['layers']} | {r['controller_manager_qps']} | {c:.1f} s ({c/cf:.2f}×) "
+                    f"| {u:.1f} s ({u/uf:.2f}×) | {r['controller_peak_rss_kib']/1024:.1f} MiB "
+                    f"| {(r.get('cpu_seconds_create') or {}).get('layer-controller', 0.0):.1f} s | {kept} |")
+    if rs:
+        medians[on] = {k: statistics.median(r[k] for r in rs) for k in
+                       ("create_to_all_deployed_seconds", "upgrade_to_all_deployed_seconds", "controller_peak_rss_kib")}
+summary = ""
+if len(medians) == 2:
+    off, on = medians[False], medians[True]
+    summary = ("Medians, rollback on / off: " + ", ".join(
+        f"{label} {on[k]/scale:.1f} / {off[k]/scale:.1f} {unit}"
+        for label, k, unit, scale in (("create", "create_to_all_deployed_seconds", "s", 1),
+                                      ("upgrade", "upgrade_to_all_deployed_seconds", "s", 1),
+                                      ("peak RSS", "controller_peak_rss_kib", "MiB", 1024))) + ".")
+docs_section.write("fleet-rollback", f"""
+## layer-controller: the fleet with `spec.rollback` on every layer
+
+Command: `BENCH_ONLY=fleet-rollback bench/run.sh` (`BENCH_FLEET_ROLLBACK_SIZE`, default 1000;
+`BENCH_FLEET_ROLLBACK_QPS`, default 200); {sys.argv[2]} run(s) each way, alternating, each on a
+fresh local control plane, {datetime.date.today().isoformat()}. The fleet of the section above
+(same driver, same rounds: create, then upgrade by one variable), once without and once with
+`spec.rollback: {{enabled: true}}` on every layer (`BENCH_FLEET_ROLLBACK=1`): each new attempt's
+rendered manifests are compressed and kept in the layer's Secret `strata-revisions.<layer>`
+before they are applied (one GET and one apply of that Secret per attempt). *Kept* is the
+Secrets' data per layer after the upgrade round (two revisions kept: the upgrade's and the
+create's), read from the API server. Ratios are to the kube-controller-manager floor of the
+same run, as above.
+
+| rollback | layers | KCM QPS | create (floor ratio) | upgrade (floor ratio) | peak RSS | layer-controller CPU, create | kept per layer |
+|---|---:|---:|---:|---:|---:|---:|---:|
+{chr(10).join(rows)}
+
+{summary}
+""")
+PY
+}
+
 case "${BENCH_ONLY:-}" in
   fleet) fleet_bench; exit 0 ;;
+  fleet-rollback) fleet_rollback_bench; exit 0 ;;
   anchor) anchor_bench; exit 0 ;;
   layers) layers_bench; exit 0 ;;
   rollout) rollout_bench; exit 0 ;;
@@ -1063,6 +1134,7 @@ failfast_bench
 if [[ "${BENCH_ONLY:-}" != core-status ]]; then
   layers_bench
   fleet_bench
+  fleet_rollback_bench
   drift_bench
   render_bench
   rollout_bench

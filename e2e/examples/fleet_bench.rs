@@ -148,7 +148,7 @@ fn layer(
     if let Some(shard) = shard {
         labels[layer_controller::keys::SHARD_LABEL] = shard.into();
     }
-    serde_json::json!({
+    let mut layer = serde_json::json!({
         "apiVersion": "strata.dev/v1alpha1", "kind": "AddonsLayer",
         "metadata": {"name": format!("{ns}-{app}"), "labels": labels},
         "spec": {
@@ -157,7 +157,40 @@ fn layer(
             "source": {"kind": "OCIRepository", "name": app, "namespace": ns, "path": "./"},
             "postBuild": {"substitute": {"APP": app, "NAMESPACE": namespace, "RELEASE": release}},
         },
-    })
+    });
+    // With `$BENCH_FLEET_ROLLBACK` every layer rolls back on failure: each attempt's
+    // manifests are kept in a Secret before it is applied.
+    if std::env::var_os("BENCH_FLEET_ROLLBACK").is_some() {
+        layer["spec"]["rollback"] = serde_json::json!({"enabled": true});
+    }
+    layer
+}
+
+/// What the layers of suite `ns` keep for rollback: (Secrets, their data bytes per layer).
+async fn kept_revisions(client: &kube::Client, ns: &str, apps: usize) -> Result<(usize, f64)> {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::ResourceExt as _;
+    let secrets: Api<Secret> = Api::all(client.clone());
+    let selector = format!("{}=revisions", layer_controller::keys::KEPT_REVISIONS_LABEL);
+    let listed = secrets
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await?;
+    let prefix = format!("{ns}-");
+    let ours: Vec<&Secret> = listed
+        .items
+        .iter()
+        .filter(|s| {
+            s.annotations()
+                .get(layer_controller::keys::KEPT_REVISIONS_LABEL)
+                .is_some_and(|layer| layer.starts_with(&prefix))
+        })
+        .collect();
+    let bytes: usize = ours
+        .iter()
+        .flat_map(|s| s.data.iter().flatten())
+        .map(|(_, v)| v.0.len())
+        .sum();
+    Ok((ours.len(), bytes as f64 / apps as f64))
 }
 
 /// Watches, from `started`, for when kube-controller-manager has observed every bench
@@ -1050,6 +1083,10 @@ async fn main() -> Result<()> {
         Some(_) => Some(observe_fleet(&api, &selector, &ns, &names, &impersonation).await?),
         None => None,
     };
+    let kept = match std::env::var_os("BENCH_FLEET_ROLLBACK") {
+        Some(_) => Some(kept_revisions(&client, &ns, apps).await?),
+        None => None,
+    };
     let per_layer = |by_verb: &BTreeMap<String, f64>| -> serde_json::Value {
         by_verb
             .iter()
@@ -1087,6 +1124,9 @@ async fn main() -> Result<()> {
         "unchanged_objects_per_layer_upgrade": (objects_total.1 - objects_first.1) / apps as f64,
         "controller_args": controller_args,
         "observer": observer,
+        "rollback": kept.is_some(),
+        "kept_revision_secrets": kept.map(|(n, _)| n),
+        "kept_bytes_per_layer": kept.map(|(_, b)| b),
     });
     println!("{result}");
     drop(controllers);
