@@ -411,3 +411,17 @@ pub async fn layer_events(
     about.sort_by_key(|e| e.metadata.creation_timestamp.clone());
     Ok(about)
 }
+
+/// Waits up to 90 s until the status of layer `layer` satisfies `pred`, and returns it.
+pub async fn wait_layer(
+    client: &Client,
+    layer: &str,
+    what: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> Result<serde_json::Value> {
+    crate::support::eventually(what, std::time::Duration::from_secs(90), || async {
+        let status = layer_status(client, layer).await?;
+        Ok(pred(&status).then_some(status))
+    })
+    .await
+}

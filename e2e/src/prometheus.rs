@@ -33,18 +33,6 @@ pub struct Prometheus {
     process: ServiceProcess,
 }
 
-/// `text` percent-encoded for a URL query value.
-fn encode(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 impl Prometheus {
     /// Starts Prometheus scraping `targets` every second (and kube-apiserver at `apiserver`,
     /// with the plane's client certificate, when given), evaluating `rules` (a rule file's
@@ -134,7 +122,10 @@ impl Prometheus {
     pub async fn query(&self, expr: &str) -> Result<Vec<Value>> {
         let (_, body) = http_get(
             self.address,
-            &format!("/api/v1/query?query={}", encode(expr)),
+            &format!(
+                "/api/v1/query?query={}",
+                core_k8s::http_get::percent_encode(expr)
+            ),
         )
         .await?;
         Ok(Self::data(&body, expr)?["result"]
@@ -175,18 +166,5 @@ impl Prometheus {
 
     pub fn logs(&self) -> String {
         self.process.logs()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn queries_are_percent_encoded() {
-        assert_eq!(
-            encode(r#"sum by (le) (rate(x{a=~"b.*"}[1m]))"#),
-            "sum%20by%20%28le%29%20%28rate%28x%7Ba%3D~%22b.%2A%22%7D%5B1m%5D%29%29"
-        );
     }
 }

@@ -19,7 +19,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Api, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use strata_e2e::flux::{deployment_yaml_ready, install_layer_crds, layer_status, source_configmap};
+use strata_e2e::flux::{
+    deployment_yaml_ready, install_layer_crds, layer_status, source_configmap, wait_layer,
+};
 use strata_e2e::services::{ServiceProcess, bin_dir, delete_layers_then_stop, start_layer_service};
 use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
@@ -70,19 +72,6 @@ fn deployment(ns: &str, name: &str, image: &str, ready: bool) -> String {
 async fn publish(client: &Client, ns: &str, files: &[(&str, String)]) -> Result<()> {
     apply_yaml(client, ns, &source_configmap(ns, "apps", files)).await?;
     Ok(())
-}
-
-async fn wait_for(
-    client: &Client,
-    layer: &str,
-    what: &str,
-    pred: impl Fn(&Value) -> bool,
-) -> Result<Value> {
-    eventually(what, Duration::from_secs(90), || async {
-        let status = layer_status(client, layer).await?;
-        Ok(pred(&status).then_some(status))
-    })
-    .await
 }
 
 fn text(v: &Value) -> String {
@@ -165,7 +154,7 @@ async fn first_revision(client: &Client, ns: &str, layer: &str) -> Result<String
     )
     .await?;
     apply_yaml(client, ns, &layer_yaml(ns)).await?;
-    let deployed = wait_for(client, layer, "the first revision Deployed", |s| {
+    let deployed = wait_layer(client, layer, "the first revision Deployed", |s| {
         s["state"] == "Deployed"
     })
     .await?;
@@ -208,7 +197,7 @@ async fn a_revision_that_cannot_start_is_rolled_back_and_not_tried_again() -> Re
         ],
     )
     .await?;
-    let rolled = wait_for(&client, &layer, "rolled back", |s| {
+    let rolled = wait_layer(&client, &layer, "rolled back", |s| {
         s["state"] == "RolledBack"
     })
     .await?;
@@ -277,7 +266,7 @@ async fn a_revision_that_cannot_start_is_rolled_back_and_not_tried_again() -> Re
         ),
     )
     .await?;
-    let healed = wait_for(&client, &layer, "the request handled", |s| {
+    let healed = wait_layer(&client, &layer, "the request handled", |s| {
         s["lastHandledReconcileAt"] == at.as_str() && s["state"] == "RolledBack"
     })
     .await?;
@@ -325,7 +314,7 @@ async fn a_revision_that_cannot_start_is_rolled_back_and_not_tried_again() -> Re
         ],
     )
     .await?;
-    let fixed = wait_for(&client, &layer, "the fix Deployed", |s| {
+    let fixed = wait_layer(&client, &layer, "the fix Deployed", |s| {
         s["state"] == "Deployed" && s["revision"] != good.as_str()
     })
     .await?;
@@ -389,7 +378,7 @@ async fn a_refused_apply_is_rolled_back() -> Result<()> {
         ],
     )
     .await?;
-    let rolled = wait_for(&client, &layer, "rolled back", |s| {
+    let rolled = wait_layer(&client, &layer, "rolled back", |s| {
         s["state"] == "RolledBack"
     })
     .await?;
@@ -457,7 +446,7 @@ async fn a_controller_killed_while_rolling_back_ends_rolled_back() -> Result<()>
     .await?;
     // Long enough for the kill and the restart to fit in the rollback's own health wait.
     apply_yaml(&client, &ns, &layer_with_timeout(&ns, "20s")).await?;
-    let deployed = wait_for(&client, &layer, "Deployed", |s| s["state"] == "Deployed").await?;
+    let deployed = wait_layer(&client, &layer, "Deployed", |s| s["state"] == "Deployed").await?;
     let good = text(&deployed["revision"]);
     publish(
         &client,
@@ -470,7 +459,7 @@ async fn a_controller_killed_while_rolling_back_ends_rolled_back() -> Result<()>
         ],
     )
     .await?;
-    wait_for(&client, &layer, "the second revision applying", |s| {
+    wait_layer(&client, &layer, "the second revision applying", |s| {
         s["state"] == "Applying" && s["lastAttemptedRevision"] != good.as_str()
     })
     .await?;
@@ -485,7 +474,7 @@ async fn a_controller_killed_while_rolling_back_ends_rolled_back() -> Result<()>
             &Patch::Merge(hold(json!("false"))),
         )
         .await?;
-    wait_for(&client, &layer, "rolling back", |s| {
+    wait_layer(&client, &layer, "rolling back", |s| {
         s["state"] == "RollingBack"
     })
     .await?;
@@ -502,7 +491,7 @@ async fn a_controller_killed_while_rolling_back_ends_rolled_back() -> Result<()>
             &Patch::Merge(hold(Value::Null)),
         )
         .await?;
-    let rolled = wait_for(&client, &layer, "rolled back", |s| {
+    let rolled = wait_layer(&client, &layer, "rolled back", |s| {
         s["state"] == "RolledBack"
     })
     .await?;

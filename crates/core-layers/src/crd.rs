@@ -173,6 +173,48 @@ pub struct HealthSpec {
     /// Failed (default 30s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failure_grace: Option<String>,
+    /// Conditions on what Prometheus measures, judged once the objects are ready: the layer
+    /// is Deployed only when every gate has held for its `for`, and a breach within a gate's
+    /// `watch` after that fails it (and rolls it back with `spec.rollback.enabled`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<MetricGate>,
+    /// The Prometheus the gates query, instead of the controller's `--prometheus-url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prometheus: Option<PrometheusRef>,
+}
+
+/// One metric gate (`spec.health.gates[]`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricGate {
+    /// Names the gate in the status, Events and `strata layers why`.
+    pub name: String,
+    /// A PromQL instant query returning one number: a scalar, or a vector of exactly one
+    /// series. No series, or NaN, is no data: the gate is unknown, never passed.
+    pub query: String,
+    /// What the value must be: `< 0.01`, `<= 5`, `> 0`, `>= 1`, `== 0` or `!= 0`.
+    pub condition: String,
+    /// How long the condition must hold, once the objects are ready, before the layer is
+    /// Deployed (default 0s: one passing reading).
+    #[serde(default, rename = "for", skip_serializing_if = "Option::is_none")]
+    pub for_: Option<String>,
+    /// How long after the layer is Deployed the gate is still watched: a breach then fails
+    /// the layer (default 0s: not watched).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watch: Option<String>,
+}
+
+/// The Prometheus a layer's gates query (`spec.health.prometheus`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PrometheusRef {
+    /// Its HTTP API's base URL, e.g. `https://prometheus.monitoring:9090`.
+    pub url: String,
+    /// A Secret in the namespace of the layer's source, read as the layer acts: `token` (a
+    /// bearer token) and `ca.crt` (the CA that signed the server's certificate), each
+    /// optional.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<String>,
 }
 
 /// One health expression entry, as in a Flux Kustomization's `spec.healthCheckExprs`.
@@ -436,6 +478,25 @@ pub struct KeptRevision {
     pub bytes: u64,
 }
 
+/// How one metric gate stands (`status.gates[]`).
+#[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GateStatus {
+    pub name: String,
+    /// `Holding` (the condition is true), `Breached` (false) or `Unknown` (no data, an error,
+    /// Prometheus unreachable).
+    pub state: String,
+    /// The last value read, as Prometheus wrote it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// When the gate entered this state (RFC 3339): how long it has held, or not.
+    pub since: String,
+    /// When it was last read.
+    pub checked_at: String,
+    #[serde(default)]
+    pub message: String,
+}
+
 /// What the last rollback did (`status.rolledBack`): kept while the layer runs the restored
 /// revision, cleared when a new attempt deploys.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -508,6 +569,9 @@ pub struct AddonsLayerStatus {
     /// Drifted fields (drift-observer; bounded, the `Drifted` condition gives the totals).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drift: Vec<DriftEntry>,
+    /// The metric gates (`spec.health.gates`) as last read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<GateStatus>,
     /// The revisions whose manifests are kept for rollback (`spec.rollback`), newest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_revisions: Vec<KeptRevision>,

@@ -74,8 +74,11 @@ pub mod state {
     /// The layer runs a kept revision after a failed attempt (or a requested rollback), and
     /// stays there until its source or spec changes.
     pub const ROLLED_BACK: &str = "RolledBack";
+    /// Its objects are ready but a metric gate cannot be read (no data, an error, Prometheus
+    /// unreachable): never counted as passed, never as failed; the layer waits, saying so.
+    pub const GATE_UNKNOWN: &str = "GateUnknown";
 
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 12] = [
         PENDING,
         K8S_VERSION,
         APPLY_PENDING,
@@ -87,6 +90,7 @@ pub mod state {
         DELETING,
         ROLLING_BACK,
         ROLLED_BACK,
+        GATE_UNKNOWN,
     ];
 }
 
@@ -143,4 +147,6 @@ pub mod reason {
     pub const ROLLBACK_UNAVAILABLE: &str = "RollbackUnavailable";
     /// The kept revision could not be applied, or did not become healthy.
     pub const ROLLBACK_FAILED: &str = "RollbackFailed";
+    /// A metric gate did not hold within the timeout, or broke during its watch.
+    pub const GATE_FAILED: &str = "GateFailed";
 }

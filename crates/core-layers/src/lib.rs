@@ -18,6 +18,7 @@ pub mod graph;
 pub mod keys;
 pub mod kraan;
 pub mod manifest;
+pub mod metric_gate;
 pub mod objects;
 pub mod plan;
 pub mod rollback;

@@ -6,6 +6,7 @@
 
 pub mod fetch;
 pub mod prereqs;
+pub mod prometheus;
 pub mod read;
 pub mod source_cache;
 pub mod stale;

@@ -15,6 +15,7 @@
 mod apply;
 mod first_report;
 mod fresh;
+mod gates;
 mod health_watch;
 mod index;
 mod pass;
@@ -106,6 +107,20 @@ pub struct LayerArgs {
     /// locks multi-tenant clusters down (Flux's `--default-service-account`).
     #[arg(long)]
     pub default_service_account: Option<String>,
+    /// The Prometheus that layers' metric gates (`spec.health.gates`) query, unless a layer
+    /// names its own (`spec.health.prometheus`): its HTTP API's base URL.
+    #[arg(long)]
+    pub prometheus_url: Option<String>,
+    /// A CA file (PEM) to trust for `--prometheus-url`, besides the system roots.
+    #[arg(long, requires = "prometheus_url")]
+    pub prometheus_ca_file: Option<std::path::PathBuf>,
+    /// A file holding the bearer token sent to `--prometheus-url` (read at start).
+    #[arg(long, requires = "prometheus_url")]
+    pub prometheus_token_file: Option<std::path::PathBuf>,
+    /// How often the gates of a layer are read while it waits on them, and while a Deployed
+    /// layer is within a gate's `watch`.
+    #[arg(long, default_value = "10s", value_parser = duration)]
+    pub gate_poll: Duration,
 }
 
 /// Who a layer acts as toward the API server when it applies, reads and prunes its objects:
@@ -180,6 +195,8 @@ pub struct Shared {
     index: Arc<LayerIndex>,
     /// New layers' first reports, held back while their first attempt settles.
     first_reports: FirstReports,
+    /// `--prometheus-url`'s server, for layers' metric gates.
+    prometheus: Option<layer_reader::prometheus::Prometheus>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -290,7 +307,18 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         limits,
         args.default_source_namespace.clone(),
     );
+    let prometheus = gates::default_prometheus(
+        args.prometheus_url.as_deref(),
+        args.prometheus_ca_file.as_deref(),
+        args.prometheus_token_file.as_deref(),
+    )
+    .unwrap_or_else(|e| {
+        // Gates then read as unknown, naming this: the layers wait rather than pass.
+        tracing::error!("metric gates cannot read Prometheus: {e}");
+        None
+    });
     let shared = Arc::new(Shared {
+        prometheus,
         first_reports: FirstReports::new(args.first_report_grace),
         args,
         metrics,

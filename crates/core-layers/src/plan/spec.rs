@@ -107,6 +107,9 @@ pub fn spec_errors(layer: &AddonsLayer) -> Vec<String> {
             ));
         }
     }
+    if let Err(e) = crate::metric_gate::gates(layer) {
+        errors.extend(e);
+    }
     if let Some(keep) = layer.spec.rollback.as_ref().and_then(|r| r.keep)
         && !(1..=crate::rollback::MAX_KEEP).contains(&keep)
     {

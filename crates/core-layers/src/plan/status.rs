@@ -89,6 +89,7 @@ pub fn conditions(
             | state::PRUNING
             | state::DELETING
             | state::ROLLING_BACK
+            | state::GATE_UNKNOWN
     );
     let mut out = vec![
         make(layer_state, true, layer_state),

@@ -24,6 +24,9 @@ pub struct WhyLayer {
     pub waiting_on: Vec<String>,
     /// What it waits for: other layers (explained in turn) or objects and sources.
     pub blocked_by: Vec<WhyBlocker>,
+    /// Its metric gates as last read: `gate NAME: State (value V) for D: message`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gates: Vec<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -109,12 +112,30 @@ fn explain(
             },
         })
         .collect();
+    let gates = status
+        .gates
+        .iter()
+        .map(|g| {
+            let value = g
+                .value
+                .as_ref()
+                .map(|v| format!(" (value {v})"))
+                .unwrap_or_default();
+            let held = crate::metric_gate::held_for(g, now).as_secs();
+            let held = duration(i64::try_from(held).unwrap_or(i64::MAX));
+            format!(
+                "gate {}: {}{value} for {held}: {}",
+                g.name, g.state, g.message
+            )
+        })
+        .collect();
     Some(WhyLayer {
         layer: name.to_string(),
         for_seconds: age(layer, now),
         state: layer_state,
         waiting_on,
         blocked_by,
+        gates,
     })
 }
 
@@ -142,6 +163,9 @@ fn render_into(why: &WhyLayer, depth: usize, out: &mut String) {
     out.push('\n');
     for object in &why.waiting_on {
         out.push_str(&format!("{pad}  on {object}\n"));
+    }
+    for gate in &why.gates {
+        out.push_str(&format!("{pad}  {gate}\n"));
     }
     for blocker in &why.blocked_by {
         out.push_str(&format!(
@@ -272,5 +296,47 @@ mod tests {
         let why = why("a", &all, now).unwrap();
         let b = why.blocked_by[0].layer.as_ref().unwrap();
         assert!(b.blocked_by[0].layer.is_none(), "a is not explained twice");
+    }
+
+    #[test]
+    fn gates_are_shown_with_their_value_and_age() {
+        let now: Timestamp = "2026-11-26T12:00:00Z".parse().unwrap();
+        let status = AddonsLayerStatus {
+            gates: vec![
+                crate::crd::GateStatus {
+                    name: "errors".into(),
+                    state: "Holding".into(),
+                    value: Some("0.001".into()),
+                    since: "2026-11-26T11:59:15Z".into(),
+                    checked_at: "2026-11-26T12:00:00Z".into(),
+                    message: "0.001 < 0.01".into(),
+                },
+                crate::crd::GateStatus {
+                    name: "latency".into(),
+                    state: "Unknown".into(),
+                    value: None,
+                    since: "2026-11-26T11:58:00Z".into(),
+                    checked_at: "2026-11-26T12:00:00Z".into(),
+                    message: "no data: the query returned no series".into(),
+                },
+            ],
+            ..Default::default()
+        };
+        let all: LayerSet = [with_status(
+            "apps",
+            state::GATE_UNKNOWN,
+            "2026-11-26T11:58:00Z",
+            status,
+        )]
+        .into_iter()
+        .map(|l| (l.metadata.name.clone().unwrap(), Arc::new(l)))
+        .collect();
+        assert_eq!(
+            render_why(&why("apps", &all, now).unwrap()),
+            "apps is GateUnknown for 2m00s
+  gate errors: Holding (value 0.001) for 45s: 0.001 < 0.01
+  gate latency: Unknown for 2m00s: no data: the query returned no series
+"
+        );
     }
 }

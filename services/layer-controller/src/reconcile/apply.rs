@@ -81,21 +81,27 @@ pub(super) async fn apply_layer(
     // A reconcile request (the drift-observer's heal, or a user's) re-applies at once.
     let requested = reconcile_request_pending(layer);
     if let Some(ago) = applied_ago.filter(|_| same_attempt && !prune_pending && !requested) {
-        if previous_state == state::DEPLOYED {
+        // Deployed, and past every gate's watch: nothing to do until the interval.
+        if previous_state == state::DEPLOYED && !super::gates::watching(layer) {
             return Ok(Pass::quiet(Action::requeue(
                 interval.saturating_sub(ago).max(Duration::from_secs(1)),
             )));
         }
-        if (previous_state == state::APPLYING || previous_state == state::FAILED)
-            && let Some(pass) = rejudge(
-                layer,
-                shared,
-                &previous.inventory,
-                (revision.clone(), same_attempt),
-                (interval, timeout),
-                None,
-            )
-            .await?
+        // Waiting on its objects or its gates (or watching its gates): judged again as they
+        // stand, nothing sent.
+        if matches!(
+            previous_state,
+            state::APPLYING | state::FAILED | state::GATE_UNKNOWN | state::DEPLOYED
+        ) && let Some(pass) = rejudge(
+            ctx,
+            layer,
+            shared,
+            &previous.inventory,
+            (revision.clone(), same_attempt),
+            (interval, timeout),
+            None,
+        )
+        .await?
         {
             return super::rollback::after_attempt(layer, ctx, shared, pass, interval, timeout)
                 .await;
@@ -214,7 +220,7 @@ pub(super) async fn apply_layer(
             kstatus_rules: rules.is_kstatus(),
         },
     };
-    let pass = judge(layer, shared, attempt, inventory, None).await?;
+    let pass = judge(ctx, layer, shared, attempt, inventory, None).await?;
     super::rollback::after_attempt(layer, ctx, shared, pass, interval, timeout).await
 }
 
@@ -222,6 +228,7 @@ pub(super) async fn apply_layer(
 /// attempt (or a rollback) already applied within the interval, waiting on health. `None`
 /// when one of them is missing (it must be applied again).
 pub(super) async fn rejudge(
+    ctx: &Context,
     layer: &AddonsLayer,
     shared: &Shared,
     inventory: &[InventoryEntry],
@@ -255,7 +262,7 @@ pub(super) async fn rejudge(
             kstatus_rules: rules.is_kstatus(),
         },
     };
-    judge(layer, shared, attempt, inventory, rollback)
+    judge(ctx, layer, shared, attempt, inventory, rollback)
         .await
         .map(Some)
 }
@@ -881,6 +888,7 @@ pub(super) struct Observed {
     )
 )]
 pub(super) async fn judge(
+    ctx: &Context,
     layer: &AddonsLayer,
     shared: &Shared,
     attempt: Attempt,
@@ -954,15 +962,6 @@ pub(super) async fn judge(
     }
     let (report, action) = match outcome {
         Outcome::Deployed => {
-            let started = lock(&shared.memory)
-                .get_mut(&name)
-                .and_then(|m| m.attempt_started.take());
-            if let Some(started) = started {
-                shared
-                    .metrics
-                    .rollout_seconds
-                    .observe(started.elapsed().as_secs_f64());
-            }
             let mut message = format!(
                 "layer version {} deployed: {} objects Current at revision {revision}",
                 layer.spec.version,
@@ -981,7 +980,33 @@ pub(super) async fn judge(
             };
             let mut report = Report::new(layer_state, why, message);
             report.deployed_revision = Some(revision.clone());
-            let next = prune_wait.map_or(interval, |wait| wait.min(interval));
+            let mut next = prune_wait.map_or(interval, |wait| wait.min(interval));
+            // Ready objects are not enough where the layer has metric gates (see `gates`).
+            let already = same_attempt && previous_state == state::DEPLOYED;
+            if super::gates::has_gates(layer) {
+                let (gated, after) = super::gates::judge_gates(
+                    ctx,
+                    shared,
+                    layer,
+                    report,
+                    (same_attempt, already),
+                    (elapsed, timeout, interval),
+                )
+                .await;
+                report = gated;
+                next = next.min(after);
+            }
+            if matches!(report.state, state::DEPLOYED | state::PRUNING) {
+                let started = lock(&shared.memory)
+                    .get_mut(&name)
+                    .and_then(|m| m.attempt_started.take());
+                if let Some(started) = started {
+                    shared
+                        .metrics
+                        .rollout_seconds
+                        .observe(started.elapsed().as_secs_f64());
+                }
+            }
             (report, Action::requeue(next))
         }
         Outcome::Waiting(message) if same_attempt && previous_state == state::FAILED => (

@@ -216,6 +216,7 @@ pub(super) async fn instead_of_attempt(
             return Ok(Some(Pass::quiet(Action::requeue(next))));
         }
         if let Some(pass) = rejudge(
+            ctx,
             layer,
             shared,
             &status.inventory,
@@ -255,7 +256,7 @@ pub(super) async fn after_attempt(
     let failed = report.state == state::FAILED
         && matches!(
             report.reason.as_str(),
-            reason::APPLY_FAILED | reason::HEALTH_CHECK_FAILED
+            reason::APPLY_FAILED | reason::HEALTH_CHECK_FAILED | reason::GATE_FAILED
         );
     let Some(revision) = report.attempted_revision.clone() else {
         return Ok(pass);
@@ -533,7 +534,7 @@ async fn restore(
             kstatus_rules: rules.is_kstatus(),
         },
     };
-    judge(layer, shared, attempt, inventory, Some(rolled_back)).await
+    judge(ctx, layer, shared, attempt, inventory, Some(rolled_back)).await
 }
 
 /// A rollback's report for its objects' `outcome`: `RolledBack` once they are all Current

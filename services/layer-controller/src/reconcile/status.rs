@@ -10,7 +10,8 @@ use kube::{Resource, ResourceExt};
 use serde_json::json;
 
 use crate::crd::{
-    AddonsLayer, AddonsLayerStatus, Blocker, HistoryEntry, InventoryEntry, KeptRevision, RolledBack,
+    AddonsLayer, AddonsLayerStatus, Blocker, GateStatus, HistoryEntry, InventoryEntry,
+    KeptRevision, RolledBack,
 };
 use crate::error::{LayerError, Result};
 use crate::keys::{FINALIZER, RECONCILE_REQUESTED_AT, condition, state};
@@ -41,6 +42,8 @@ pub(super) struct Report {
     pub(super) version: Option<String>,
     /// The rollback request this pass handled.
     pub(super) handled_rollback_at: Option<String>,
+    /// The metric gates as read by this pass; `None` keeps the previous.
+    pub(super) gates: Option<Vec<GateStatus>>,
 }
 
 impl Report {
@@ -58,6 +61,7 @@ impl Report {
             rolled_back: None,
             version: None,
             handled_rollback_at: None,
+            gates: None,
         }
     }
 }
@@ -107,6 +111,7 @@ pub(super) async fn write_status(
     let previous = layer.status.clone().unwrap_or_default();
     let now = Timestamp::now();
     let (history, revision) = history_after(layer, &previous, &report, now);
+    let fresh_attempt = new_attempt(&previous, &report, layer);
     let rolled_back = match (&report.rolled_back, report.state) {
         (Some(rolled_back), _) => Some(rolled_back.clone()),
         (None, state::DEPLOYED | state::PRUNING) => None,
@@ -150,6 +155,15 @@ pub(super) async fn write_status(
             .clone()
             .unwrap_or_else(|| previous.kept_revisions.clone()),
         rolled_back,
+        // A layer without gates has nothing to show; a new attempt's gates are not read yet;
+        // otherwise the last reading stands.
+        gates: match (&layer.spec.health, &report.gates) {
+            (Some(health), _) if health.gates.is_empty() => Vec::new(),
+            (None, _) => Vec::new(),
+            (_, Some(gates)) => gates.clone(),
+            (_, None) if fresh_attempt => Vec::new(),
+            (_, None) => previous.gates.clone(),
+        },
         last_handled_rollback_at: report
             .handled_rollback_at
             .clone()
@@ -256,6 +270,15 @@ fn history_after(
         add(entry.clone());
     }
     (history, revision)
+}
+
+/// Whether `report` is about another attempt (revision, generation) than the previous status.
+fn new_attempt(previous: &AddonsLayerStatus, report: &Report, layer: &AddonsLayer) -> bool {
+    report
+        .attempted_revision
+        .as_ref()
+        .is_some_and(|r| previous.last_attempted_revision.as_ref() != Some(r))
+        || previous.observed_generation != layer.metadata.generation
 }
 
 /// A message as the history keeps it: its first 512 bytes.
