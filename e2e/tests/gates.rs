@@ -179,6 +179,9 @@ async fn gates_hold_before_deployed_break_into_a_rollback_and_wait_when_unknown(
     })
     .await?;
     assert_eq!(rolled["rolledBack"]["reason"], "GateFailed", "{rolled}");
+    assert_eq!(rolled["history"][1]["outcome"], "Failed", "{rolled}");
+    assert_eq!(rolled["history"][1]["reason"], "GateFailed", "{rolled}");
+    assert_eq!(rolled["history"][1]["revision"], bad.as_str(), "{rolled}");
     assert_eq!(
         rolled["rolledBack"]["failedRevision"],
         bad.as_str(),

@@ -390,7 +390,42 @@ async fn a_refused_apply_is_rolled_back() -> Result<()> {
     assert_eq!(text(&rolled["revision"]), good, "{rolled}");
     assert_eq!(level(&client, &ns).await?, "one");
     assert_eq!(image(&client, &ns, "web").await?, "example/app:1");
-    delete_layers_then_stop(&[&layer], controller);
+
+    // Nothing to roll back to: a new layer whose first revision fails stays Failed, saying so.
+    let first = format!("{ns}-first");
+    let yaml = layer_yaml(&ns)
+        .replace(&layer, &first)
+        .replace("src-apps", "src-first")
+        .replace("timeout: 8s", "timeout: 3s");
+    apply_yaml(
+        &client,
+        &ns,
+        &source_configmap(
+            &ns,
+            "first",
+            &[(
+                "web.yaml",
+                deployment(&ns, "lonely", "example/app:1", false),
+            )],
+        ),
+    )
+    .await?;
+    apply_yaml(&client, &ns, &yaml).await?;
+    let failed = wait_layer(&client, &first, "failed", |s| s["state"] == "Failed").await?;
+    let ready = failed["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["reason"], "RollbackUnavailable", "{failed}");
+    assert!(
+        text(&ready["message"])
+            .starts_with("spec.rollback: no deployed revision is kept to roll back to"),
+        "{failed}"
+    );
+    delete_layers_then_stop(&[&layer, &first], controller);
     Ok(())
 }
 
