@@ -862,9 +862,11 @@ for on in (False, True):
         u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
         kept = (f"{r['kept_bytes_per_layer']:.0f} B ({r['kept_revision_secrets']} Secrets)"
                 if on else "—")
+        req = r["requests_per_layer_create"]
         rows.append(f"| {'on' if on else 'off'} | {r['layers']} | {r['controller_manager_qps']} | {c:.1f} s ({c/cf:.2f}×) "
                     f"| {u:.1f} s ({u/uf:.2f}×) | {r['controller_peak_rss_kib']/1024:.1f} MiB "
-                    f"| {(r.get('cpu_seconds_create') or {}).get('layer-controller', 0.0):.1f} s | {kept} |")
+                    f"| {(r.get('cpu_seconds_create') or {}).get('layer-controller', 0.0):.1f} s "
+                    f"| {req['GET']:.2f} / {req['PATCH']:.2f} | {kept} |")
     if rs:
         medians[on] = {k: statistics.median(r[k] for r in rs) for k in
                        ("create_to_all_deployed_seconds", "upgrade_to_all_deployed_seconds", "controller_peak_rss_kib")}
@@ -885,13 +887,14 @@ fresh local control plane, {datetime.date.today().isoformat()}. The fleet of the
 (same driver, same rounds: create, then upgrade by one variable), once without and once with
 `spec.rollback: {{enabled: true}}` on every layer (`BENCH_FLEET_ROLLBACK=1`): each new attempt's
 rendered manifests are compressed and kept in the layer's Secret `strata-revisions.<layer>`
-before they are applied (one GET and one apply of that Secret per attempt). *Kept* is the
+before they are applied: one apply of that Secret per new attempt, and a GET of it only when
+the controller did not write it last itself (a restart, another leader). *Kept* is the
 Secrets' data per layer after the upgrade round (two revisions kept: the upgrade's and the
 create's), read from the API server. Ratios are to the kube-controller-manager floor of the
 same run, as above.
 
-| rollback | layers | KCM QPS | create (floor ratio) | upgrade (floor ratio) | peak RSS | layer-controller CPU, create | kept per layer |
-|---|---:|---:|---:|---:|---:|---:|---:|
+| rollback | layers | KCM QPS | create (floor ratio) | upgrade (floor ratio) | peak RSS | layer-controller CPU, create | its GET / PATCH per layer, create | kept per layer |
+|---|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 
 {summary}

@@ -475,10 +475,14 @@ def alerts():
               "AddonsLayer {{ $labels.layer }} has been Failed for 10 minutes; `kubectl get al "
               "{{ $labels.layer }} -o yaml` shows the condition and the object that failed."),
         alert("AddonsLayerNotProgressing",
-              'max by (namespace, layer, state) (layer_controller_layer_state{state=~"Pending|ApplyPending|Applying|Pruning|K8sVersion"}) == 1',
+              'max by (namespace, layer, state) (layer_controller_layer_state{state=~"Pending|ApplyPending|Applying|Pruning|K8sVersion|RollingBack|GateUnknown"}) == 1',
               "1h", "warning", "AddonsLayer {{ $labels.layer }} stuck in {{ $labels.state }}",
               "AddonsLayer {{ $labels.layer }} has been {{ $labels.state }} for an hour; "
               "`strata layers plan {{ $labels.layer }}` shows what it waits for."),
+        alert("AddonsLayerRolledBack", 'max by (namespace, layer) (layer_controller_layer_state{state="RolledBack"}) == 1',
+              "1m", "warning", "AddonsLayer {{ $labels.layer }} was rolled back",
+              "AddonsLayer {{ $labels.layer }} runs a kept revision after its new one failed; "
+              "`strata layers history {{ $labels.layer }}` shows which failed and why."),
         alert("AddonsLayerPruning", "sum by (namespace, layer) (increase(layer_controller_pruned_objects_total[10m])) > 50",
               "0m", "info", "AddonsLayer {{ $labels.layer }} pruned many objects",
               "{{ $value }} objects left AddonsLayer {{ $labels.layer }} and were deleted in 10 minutes."),
@@ -676,6 +680,10 @@ def alert_tests():
                   [(f'layer_controller_layer_state{{{layer}, state="Applying"}}', "1x90")],
                   [(f'layer_controller_layer_state{{{layer}, state="Applying"}}', "1x30 0x60")],
                   "80m", {"namespace": "strata-system", "layer": "monitoring", "state": "Applying"})
+    tests += case("AddonsLayerRolledBack",
+                  [(f'layer_controller_layer_state{{{layer}, state="RolledBack"}}', "1x10")],
+                  [(f'layer_controller_layer_state{{{layer}, state="RolledBack"}}', "0x10")],
+                  "5m", {"namespace": "strata-system", "layer": "monitoring"})
     tests += case("AddonsLayerPruning",
                   [(f'layer_controller_pruned_objects_total{{{layer}, pod="a"}}', "0x10 0+20x20")],
                   [(f'layer_controller_pruned_objects_total{{{layer}, pod="a"}}', "0x10 0+2x20")],

@@ -176,8 +176,10 @@ struct Memory {
     applied: Option<((String, Option<i64>), Instant)>,
     blocked_since: Option<Instant>,
     attempt_started: Option<Instant>,
-    /// The attempt whose manifests were last kept for rollback, and the kept list then.
-    kept: Option<(Attempt, Vec<crate::crd::KeptRevision>)>,
+    /// The attempt whose manifests were last kept for rollback, and what the Secret held
+    /// then (packed: a few hundred bytes a revision), so the next attempt adds to it without
+    /// reading it back.
+    kept: Option<(Attempt, Vec<crate::rollback::Packed>)>,
 }
 
 /// State shared by all reconciles.

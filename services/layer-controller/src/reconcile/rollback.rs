@@ -78,7 +78,22 @@ pub(super) async fn keep_revision(
         version: layer.spec.version.clone(),
         manifests: manifests.iter().map(|m| m.value.clone()).collect(),
     })?;
-    let old = read_kept(ctx, shared, &name).await?;
+    // What is kept already: this process's last write when the status shows exactly that (no
+    // other replica wrote since), nothing when the status shows nothing, else read back.
+    let shown = layer
+        .status
+        .as_ref()
+        .map(|s| s.kept_revisions.as_slice())
+        .unwrap_or_default();
+    let written = lock(&shared.memory)
+        .get(&name)
+        .and_then(|m| m.kept.as_ref().map(|(_, packed)| packed.clone()))
+        .filter(|packed| packed.iter().map(Packed::summary).eq(shown.iter().cloned()));
+    let old = match written {
+        Some(packed) => packed,
+        None if shown.is_empty() => Vec::new(),
+        None => read_kept(ctx, shared, &name).await?,
+    };
     let history = layer
         .status
         .as_ref()
@@ -113,8 +128,7 @@ pub(super) async fn keep_revision(
         ..Default::default()
     };
     ctx.applier.apply(&secret).await?;
-    let summaries = retained.iter().map(Packed::summary).collect();
-    lock(&shared.memory).entry(name).or_default().kept = Some((key, summaries));
+    lock(&shared.memory).entry(name).or_default().kept = Some((key, retained));
     Ok(())
 }
 
@@ -153,9 +167,9 @@ fn with_kept(shared: &Shared, layer: &AddonsLayer, mut pass: Pass) -> Pass {
     let key = (revision, layer.metadata.generation);
     let written = lock(&shared.memory)
         .get(&layer.name_any())
-        .and_then(|m| m.kept.clone())
-        .filter(|(k, _)| *k == key)
-        .map(|(_, list)| list);
+        .and_then(|m| m.kept.as_ref().filter(|(k, _)| *k == key).map(|(_, packed)| {
+            packed.iter().map(Packed::summary).collect::<Vec<_>>()
+        }));
     let shown = layer.status.as_ref().map(|s| &s.kept_revisions);
     if written.is_some() && written.as_ref() != shown {
         report.kept = written;
