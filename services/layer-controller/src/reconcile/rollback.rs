@@ -165,11 +165,12 @@ fn with_kept(shared: &Shared, layer: &AddonsLayer, mut pass: Pass) -> Pass {
         return pass;
     };
     let key = (revision, layer.metadata.generation);
-    let written = lock(&shared.memory)
-        .get(&layer.name_any())
-        .and_then(|m| m.kept.as_ref().filter(|(k, _)| *k == key).map(|(_, packed)| {
-            packed.iter().map(Packed::summary).collect::<Vec<_>>()
-        }));
+    let written = lock(&shared.memory).get(&layer.name_any()).and_then(|m| {
+        m.kept
+            .as_ref()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, packed)| packed.iter().map(Packed::summary).collect::<Vec<_>>())
+    });
     let shown = layer.status.as_ref().map(|s| &s.kept_revisions);
     if written.is_some() && written.as_ref() != shown {
         report.kept = written;
