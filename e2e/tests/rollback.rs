@@ -185,6 +185,35 @@ async fn a_revision_that_cannot_start_is_rolled_back_and_not_tried_again() -> Re
         "{:?}",
         store.metadata
     );
+    // A dependent layer, deployed on top of it.
+    let dependent = format!("{ns}-top");
+    apply_yaml(
+        &client,
+        &ns,
+        &source_configmap(
+            &ns,
+            "top",
+            &[(
+                "top.yaml",
+                settings(&ns, "two").replace("name: settings", "name: top"),
+            )],
+        ),
+    )
+    .await?;
+    let top_yaml = layer_yaml(&ns)
+        .replace(&layer, &dependent)
+        .replace("src-apps", "src-top")
+        .replace(
+            "  rollback: {enabled: true}\n",
+            &format!("  prereqs: {{dependsOn: [{layer}]}}\n"),
+        );
+    apply_yaml(&client, &ns, &top_yaml).await?;
+    let top = wait_layer(&client, &dependent, "the dependent Deployed", |s| {
+        s["state"] == "Deployed"
+    })
+    .await?;
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let top_version = maps.get("top").await?.metadata.resource_version;
 
     // The second revision changes the settings, adds an object and cannot start.
     publish(
@@ -233,11 +262,26 @@ async fn a_revision_that_cannot_start_is_rolled_back_and_not_tried_again() -> Re
     // Its objects as they were; what the failed revision added is gone.
     assert_eq!(level(&client, &ns).await?, "one");
     assert_eq!(image(&client, &ns, "web").await?, "example/app:1");
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
     eventually("extra pruned", Duration::from_secs(30), || async {
         Ok(maps.get_opt("extra").await?.is_none().then_some(()))
     })
     .await?;
+    // The dependent keeps what it had: not re-applied, its revision unchanged, waiting for
+    // its dependency to be Deployed again.
+    let held = layer_status(&client, &dependent).await?;
+    assert_eq!(held["revision"], top["revision"], "{held}");
+    assert_eq!(
+        maps.get("top").await?.metadata.resource_version,
+        top_version
+    );
+    assert!(
+        held["blockedBy"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|b| b["name"] == layer.as_str()),
+        "{held}"
+    );
     let events = warnings(&client, &layer).await?;
     let event = events
         .iter()
@@ -352,7 +396,7 @@ async fn a_revision_that_cannot_start_is_rolled_back_and_not_tried_again() -> Re
         String::from_utf8_lossy(&missing.stderr)
     );
 
-    delete_layers_then_stop(&[&layer], controller);
+    delete_layers_then_stop(&[&dependent, &layer], controller);
     Ok(())
 }
 
