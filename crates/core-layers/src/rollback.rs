@@ -44,6 +44,15 @@ pub struct StoredRevision {
 }
 
 impl StoredRevision {
+    fn clone_without_manifests(&self) -> Self {
+        Self {
+            revision: self.revision.clone(),
+            generation: self.generation,
+            version: self.version.clone(),
+            manifests: Vec::new(),
+        }
+    }
+
     /// The attempt this revision was: source revision and layer generation.
     pub fn key(&self) -> (&str, Option<i64>) {
         (&self.revision, self.generation)
@@ -90,6 +99,8 @@ impl StoredRevision {
 pub struct Packed {
     pub revision: StoredRevision,
     pub bytes: Vec<u8>,
+    /// How many manifests it holds (also once [`Packed::light`] dropped them).
+    objects: usize,
 }
 
 impl Packed {
@@ -100,7 +111,11 @@ impl Packed {
         encoder
             .write_all(&json)
             .and_then(|()| encoder.finish())
-            .map(|bytes| Self { revision, bytes })
+            .map(|bytes| Self {
+                objects: revision.manifests.len(),
+                revision,
+                bytes,
+            })
             .map_err(|e| LayerError::Source(format!("compressing a kept revision: {e}")))
     }
 
@@ -110,12 +125,23 @@ impl Packed {
         GzDecoder::new(bytes)
             .read_to_end(&mut json)
             .map_err(|e| LayerError::Source(format!("kept revision {key}: not gzip: {e}")))?;
-        let revision = serde_json::from_slice(&json)
+        let revision: StoredRevision = serde_json::from_slice(&json)
             .map_err(|e| LayerError::Source(format!("kept revision {key}: {e}")))?;
         Ok(Self {
+            objects: revision.manifests.len(),
             revision,
             bytes: bytes.to_vec(),
         })
+    }
+
+    /// Without its decoded manifests, for keeping in memory: the packed bytes alone are what
+    /// a write of the Secret needs (decoded JSON trees take ten times or more the memory).
+    pub fn light(&self) -> Self {
+        Self {
+            revision: self.revision.clone_without_manifests(),
+            bytes: self.bytes.clone(),
+            objects: self.objects,
+        }
     }
 
     /// Its entry in `status.keptRevisions`.
@@ -124,7 +150,7 @@ impl Packed {
             revision: self.revision.revision.clone(),
             generation: self.revision.generation,
             version: self.revision.version.clone(),
-            objects: u32::try_from(self.revision.manifests.len()).unwrap_or(u32::MAX),
+            objects: u32::try_from(self.objects).unwrap_or(u32::MAX),
             bytes: self.bytes.len() as u64,
         }
     }
@@ -305,6 +331,14 @@ mod tests {
         let back = Packed::unpack("revision-0", &packed.bytes).unwrap();
         assert_eq!(back.revision, revision);
         assert_eq!(packed.summary().objects, 50);
+        let light = packed.light();
+        assert!(light.revision.manifests.is_empty());
+        assert_eq!(
+            light.summary(),
+            packed.summary(),
+            "the same entry, without the manifests"
+        );
+        assert_eq!(light.bytes, packed.bytes);
         let bad = Packed::unpack("revision-1", b"not gzip").unwrap_err();
         assert!(
             bad.to_string().contains("kept revision revision-1"),

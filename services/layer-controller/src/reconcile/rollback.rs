@@ -128,7 +128,8 @@ pub(super) async fn keep_revision(
         ..Default::default()
     };
     ctx.applier.apply(&secret).await?;
-    lock(&shared.memory).entry(name).or_default().kept = Some((key, retained));
+    let light = retained.iter().map(Packed::light).collect();
+    lock(&shared.memory).entry(name).or_default().kept = Some((key, light));
     Ok(())
 }
 
