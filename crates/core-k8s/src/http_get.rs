@@ -44,9 +44,8 @@ impl HttpGet {
         timeout: Duration,
     ) -> Result<Self, String> {
         let mut roots = rustls::RootCertStore::empty();
-        // Missing system roots are normal in a minimal image; a configured CA covers it.
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
+        for cert in system_roots() {
+            let _ = roots.add(cert.clone());
         }
         if let Some(pem) = ca_pem {
             for cert in CertificateDer::pem_slice_iter(pem) {
@@ -111,6 +110,14 @@ impl HttpGet {
 /// `url` without its query (which may be long, and is the caller's to show).
 fn redact(url: &str) -> &str {
     url.split_once('?').map_or(url, |(base, _)| base)
+}
+
+/// The system's root certificates, read from disk once per process: a client is built per
+/// call site (a layer's own Prometheus, each gate poll), the roots do not change.
+fn system_roots() -> &'static [CertificateDer<'static>] {
+    static ROOTS: std::sync::OnceLock<Vec<CertificateDer<'static>>> = std::sync::OnceLock::new();
+    // Missing system roots are normal in a minimal image; a configured CA covers it.
+    ROOTS.get_or_init(|| rustls_native_certs::load_native_certs().certs)
 }
 
 /// `text` percent-encoded for a URL query value (every byte but unreserved ones).

@@ -44,15 +44,6 @@ pub struct StoredRevision {
 }
 
 impl StoredRevision {
-    fn clone_without_manifests(&self) -> Self {
-        Self {
-            revision: self.revision.clone(),
-            generation: self.generation,
-            version: self.version.clone(),
-            manifests: Vec::new(),
-        }
-    }
-
     /// The attempt this revision was: source revision and layer generation.
     pub fn key(&self) -> (&str, Option<i64>) {
         (&self.revision, self.generation)
@@ -138,7 +129,12 @@ impl Packed {
     /// a write of the Secret needs (decoded JSON trees take ten times or more the memory).
     pub fn light(&self) -> Self {
         Self {
-            revision: self.revision.clone_without_manifests(),
+            revision: StoredRevision {
+                revision: self.revision.revision.clone(),
+                generation: self.revision.generation,
+                version: self.revision.version.clone(),
+                manifests: Vec::new(),
+            },
             bytes: self.bytes.clone(),
             objects: self.objects,
         }

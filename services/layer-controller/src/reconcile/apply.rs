@@ -980,22 +980,20 @@ pub(super) async fn judge(
             };
             let mut report = Report::new(layer_state, why, message);
             report.deployed_revision = Some(revision.clone());
-            let mut next = prune_wait.map_or(interval, |wait| wait.min(interval));
             // Ready objects are not enough where the layer has metric gates (see `gates`).
             let already = same_attempt && previous_state == state::DEPLOYED;
-            if super::gates::has_gates(layer) {
-                let (gated, after) = super::gates::judge_gates(
-                    ctx,
-                    shared,
-                    layer,
-                    report,
-                    (same_attempt, already),
-                    (elapsed, timeout, interval),
-                )
-                .await;
-                report = gated;
-                next = next.min(after);
-            }
+            let (report, after) = super::gates::judge_gates(
+                ctx,
+                shared,
+                layer,
+                report,
+                (same_attempt, already),
+                (elapsed, timeout, interval),
+            )
+            .await;
+            let next = prune_wait
+                .map_or(interval, |wait| wait.min(interval))
+                .min(after);
             if matches!(report.state, state::DEPLOYED | state::PRUNING) {
                 let started = lock(&shared.memory)
                     .get_mut(&name)

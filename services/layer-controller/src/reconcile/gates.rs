@@ -55,13 +55,7 @@ async fn read_all(
     gates: &[Gate],
     previous: &[GateStatus],
 ) -> Vec<GateStatus> {
-    let namespace = layer
-        .spec
-        .source
-        .namespace
-        .clone()
-        .filter(|ns| !ns.is_empty())
-        .unwrap_or_else(|| shared.args.default_source_namespace.clone());
+    let namespace = plan::SourceRef::of(layer, &shared.args.default_source_namespace).namespace;
     let prometheus = match access(ctx, shared, layer) {
         Ok(access) => {
             layer_reader::prometheus::for_layer(
@@ -96,17 +90,9 @@ async fn read_all(
     out
 }
 
-/// Whether the layer has metric gates (a valid spec: an invalid one never gets this far).
-pub(super) fn has_gates(layer: &AddonsLayer) -> bool {
-    layer
-        .spec
-        .health
-        .as_ref()
-        .is_some_and(|h| !h.gates.is_empty())
-}
-
 /// What the gates make of a layer whose objects are all ready: the report (with the gates'
-/// statuses) and when to look again. `deployed` is the report the layer would make without
+/// statuses) and when to look again — `deployed` and `interval` as they are for a layer
+/// without gates. `deployed` is the report the layer would make without
 /// gates; `same_attempt` that the last pass was at this revision and generation too;
 /// `already_deployed` that it passed them before (only a breach within a watch counts
 /// then); `elapsed` how long the attempt has been applying, against `timeout`.

@@ -385,7 +385,7 @@ async fn roll_back(
                 outcome: Some(state::FAILED.into()),
                 failed_at: Some(rolled_back.at.clone()),
                 reason: Some(failed_report.reason.clone()),
-                message: Some(failed_report.message.chars().take(512).collect()),
+                message: Some(super::status::bounded(&failed_report.message)),
                 ..Default::default()
             });
         }

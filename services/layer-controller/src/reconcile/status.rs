@@ -110,8 +110,8 @@ pub(super) async fn write_status(
     }
     let previous = layer.status.clone().unwrap_or_default();
     let now = Timestamp::now();
-    let (history, revision) = history_after(layer, &previous, &report, now);
     let fresh_attempt = new_attempt(&previous, &report, layer);
+    let (history, revision) = history_after(layer, &previous, &report, fresh_attempt, now);
     let rolled_back = match (&report.rolled_back, report.state) {
         (Some(rolled_back), _) => Some(rolled_back.clone()),
         (None, state::DEPLOYED | state::PRUNING) => None,
@@ -216,6 +216,7 @@ fn history_after(
     layer: &AddonsLayer,
     previous: &AddonsLayerStatus,
     report: &Report,
+    fresh_attempt: bool,
     now: Timestamp,
 ) -> (Vec<HistoryEntry>, Option<String>) {
     let at = core_status::augment::format_time(now);
@@ -251,9 +252,7 @@ fn history_after(
         .as_ref()
         .or(previous.last_attempted_revision.as_ref());
     let newly_failed = report.state == state::FAILED
-        && (previous.state.as_deref() != Some(state::FAILED)
-            || previous.last_attempted_revision.as_ref() != attempted
-            || previous.observed_generation != generation);
+        && (previous.state.as_deref() != Some(state::FAILED) || fresh_attempt);
     if newly_failed && let Some(attempted) = attempted {
         add(HistoryEntry {
             revision: attempted.clone(),
@@ -282,7 +281,7 @@ fn new_attempt(previous: &AddonsLayerStatus, report: &Report, layer: &AddonsLaye
 }
 
 /// A message as the history keeps it: its first 512 bytes.
-fn bounded(message: &str) -> String {
+pub(super) fn bounded(message: &str) -> String {
     const LIMIT: usize = 512;
     if message.len() <= LIMIT {
         return message.to_string();
