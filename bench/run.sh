@@ -573,7 +573,7 @@ fleet_bench() {
   cargo build -p strata-e2e --bins >&2
   cargo build --profile driver -p strata-e2e --example fleet_bench >&2
   local driver="$target/driver/examples/fleet_bench"
-  : > "$work/fleet.jsonl"; : > "$work/fleet-anchor.jsonl"
+  : > "$work/fleet.jsonl"; : > "$work/fleet-anchor.jsonl"; : > "$work/fleet-direct.jsonl"
   # The driver deploys with the anchor whenever it sees its binary: only the anchor's runs may.
   local anchor="${ANCHOR_KUSTOMIZE_CONTROLLER_BIN:-}"
   unset ANCHOR_KUSTOMIZE_CONTROLLER_BIN
@@ -596,6 +596,12 @@ fleet_bench() {
           scripts/with-plane.sh "$driver" > /dev/null
       fi
       for _ in $(seq 1 "$RUNS"); do
+        # The plane alone first (#56: the driver applies every app's objects itself, no
+        # deployer), then the layer-controller, alternating: what every deployer is measured
+        # against, at the same size and client limit, in the same run.
+        env BENCH_FLEET_DIRECT=1 STRATA_BIN_DIR="$target/debug" \
+          BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+          scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-direct.jsonl"
         env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
           DRIFT_OBSERVER_BIN="$target/release/drift-observer" \
           BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
@@ -609,16 +615,27 @@ fleet_bench() {
   # The anchor side by side (the guide: same machine, same run): with
   # ANCHOR_KUSTOMIZE_CONTROLLER_BIN set (Flux's kustomize-controller, built by hand from its
   # source outside this repository), the same apps at the largest size, deployed by it instead,
-  # RUNS times at each client limit in BENCH_FLEET_ANCHOR_QPS (default: the last one).
+  # RUNS times at each client limit in BENCH_FLEET_ANCHOR_QPS (default: the last one), once
+  # with its own client limit as Flux ships it (`--kube-api-qps` 50, burst 300) and once with
+  # BENCH_FLEET_ANCHOR_RAISED (default qps 2000, burst 4000): whether that limit is what holds
+  # it back. Its version is read from the binary (Go's build information), not typed in.
+  local anchor_version=""
   if [[ -n "$anchor" ]]; then
+    anchor_version="$(go version -m "$anchor" | awk '$1 == "mod" {v = $2 " " $3} $1 == "build" && $2 ~ /^vcs.revision=/ {r = substr($2, 14, 12)} END {print v (r ? " (commit " r ")" : "")}')"
+    echo "bench: the anchor is $anchor_version" >&2
+    local raised="${BENCH_FLEET_ANCHOR_RAISED:---kube-api-qps=2000 --kube-api-burst=4000}"
     for qps in ${BENCH_FLEET_ANCHOR_QPS:-${qpss[-1]}}; do
       for _ in $(seq 1 "$RUNS"); do
-        env ANCHOR_KUSTOMIZE_CONTROLLER_BIN="$anchor" STRATA_BIN_DIR="$target/debug" \
-          BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
-          scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-anchor.jsonl"
+        for args in "" "$raised"; do
+          env ANCHOR_KUSTOMIZE_CONTROLLER_BIN="$anchor" STRATA_BIN_DIR="$target/debug" \
+            BENCH_FLEET_ANCHOR_ARGS="$args" \
+            BENCH_FLEET_LAYERS="${sizes[-1]}" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+            scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-anchor.jsonl"
+        done
       done
     done
   fi
+  export BENCH_FLEET_ANCHOR_VERSION="$anchor_version"
   # Shards (#29 item 4): the largest size at the last client limit again, the layers spread
   # over BENCH_FLEET_SHARD_COUNTS shards, one controller each (no drift-observer).
   for shards in ${BENCH_FLEET_SHARD_COUNTS:-2}; do
@@ -629,51 +646,106 @@ fleet_bench() {
         scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet.jsonl"
     done
   done
-  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" "$work/fleet-anchor.jsonl" <<'PY'
+  python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" "$work/fleet-anchor.jsonl" "$work/fleet-direct.jsonl" <<'PY'
 import json, os, sys, datetime, collections, statistics
 sys.path.insert(0, "bench"); import docs_section
-anchor_runs = [json.loads(l) for l in open(sys.argv[7]) if l.strip()]
+load = lambda path: [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+runs, anchor_runs, direct = load(sys.argv[1]), load(sys.argv[7]), load(sys.argv[8])
+# The plane alone (#56 item 1): per (client limit, size), the median time from the first apply
+# to kube-controller-manager having observed every Deployment, in each round. Every deployer's
+# time is divided by it.
+alone = {}
+for key in sorted({(r["controller_manager_qps"], r["layers"]) for r in direct}):
+    rs = [r for r in direct if (r["controller_manager_qps"], r["layers"]) == key]
+    alone[key] = {rnd: statistics.median(r[f"{rnd}_floor_seconds"] for r in rs) for rnd in ("create", "upgrade")}
+def ratio(r, rnd):
+    base = alone.get((r["controller_manager_qps"], r["layers"]), {}).get(rnd)
+    return r[f"{rnd}_to_all_deployed_seconds"] / base if base else None
+fmt_ratio = lambda x: f"{x:.2f}×" if x is not None else "—"
+GOAL = {"create": 1.1, "upgrade": 1.1}
+alone_rows = []
+for r in direct:
+    busy = sum((r.get("cpu_seconds_create") or {}).values())
+    alone_rows.append(
+        f"| {r['controller_manager_qps']} | {r['layers']} | {r['create_applied_seconds']:.1f} s | {r['create_floor_seconds']:.1f} s "
+        f"| {r['upgrade_applied_seconds']:.1f} s | {r['upgrade_floor_seconds']:.1f} s | {busy:.1f} s |")
+alone_text = "\n".join(
+    f"- client limit {q}, {n} apps: plane alone, median create {a['create']:.1f} s, upgrade {a['upgrade']:.1f} s"
+    + f" ({sum(1 for r in direct if (r['controller_manager_qps'], r['layers']) == (q, n))} run(s))."
+    for (q, n), a in alone.items()) or "- no plane-alone runs were recorded: no ratio below can be computed."
+
+def limit_of(args):
+    words = (args or "").replace("=", " ").split()
+    get = lambda flag, d: words[words.index(flag) + 1] if flag in words and words.index(flag) + 1 < len(words) else d
+    q, b = get("--kube-api-qps", "50"), get("--kube-api-burst", "300")
+    return f"{q} / {b}" + (" (as shipped)" if (q, b) == ("50", "300") else "")
+
 side_by_side = ""
 if anchor_runs:
-    ours_runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+    version = os.environ.get("BENCH_FLEET_ANCHOR_VERSION") or "version unknown"
     lines, ratios = [], []
-    def row(who, r):
-        c, cf = r["create_to_all_deployed_seconds"], r["create_floor_seconds"]
-        u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
-        cpu = r.get("cpu_seconds_create") or {}
-        mine = cpu.get("layer-controller", cpu.get("kustomize-controller", 0.0))
+    def row(who, limit, r, mine, sent):
+        cpu_c, cpu_u = r.get("cpu_seconds_create") or {}, r.get("cpu_seconds_upgrade") or {}
+        own = lambda cpu: cpu.get("layer-controller", cpu.get("kustomize-controller", 0.0))
+        applied = lambda key: f"{r[key]:.1f} s" if key in r else "—"
         calls = sum((r.get("apiserver_requests_per_layer_create") or {}).values())
-        return (f"| {r['controller_manager_qps']} | {who} | {c:.1f} s ({c/cf:.2f}×) | {u:.1f} s ({u/uf:.2f}×) "
-                f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {mine:.1f} s | {sum(cpu.values()):.1f} s | {calls:.1f} |")
+        c, u = r["create_to_all_deployed_seconds"], r["upgrade_to_all_deployed_seconds"]
+        return (f"| {r['controller_manager_qps']} | {who} | {limit} | {c:.1f} s ({fmt_ratio(ratio(r, 'create'))}) "
+                f"| {applied('create_deployments_applied_seconds')} | {u:.1f} s ({fmt_ratio(ratio(r, 'upgrade'))}) "
+                f"| {applied('upgrade_deployments_applied_seconds')} | {r['controller_peak_rss_kib']/1024:.1f} MiB "
+                f"| {own(cpu_c):.1f} / {own(cpu_u):.1f} s | {sum(cpu_c.values()):.1f} s | {sent / c:.0f} | {calls:.1f} |")
     n = max(r["layers"] for r in anchor_runs)
     for qps in sorted({r["controller_manager_qps"] for r in anchor_runs}):
-        theirs = [r for r in anchor_runs if r["controller_manager_qps"] == qps and r["layers"] == n]
-        ours = [r for r in ours_runs if r["controller_manager_qps"] == qps and r["layers"] == n and r.get("shards", 1) == 1]
-        lines += [row("Strata layer-controller", r) for r in ours]
-        lines += [row("Flux kustomize-controller", r) for r in theirs]
-        if ours and theirs:
-            def versus(label, key, unit, scale=1):
-                a, b = (statistics.median(r[key] for r in rs) / scale for rs in (ours, theirs))
-                return f"{label} {a:.1f} / {b:.1f} {unit} = {a / b:.2f}"
-            ratios.append(
-                f"client limit {qps}, {n} apps, medians Strata / Flux: "
-                + ", ".join([versus("create", "create_to_all_deployed_seconds", "s"),
-                             versus("upgrade", "upgrade_to_all_deployed_seconds", "s"),
-                             versus("peak RSS", "controller_peak_rss_kib", "MiB", 1024)]))
+        ours = [r for r in runs if r["controller_manager_qps"] == qps and r["layers"] == n and r.get("shards", 1) == 1]
+        for r in ours:
+            sent = sum((r.get("requests_per_layer_create") or {}).values()) * n
+            lines.append(row("Strata layer-controller", "none (HTTP/2, at most `--client-max-in-flight` at once)", r, None, sent))
+        by_limit = collections.defaultdict(list)
+        for r in anchor_runs:
+            if r["controller_manager_qps"] == qps and r["layers"] == n:
+                by_limit[limit_of(r.get("anchor_args"))].append(r)
+        for limit, theirs in sorted(by_limit.items(), key=lambda kv: "shipped" not in kv[0]):
+            lines += [row(f"Flux kustomize-controller", limit, r, None, r.get("anchor_requests_create", 0.0)) for r in theirs]
+            if ours and theirs:
+                med = lambda rs, key: statistics.median(r[key] for r in rs)
+                own_cpu = lambda rs, name: statistics.median((r.get("cpu_seconds_create") or {}).get(name, 0.0) for r in rs)
+                rate = statistics.median(r.get("anchor_requests_create", 0.0) / r["create_to_all_deployed_seconds"] for r in theirs)
+                qps_limit = float(limit.split(" / ")[0])
+                held = (f"at most its limit of {qps_limit:.0f}/s" if rate <= qps_limit * 1.02
+                        else f"above its limit of {qps_limit:.0f}/s: that limit was not in force")
+                ratios.append(
+                    f"client limit {qps}, {n} apps, kustomize-controller's client limit {limit}: medians Strata / Flux: "
+                    f"create {med(ours, 'create_to_all_deployed_seconds'):.1f} / {med(theirs, 'create_to_all_deployed_seconds'):.1f} s "
+                    f"= {med(ours, 'create_to_all_deployed_seconds') / med(theirs, 'create_to_all_deployed_seconds'):.2f}, "
+                    f"upgrade {med(ours, 'upgrade_to_all_deployed_seconds'):.1f} / {med(theirs, 'upgrade_to_all_deployed_seconds'):.1f} s "
+                    f"= {med(ours, 'upgrade_to_all_deployed_seconds') / med(theirs, 'upgrade_to_all_deployed_seconds'):.2f}, "
+                    f"peak RSS {med(ours, 'controller_peak_rss_kib')/1024:.1f} / {med(theirs, 'controller_peak_rss_kib')/1024:.1f} MiB, "
+                    f"the deployer's own CPU in the create round {own_cpu(ours, 'layer-controller'):.1f} / {own_cpu(theirs, 'kustomize-controller'):.1f} s; "
+                    f"kustomize-controller sent {rate:.0f} requests/s in the create round, {held}")
+        if len(by_limit) > 1:
+            meds = {l: statistics.median(r["create_to_all_deployed_seconds"] for r in rs) for l, rs in by_limit.items()}
+            (l1, t1), (l2, t2) = sorted(meds.items(), key=lambda kv: "shipped" not in kv[0])[:2]
+            ratios.append(f"client limit {qps}: kustomize-controller's create median with limit {l2} is {t2:.1f} s against "
+                          f"{t1:.1f} s with {l1} ({t2 / t1:.2f}×)")
     side_by_side = f"""
 **Side by side with the anchor on this machine, same run**: Flux's kustomize-controller
-(`ANCHOR_KUSTOMIZE_CONTROLLER_BIN=<path>`, built by hand from its source outside this
-repository) deploying the same apps, one Kustomization each in place of the AddonsLayer
-(`prune`, `wait`, `serviceAccountName`, `targetNamespace`, the same three variables in
-`postBuild.substitute`, the flux-benchmark's 60 m interval), started as Flux's benchmark runs it
-(`--concurrent=20`, every namespace watched, info logs in JSON) with admin rights as Flux's
-install binds it. Each run on a fresh plane; *ready* is every Kustomization Ready at its
-generation, the ratio to the same floor as above; CPU is the deployer's own and the whole
-plane's (every process above) over the create round; requests are what kube-apiserver served
-per app in the create round.
+{version} (read from the binary's Go build information; `ANCHOR_KUSTOMIZE_CONTROLLER_BIN=<path>`,
+built by hand from its source outside this repository) deploying the same apps, one
+Kustomization each in place of the AddonsLayer (`prune`, `wait`, `serviceAccountName`,
+`targetNamespace`, the same three variables in `postBuild.substitute`, the flux-benchmark's
+60 m interval), started as Flux's benchmark runs it (`--concurrent=20`, every namespace
+watched, info logs in JSON) with admin rights as Flux's install binds it, once with its client
+limit as Flux ships it (`--kube-api-qps` 50, `--kube-api-burst` 300) and once raised
+(`BENCH_FLEET_ANCHOR_RAISED`). Each run on a fresh plane; *ready* is every Kustomization Ready
+at its generation, checked per app as for the layers; the ratio is to the plane alone above;
+*applied* is when its last Deployment reached the API server; CPU is the deployer's own in the
+create / upgrade round and the whole plane's (every process above) in the create round;
+*requests/s* is what the deployer itself sent per second of the create round (its client
+metrics: `rest_client_requests_total` for Flux, ours for Strata); *API requests per app* is
+what kube-apiserver served per app in the create round, every client together.
 
-| KCM QPS | deployer | create (floor ratio) | upgrade (floor ratio) | peak RSS | deployer CPU, create | all CPU, create | API requests per app |
-|---:|---|---:|---:|---:|---:|---:|---:|
+| KCM QPS | deployer | its client limit (qps / burst) | create (÷ plane alone) | applied | upgrade (÷ plane alone) | applied | peak RSS | deployer CPU, create / upgrade | all CPU, create | requests/s | API requests per app |
+|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(lines)}
 
 {chr(10).join(f"- {r}." for r in ratios)}
@@ -686,7 +758,6 @@ client limit {sys.argv[3].split()[-1]}, not among the rows above (`BENCH_FLEET_P
 `/debug/pprof`, each sampled stack counted once, in the first matching row; `bench/pprof_breakdown.py`):
 
 """ + open(sys.argv[6]).read())
-runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 # What the controllers ran with and what the upgrade round left unsent, read from the runs.
 args_seen = sorted({r.get("controller_args", "") for r in runs})
 def flag_value(args, flag, default):
@@ -697,10 +768,21 @@ def flag_value(args, flag, default):
         if w == flag and i + 1 < len(words):
             return words[i + 1]
     return default
-flags_text = "; ".join(
+def extra_flags(args):
+    # What BENCH_LAYER_CONTROLLER_ARGS added to the flags every run passes (selector, namespace).
+    words, kept, skip = args.split(), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("--layer-selector", "--default-source-namespace"):
+            skip = True
+        elif w != "--leader-elect=false":
+            kept.append(w)
+    return " ".join(kept)
+flags_text = "; ".join(sorted({
     f"`--concurrent` {flag_value(a, '--concurrent', '10')}, `--client-max-in-flight` {flag_value(a, '--client-max-in-flight', '32')}"
-    + (f" (command line: `{a}`)" if a else "")
-    for a in args_seen)
+    + (f" (extra flags: `{extra_flags(a)}`)" if extra_flags(a) else "")
+    for a in args_seen}))
 sent = [(r["applied_objects_per_layer_upgrade"], r["unchanged_objects_per_layer_upgrade"])
         for r in runs if "unchanged_objects_per_layer_upgrade" in r]
 if sent:
@@ -716,7 +798,7 @@ else:
 groups = collections.defaultdict(list)
 for r in runs:
     groups[(r["controller_manager_qps"], r["layers"], r.get("shards", 1))].append(r)
-rows, observed, served, cpu = [], [], [], []
+rows, observed, served, cpu, verdicts = [], [], [], [], []
 for (qps, n, shards), rs in sorted(groups.items()):
     rs.sort(key=lambda r: r["create_to_all_deployed_seconds"])
     median = rs[len(rs) // 2]
@@ -741,11 +823,13 @@ for (qps, n, shards), rs in sorted(groups.items()):
         applied = lambda key: f"{r[key]:.1f} s" if key in r else "—"
         woken = (f"{r['reconciles_per_layer_create']:.1f} / {r['reconciles_per_layer_upgrade']:.1f}"
                  if "reconciles_per_layer_create" in r else "—")
+        own = lambda rnd: (r.get(f"cpu_seconds_{rnd}") or {}).get("layer-controller")
+        own_text = f"{own('create'):.1f} / {own('upgrade'):.1f} s" if own("create") is not None and own("upgrade") is not None else "—"
         rows.append(
-            f"| {qps} | {n} | {shards} | {c:.1f} s | {applied('create_deployments_applied_seconds')} | {cf:.1f} s ({c/cf:.2f}×) "
-            f"| {u:.1f} s | {applied('upgrade_deployments_applied_seconds')} | {uf:.1f} s ({u/uf:.2f}×) "
-            f"| {r['controller_peak_rss_kib']/1024:.1f} MiB | {growth:.1f} KiB | {r['controller_peak_sockets']} "
-            f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} | {woken} |")
+            f"| {qps} | {n} | {shards} | {c:.1f} s | {applied('create_deployments_applied_seconds')} | {cf:.1f} s "
+            f"| {fmt_ratio(ratio(r, 'create'))} | {u:.1f} s | {applied('upgrade_deployments_applied_seconds')} | {uf:.1f} s "
+            f"| {fmt_ratio(ratio(r, 'upgrade'))} | {r['controller_peak_rss_kib']/1024:.1f} MiB | {growth:.1f} KiB | {r['controller_peak_sockets']} "
+            f"| {req['GET']:.0f} / {req['PATCH']:.0f} / {req['POST']:.0f} | {woken} | {own_text} |")
         o = r.get("observer")
         if o:
             lat = o.get("edit_to_drift") or {}
@@ -754,12 +838,29 @@ for (qps, n, shards), rs in sorted(groups.items()):
             observed.append(
                 f"| {qps} | {n} | {4*n} | {o['sync_seconds']:.1f} s | {o['peak_rss_kib']/1024:.1f} MiB "
                 f"| {o['peak_sockets']} | {o['sockets_at_end']} | {lat_text} |")
+    # What the rows say, computed: the median ratio to the plane alone against #56's goal, and
+    # who set the pace (how close the last Deployment's apply came to this run's floor).
+    if (qps, n) in alone:
+        parts = []
+        for rnd in ("create", "upgrade"):
+            m = statistics.median(ratio(r, rnd) for r in rs)
+            gap = statistics.median(r[f"{rnd}_floor_seconds"] - r[f"{rnd}_deployments_applied_seconds"]
+                                    for r in rs if f"{rnd}_deployments_applied_seconds" in r)
+            parts.append(f"{rnd} {m:.2f}× the plane alone ({'within' if m <= GOAL[rnd] else 'over'} the {GOAL[rnd]}× goal; "
+                         f"the last Deployment reached the API server {gap:.1f} s before this run's floor)")
+        verdicts.append(f"client limit {qps}, {n} layers, {shards} shard(s), medians: " + "; ".join(parts))
+early = [r for r in runs if r["create_to_all_deployed_seconds"] < r["create_floor_seconds"]
+         or r["upgrade_to_all_deployed_seconds"] < r["upgrade_floor_seconds"]]
+early_text = (f" {len(early)} of the {len(runs)} runs show all layers Deployed before their own floor: the two "
+              "times come from two watches that deliver with their own delays, and the per-layer check "
+              "(write order, not arrival) passed in each." if early else "")
 docs_section.write("fleet", f"""
 ## layer-controller: a fleet of independent apps (Flux's MTTP shape)
 
 Command: `make bench` (this part alone: `BENCH_ONLY=fleet bench/run.sh`; sizes and client
 limits from `BENCH_FLEET_SIZES="{sys.argv[4]}"` and `BENCH_FLEET_QPS="{sys.argv[3]}"`); {sys.argv[2]}
-run(s) per row, each on a fresh local control plane, {datetime.date.today().isoformat()}. Release
+run(s) per row, each on a fresh local control plane, {datetime.date.today().isoformat()}, the tree at
+{os.environ.get("STRATA_BENCH_COMMIT", "an unknown commit")}. Release
 controller, one replica per shard, {flags_text}; the driver
 (this benchmark's own process, on the same two cores) an optimized build. Per app: a namespace,
 its own OCIRepository (Flux's CRD; the artifact served by a local HTTP server, its status
@@ -770,25 +871,42 @@ variables substituted (`spec.postBuild.substitute`: app, namespace, release). Al
 created at once; *create* is until every layer is Deployed, *upgrade* until every layer is
 Deployed again after one variable changed in every layer: the release, carried by the
 Deployment alone (its labels and pod template), as Flux's benchmark upgrades by changing each
-Deployment's CPU request; the other three objects are unchanged: {unchanged_text}. Runs recorded
-before that change stamped the release on all four objects (`BENCH_FLEET_UPGRADE_EVERY_OBJECT=1`
-still does). The *floor* is when kube-controller-manager had observed every Deployment at
-its generation (ReplicaSet made, status written): no health-gated deployer can be done sooner;
-the ratio is ours to it. *Applied* is when the last Deployment of the round reached the API
-server at that release: the floor cannot come sooner, so where *applied* is close to the floor
-the deployer's own pace set the round, and where it is well before it, kube-controller-manager's.
+Deployment's CPU request; the other three objects are unchanged: {unchanged_text}.
+
+**The plane alone** is the yardstick (`BENCH_FLEET_DIRECT=1`, one run before each
+layer-controller run, same size and client limit, fresh plane): no deployer, the driver applies
+every app's four objects itself (server-side apply, 16 at a time) in the same two rounds, and
+the time is until kube-controller-manager had observed every Deployment (its ReplicaSet made,
+its status written at its generation). *÷ plane alone* is a deployer's time over that median.
+*This run's floor* is the same observation in the deployer's own run; it moves with the
+deployer (a slow deployer applies late, so its floor is late too), so it is shown, not divided
+by. *Applied* is when the last Deployment of the round reached the API server at that release.
+Every run is checked **per layer**: a layer's Deployed status must be a later write than the
+one in which kube-controller-manager observed its own Deployment at this release (their
+resourceVersions, etcd's one revision counter, compared), else the run fails naming the
+layers.{early_text}
+
+{alone_text}
+
+| KCM QPS | apps | create: last applied | create: all observed | upgrade: last applied | upgrade: all observed | all CPU, create |
+|---:|---:|---:|---:|---:|---:|---:|
+{chr(10).join(alone_rows)}
+
 *Reconciles* per layer (create / upgrade) count every reconcile the controllers ran, whatever
 woke it. *KCM QPS* is kube-controller-manager's `--kube-api-qps` (20 is its
 default, as in Flux's kind runs). *Growth per layer* is (peak − idle RSS) / N. Requests are the
 controller's own (its client metrics), per layer, for the create round: GET / PATCH / POST.
+*Controller CPU* is the layer-controller's own CPU-seconds in each round.
 *Shards*: the layers spread over that many shards by `sharding.fluxcd.io/key` (the first the
 unlabelled default shard), one controller each (`BENCH_FLEET_SHARD_COUNTS="{sys.argv[5]}"`, at the
 largest size and last client limit); RSS, sockets and requests are then the sums over the
 controllers (peak RSS: the sum of each one's peak).
 
-| KCM QPS | layers | shards | create | applied | floor (ratio) | upgrade | applied | floor (ratio) | peak RSS | growth per layer | peak sockets | requests per layer | reconciles per layer |
-|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+| KCM QPS | layers | shards | create | applied | this run's floor | ÷ plane alone | upgrade | applied | this run's floor | ÷ plane alone | peak RSS | growth per layer | peak sockets | requests per layer | reconciles per layer | controller CPU, create / upgrade |
+|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
+
+{chr(10).join(f"- {v}." for v in verdicts)}
 
 The drift-observer on the same deployed fleet, started once both rounds are measured (dry runs
 as each layer's account, as the chart wires it): *sync* is start → every layer reported clean

@@ -36,7 +36,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
 use layer_controller::crd::AddonsLayer;
-use strata_e2e::bench::{layers_deployed, layers_reported_clean, rss_kib, spawn_measured_with};
+use strata_e2e::bench::{layers_reported_clean, rss_kib, spawn_measured_with};
 use strata_e2e::flux::{ArtifactServer, install_layer_crds, set_source_artifact};
 use strata_e2e::support::{TestNamespace, cluster, parse_yaml};
 
@@ -215,10 +215,57 @@ fn controller_manager_floor(
 /// When kube-controller-manager had observed every Deployment of a round, and when the last
 /// of them had reached the API server at that release: which of the deployer and
 /// kube-controller-manager held the round back.
-#[derive(Debug, Clone, Copy)]
+/// Also, per app namespace, the resourceVersion of the write in which its Deployment was first
+/// seen observed at this release: what [`deployed_too_early`] checks each deployer against.
+#[derive(Debug, Clone)]
 struct Floor {
     done: Duration,
     applied: Duration,
+    observed: BTreeMap<String, u64>,
+}
+
+/// The resourceVersion of a write, as a number. The API calls it opaque; kube-apiserver's etcd3
+/// storage makes it etcd's revision, one counter for every resource, so two writes to
+/// different objects compare in the order etcd committed them. This bench relies on that to
+/// check order without clocks: two watches deliver to this driver with their own delays (a
+/// layer's event can reach it before its Deployment's although it was written after).
+fn write_order(meta: &kube::api::ObjectMeta) -> u64 {
+    meta.resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// The apps (their deployer objects' names) that were reported done (`done`: name → the
+/// resourceVersion of the write that said so) before kube-controller-manager had observed
+/// their own Deployment, in app namespace `namespace_of(name)`: a deployer reporting too
+/// early (its health check passing on an unprocessed Deployment) would otherwise only show as
+/// a suspiciously good time against the floor.
+fn deployed_too_early(
+    done: &BTreeMap<String, (Duration, u64)>,
+    floor: &Floor,
+    namespace_of: impl Fn(&str) -> String,
+) -> Vec<String> {
+    done.iter()
+        .filter(|(name, (_, at))| {
+            floor
+                .observed
+                .get(&namespace_of(name))
+                .is_none_or(|observed| at < observed)
+        })
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Fails naming the first apps of `early` (see [`deployed_too_early`]), if any.
+fn ensure_in_order(early: &[String], who: &str, round: &str) -> Result<()> {
+    anyhow::ensure!(
+        early.is_empty(),
+        "{} of the {who} were reported done in the {round} round before kube-controller-manager had observed their Deployment (e.g. {})",
+        early.len(),
+        early.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
 }
 
 /// The watch behind [`controller_manager_floor`].
@@ -231,7 +278,7 @@ async fn floor_watch(
     use kube::runtime::{WatchStreamExt, watcher};
     let api: Api<Deployment> = Api::all(client);
     let selector = format!("strata-bench/fleet=true,release={release}");
-    let (mut observed, mut seen) = (BTreeSet::new(), BTreeSet::new());
+    let (mut observed, mut seen) = (BTreeMap::new(), BTreeSet::new());
     let mut applied = Duration::ZERO;
     let stream = watcher(api, watcher::Config::default().labels(&selector)).applied_objects();
     let mut stream = std::pin::pin!(stream);
@@ -254,12 +301,15 @@ async fn floor_watch(
             .and_then(|s| s.observed_generation)
             == deployment.metadata.generation
         {
-            observed.insert(key);
+            observed
+                .entry(key.0)
+                .or_insert_with(|| write_order(&deployment.metadata));
         }
     }
     Ok(Floor {
         done: started.elapsed(),
         applied,
+        observed,
     })
 }
 
@@ -815,25 +865,29 @@ async fn anchor_rounds(
     strata_e2e::support::apply_upstream_crd(client, "kustomization-crd.yaml").await?;
     strata_e2e::support::crds_established(client, &["kustomizations.kustomize.toolkit.fluxcd.io"])
         .await?;
-    let metrics = format!(
-        "--metrics-addr=127.0.0.1:{}",
-        strata_e2e::plane::free_port()?
-    );
+    let metrics_addr: std::net::SocketAddr =
+        format!("127.0.0.1:{}", strata_e2e::plane::free_port()?).parse()?;
+    let metrics = format!("--metrics-addr={metrics_addr}");
+    // Extra flags, e.g. its client limit (`--kube-api-qps`, `--kube-api-burst`; Flux ships 50
+    // and 300), recorded with the run.
+    let extra = std::env::var("BENCH_FLEET_ANCHOR_ARGS").unwrap_or_default();
     let health = format!(
         "--health-addr=127.0.0.1:{}",
         strata_e2e::plane::free_port()?
     );
+    let mut args = vec![
+        metrics.as_str(),
+        &health,
+        "--enable-leader-election=false",
+        "--watch-all-namespaces=true",
+        "--concurrent=20",
+        "--log-level=info",
+        "--log-encoding=json",
+    ];
+    args.extend(extra.split_whitespace());
     let controller = ServiceProcess::spawn_with_env_blocking(
         std::path::Path::new(&binary),
-        &[
-            &metrics,
-            &health,
-            "--enable-leader-election=false",
-            "--watch-all-namespaces=true",
-            "--concurrent=20",
-            "--log-level=info",
-            "--log-encoding=json",
-        ],
+        &args,
         &[(
             "KUBECONFIG".into(),
             cluster().kubeconfig().display().to_string(),
@@ -845,7 +899,7 @@ async fn anchor_rounds(
     let idle_rss = rss_kib(pid, "VmRSS:");
     let api = strata_e2e::flux::kustomization_api(client, ns);
     let selector = format!("strata-e2e/suite={ns}");
-    let round = async |release: &str, generation: i64| -> Result<(Duration, Duration)> {
+    let round = async |release: &str, generation: i64| -> Result<(Duration, Floor)> {
         let started = Instant::now();
         let floor = controller_manager_floor(client, names.len(), release, started);
         let ready = tokio::spawn(strata_e2e::bench::all_reached(
@@ -854,7 +908,9 @@ async fn anchor_rounds(
             names.len(),
             started,
             "Kustomizations Ready",
-            move |k: &kube::api::DynamicObject| ready_at_least(k, generation).then_some(()),
+            move |k: &kube::api::DynamicObject| {
+                ready_at_least(k, generation).then(|| write_order(&k.metadata))
+            },
         ));
         apply_all(
             applier,
@@ -865,28 +921,43 @@ async fn anchor_rounds(
         )
         .await?;
         let ready = ready.await??;
-        let last = ready.values().map(|(t, ())| *t).max().unwrap_or_default();
-        Ok((last, floor.await??.done))
+        let last = ready.values().map(|(t, _)| *t).max().unwrap_or_default();
+        let floor = floor.await??;
+        let early = deployed_too_early(&ready, &floor, |app| format!("{ns}-{app}"));
+        ensure_in_order(&early, "Kustomizations", release)?;
+        Ok((last, floor))
     };
     let cost = RoundCost::start(client, Some(("kustomize-controller", &[pid]))).await?;
+    let sent_before = anchor_requests(metrics_addr).await?;
     let (create, create_floor) = round("r1", 1).await?;
     let (cpu_create, served_create) = cost.finish(client, names.len()).await?;
+    // Its own request rate over the round, against its client limit: above it, the limit did
+    // not hold it back.
+    let sent_create = anchor_requests(metrics_addr).await? - sent_before;
     let rss_after_first = rss_kib(pid, "VmRSS:");
     eprintln!(
-        "fleet bench (kustomize-controller): {} Kustomizations Ready in {create:?} (kube-controller-manager done at {create_floor:?})",
-        names.len()
+        "fleet bench (kustomize-controller): {} Kustomizations Ready in {create:?} (kube-controller-manager done at {:?}), {sent_create} requests sent",
+        names.len(),
+        create_floor.done
     );
+    let cost = RoundCost::start(client, Some(("kustomize-controller", &[pid]))).await?;
     let (upgrade, upgrade_floor) = round("r2", 2).await?;
+    let (cpu_upgrade, _) = cost.finish(client, names.len()).await?;
     let result = serde_json::json!({
         "anchor": "kustomize-controller",
+        "anchor_args": extra,
         "controller_manager_qps": controller_manager_qps(),
         "layers": names.len(),
         "objects_per_layer": 4,
         "create_to_all_deployed_seconds": create.as_secs_f64(),
-        "create_floor_seconds": create_floor.as_secs_f64(),
+        "create_floor_seconds": create_floor.done.as_secs_f64(),
+        "create_deployments_applied_seconds": create_floor.applied.as_secs_f64(),
         "cpu_seconds_create": cpu_create,
+        "anchor_requests_create": sent_create,
         "upgrade_to_all_deployed_seconds": upgrade.as_secs_f64(),
-        "upgrade_floor_seconds": upgrade_floor.as_secs_f64(),
+        "upgrade_floor_seconds": upgrade_floor.done.as_secs_f64(),
+        "upgrade_deployments_applied_seconds": upgrade_floor.applied.as_secs_f64(),
+        "cpu_seconds_upgrade": cpu_upgrade,
         "controller_idle_rss_kib": idle_rss,
         "controller_rss_after_create_kib": rss_after_first,
         "controller_peak_rss_kib": rss_kib(pid, "VmHWM:"),
@@ -896,6 +967,18 @@ async fn anchor_rounds(
     println!("{result}");
     drop(controller);
     Ok(())
+}
+
+/// Every request the anchor has sent so far (client-go's `rest_client_requests_total`, which
+/// controller-runtime serves on its metrics endpoint, in Prometheus' text format).
+async fn anchor_requests(metrics: std::net::SocketAddr) -> Result<f64> {
+    let (_, body) = strata_e2e::support::http_get(metrics, "/metrics").await?;
+    let sent = body
+        .lines()
+        .filter(|line| line.starts_with("rest_client_requests_total{"))
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum();
+    Ok(sent)
 }
 
 #[tokio::main]
@@ -1001,12 +1084,16 @@ async fn main() -> Result<()> {
     let round = async |release: &str, done: fn(&AddonsLayer) -> bool| -> Result<_> {
         let started = Instant::now();
         let floor = controller_manager_floor(&client, apps, release, started);
-        let deployed = tokio::spawn(layers_deployed(
+        let deployed = tokio::spawn(strata_e2e::bench::all_reached(
             api.clone(),
             selector.clone(),
             apps,
             started,
-            done,
+            "layers Deployed",
+            move |layer: &AddonsLayer| {
+                let deployed = layer.status.as_ref()?.state.as_deref() == Some("Deployed");
+                (deployed && done(layer)).then(|| write_order(&layer.metadata))
+            },
         ));
         apply_all(
             &applier,
@@ -1022,7 +1109,11 @@ async fn main() -> Result<()> {
         let applied = started.elapsed();
         let times = deployed.await??;
         let total = times.values().map(|(t, _)| *t).max().unwrap_or_default();
-        Ok((total, floor.await??, applied))
+        let floor = floor.await??;
+        // A layer (cluster-scoped) is named after its app's namespace.
+        let early = deployed_too_early(&times, &floor, str::to_string);
+        ensure_in_order(&early, "layers", release)?;
+        Ok((total, floor, applied))
     };
 
     // Round 1: every layer created at once; where the CPU went meanwhile, and what the API
