@@ -945,6 +945,39 @@ kustomize-controller with 2 CPUs and `--concurrent` 20; **not run here**): 100 a
 134 MiB, 500 apps 2 m 0 s / 183 MiB, 1,000 apps 4 m 13 s / 223 MiB.
 """)
 PY
+  # docs/scaling.md's figures, from the same runs.
+  python3 bench/fleet_summary.py fleet "$work/fleet.jsonl" "$work/fleet-direct.jsonl" "$work/fleet-anchor.jsonl"
+}
+
+fleet_large_bench() {
+  # #56 item 5: the fleet stretched to BENCH_FLEET_LARGE_SIZE layers (default 10,000: 40,000
+  # objects), one run of the plane alone and one of the layer-controller (no drift-observer),
+  # each on a fresh plane, at client limit BENCH_FLEET_LARGE_QPS. Not part of `make bench`'s
+  # default parts: it takes about half an hour on two cores.
+  echo "bench: building the layer-controller (release) and the fleet driver" >&2
+  cargo build --release -p layer-controller >&2
+  cargo build -p strata-e2e --bins >&2
+  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+  local driver="$target/driver/examples/fleet_bench"
+  local n="${BENCH_FLEET_LARGE_SIZE:-10000}" qps="${BENCH_FLEET_LARGE_QPS:-200}"
+  : > "$work/fleet-large.jsonl"; : > "$work/fleet-large-direct.jsonl"
+  # A run that breaks (the plane cannot hold it) is recorded as such: the part still writes
+  # what finished, and its log says where it broke.
+  if env BENCH_FLEET_DIRECT=1 STRATA_BIN_DIR="$target/debug" \
+    BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+    scripts/with-plane.sh "$driver" > "$work/fleet-large.out"; then
+    tail -n 1 "$work/fleet-large.out" >> "$work/fleet-large-direct.jsonl"
+  else
+    echo "bench: the plane alone broke at $n apps (its log above)" >&2
+  fi
+  if env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
+    BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+    scripts/with-plane.sh "$driver" > "$work/fleet-large.out"; then
+    tail -n 1 "$work/fleet-large.out" >> "$work/fleet-large.jsonl"
+  else
+    echo "bench: the layer-controller's run broke at $n layers (its log above)" >&2
+  fi
+  python3 bench/fleet_summary.py large "$work/fleet-large.jsonl" "$work/fleet-large-direct.jsonl"
 }
 
 fleet_rollback_bench() {
@@ -1023,6 +1056,7 @@ PY
 case "${BENCH_ONLY:-}" in
   fleet) fleet_bench; exit 0 ;;
   fleet-rollback) fleet_rollback_bench; exit 0 ;;
+  fleet-large) fleet_large_bench; exit 0 ;;
   anchor) anchor_bench; exit 0 ;;
   layers) layers_bench; exit 0 ;;
   rollout) rollout_bench; exit 0 ;;
