@@ -176,6 +176,11 @@ def large(large_path, direct_path):
                     f"{(r['controller_peak_rss_kib'] - r['controller_idle_rss_kib']) / n:.1f} KiB per layer over "
                     f"{r['controller_idle_rss_kib'] / 1024:.0f} MiB idle; sockets: peak {r['controller_peak_sockets']}, "
                     f"{r['controller_sockets_at_end']} at the end.")
+        cpu = r.get("cpu_seconds_create") or {}
+        if cpu:
+            by = ", ".join(f"{k} {v:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v >= 0.5)
+            said.append(f"CPU-seconds in the layer-controller's create round, by process: {by} "
+                        f"({sum(cpu.values()) / r['create_to_all_deployed_seconds']:.2f} of the 2 cores busy).")
         if a:
             worst = max(r[f"{rnd}_to_all_deployed_seconds"] / a[rnd] for rnd in ("create", "upgrade"))
             said.append(f"Time: at most {worst:.2f}× the plane alone over both rounds "

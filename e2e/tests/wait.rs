@@ -489,7 +489,6 @@ spec:
     );
     apply_yaml(&client, &ns.name, &job).await?;
     let file = write_manifest(&ns.name, "doomed.yaml", &job);
-    let started = Instant::now();
     let out = run(strata_wait(&[
         "-f",
         file.to_str().unwrap(),
@@ -508,9 +507,11 @@ spec:
         )),
         "{stderr}"
     );
+    // Ended by the Job's failure, not by the clock: a wait that ran to its timeout says so
+    // (and no wall-clock bound is needed to tell the two apart on a busy machine).
     assert!(
-        started.elapsed() < Duration::from_secs(100),
-        "the wait ran to its timeout instead of ending early"
+        !stderr.contains("timed out"),
+        "the wait ran to its timeout instead of ending early: {stderr}"
     );
     Ok(())
 }
@@ -644,6 +645,9 @@ metadata: {{name: settings, namespace: {ns}}}
         !stderr.contains("ConfigMap"),
         "only what is missing: {stderr}"
     );
+    // Up front, not when the 60 s timeout ends the wait: the bound is the product's own
+    // timeout, halved for the margin a busy two-core machine needs to start a process and
+    // ask two access reviews (the check takes well under a second when idle).
     assert!(
         started.elapsed() < Duration::from_secs(30),
         "the check is up front, not after the 60 s timeout"
