@@ -142,9 +142,12 @@ def fleet(fleet_path, direct_path, anchor_path):
                 + (f" (Strata's layer-controller: {span([own_cpu_ms(r, 'create', 'layer-controller') for r in ours], unit=' ms')}; "
                    f"create medians Strata / Flux {med(ours, 'create_to_all_deployed_seconds') / med(theirs, 'create_to_all_deployed_seconds'):.2f})"
                    if ours else "") + ".")
+    sizes = " ".join(str(n) for n in sorted({r["layers"] for r in single}))
+    qps_text = " ".join(str(q) for q in qpss)
     body = f"""
-Command: `make bench` (this part alone: `BENCH_ONLY=fleet bench/run.sh`; Flux's
-kustomize-controller beside it with `ANCHOR_KUSTOMIZE_CONTROLLER_BIN=<path>`), written by
+Command: `BENCH_ONLY=fleet BENCH_FLEET_SIZES="{sizes}" BENCH_FLEET_QPS="{qps_text}" bench/run.sh` (the
+sizes and client limits of these runs; Flux's kustomize-controller beside it with
+`ANCHOR_KUSTOMIZE_CONTROLLER_BIN=<path>`, a binary built by hand outside this repository), written by
 `bench/fleet_summary.py` from the same runs as the *fleet* section of `docs/benchmarks.md`
 (which has every run, the API server's requests and the CPU by process). The plane alone is
 the same apps applied by the benchmark itself with no deployer (`BENCH_FLEET_DIRECT=1`), in
