@@ -39,7 +39,7 @@ def span(values, fmt="{:.1f}", unit=""):
 def plane_alone(direct):
     """(client limit, size) -> the medians of the plane alone, per round."""
     out = {}
-    for key in {(r["controller_manager_qps"], r["layers"]) for r in direct}:
+    for key in sorted({(r["controller_manager_qps"], r["layers"]) for r in direct}):
         rs = [r for r in direct if (r["controller_manager_qps"], r["layers"]) == key]
         out[key] = {rnd: statistics.median(r[f"{rnd}_floor_seconds"] for r in rs)
                     for rnd in ("create", "upgrade")}
@@ -47,9 +47,14 @@ def plane_alone(direct):
     return out
 
 
+def ratio(r, alone, rnd):
+    """A run's `rnd` round over the plane alone's at its size and client limit (None without)."""
+    base = alone.get((r["controller_manager_qps"], r["layers"]), {}).get(rnd)
+    return r[f"{rnd}_to_all_deployed_seconds"] / base if base else None
+
+
 def ratios(rs, alone, rnd):
-    return [r[f"{rnd}_to_all_deployed_seconds"] / alone[(r["controller_manager_qps"], r["layers"])][rnd]
-            for r in rs if (r["controller_manager_qps"], r["layers"]) in alone]
+    return [x for x in (ratio(r, alone, rnd) for r in rs) if x is not None]
 
 
 def own_cpu_ms(r, rnd, name):

@@ -561,6 +561,16 @@ print(f"bench: side by side: RSS {rss_idle:.2f}/{rss_loaded:.2f}, first deletion
 PY
 }
 
+# build_fleet SERVICES...: builds the release SERVICES, the plane's own binaries and the fleet
+# driver (an optimized build: it shares the two cores with the system under test), the same way
+# for every fleet part; the driver is then $target/driver/examples/fleet_bench.
+build_fleet() {
+  echo "bench: building $* (release) and the fleet driver" >&2
+  cargo build --release $(printf -- '-p %s ' "$@") >&2
+  cargo build -p strata-e2e --bins >&2
+  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+}
+
 fleet_bench() {
   # Flux's "Mean Time To Production" shape (#29): N independent apps created at once, each an
   # OCIRepository, an impersonated ServiceAccount and one health-gated layer of four objects
@@ -568,10 +578,7 @@ fleet_bench() {
   # N) pair runs RUNS times, each on a fresh plane. The driver is an optimized build: it shares
   # the two cores with the plane, and as a debug build it took 4.5 CPU-s of a 1,000-layer
   # create round (1.2 s optimized), CPU the system under test then lacked.
-  echo "bench: building the layer-controller and drift-observer (release) and the fleet driver" >&2
-  cargo build --release -p layer-controller -p drift-observer >&2
-  cargo build -p strata-e2e --bins >&2
-  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+  build_fleet layer-controller drift-observer
   local driver="$target/driver/examples/fleet_bench"
   : > "$work/fleet.jsonl"; : > "$work/fleet-anchor.jsonl"; : > "$work/fleet-direct.jsonl"
   # The driver deploys with the anchor whenever it sees its binary: only the anchor's runs may.
@@ -648,19 +655,14 @@ fleet_bench() {
   done
   python3 - "$work/fleet.jsonl" "$RUNS" "${BENCH_FLEET_QPS:-20 200}" "${BENCH_FLEET_SIZES:-100 500 1000}" "${BENCH_FLEET_SHARD_COUNTS:-2}" "$work/apiserver-breakdown.md" "$work/fleet-anchor.jsonl" "$work/fleet-direct.jsonl" <<'PY'
 import json, os, sys, datetime, collections, statistics
-sys.path.insert(0, "bench"); import docs_section
-load = lambda path: [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
+sys.path.insert(0, "bench"); import docs_section, fleet_summary
+load = fleet_summary.load
 runs, anchor_runs, direct = load(sys.argv[1]), load(sys.argv[7]), load(sys.argv[8])
 # The plane alone (#56 item 1): per (client limit, size), the median time from the first apply
 # to kube-controller-manager having observed every Deployment, in each round. Every deployer's
 # time is divided by it.
-alone = {}
-for key in sorted({(r["controller_manager_qps"], r["layers"]) for r in direct}):
-    rs = [r for r in direct if (r["controller_manager_qps"], r["layers"]) == key]
-    alone[key] = {rnd: statistics.median(r[f"{rnd}_floor_seconds"] for r in rs) for rnd in ("create", "upgrade")}
-def ratio(r, rnd):
-    base = alone.get((r["controller_manager_qps"], r["layers"]), {}).get(rnd)
-    return r[f"{rnd}_to_all_deployed_seconds"] / base if base else None
+alone = fleet_summary.plane_alone(direct)
+ratio = lambda r, rnd: fleet_summary.ratio(r, alone, rnd)
 fmt_ratio = lambda x: f"{x:.2f}×" if x is not None else "—"
 GOAL = {"create": 1.1, "upgrade": 1.1}
 alone_rows = []
@@ -671,7 +673,7 @@ for r in direct:
         f"| {r['upgrade_applied_seconds']:.1f} s | {r['upgrade_floor_seconds']:.1f} s | {busy:.1f} s |")
 alone_text = "\n".join(
     f"- client limit {q}, {n} apps: plane alone, median create {a['create']:.1f} s, upgrade {a['upgrade']:.1f} s"
-    + f" ({sum(1 for r in direct if (r['controller_manager_qps'], r['layers']) == (q, n))} run(s))."
+    + f" ({a['runs']} run(s))."
     for (q, n), a in alone.items()) or "- no plane-alone runs were recorded: no ratio below can be computed."
 
 def limit_of(args):
@@ -684,7 +686,7 @@ side_by_side = ""
 if anchor_runs:
     version = os.environ.get("BENCH_FLEET_ANCHOR_VERSION") or "version unknown"
     lines, ratios = [], []
-    def row(who, limit, r, mine, sent):
+    def row(who, limit, r, sent):
         cpu_c, cpu_u = r.get("cpu_seconds_create") or {}, r.get("cpu_seconds_upgrade") or {}
         own = lambda cpu: cpu.get("layer-controller", cpu.get("kustomize-controller", 0.0))
         applied = lambda key: f"{r[key]:.1f} s" if key in r else "—"
@@ -699,13 +701,13 @@ if anchor_runs:
         ours = [r for r in runs if r["controller_manager_qps"] == qps and r["layers"] == n and r.get("shards", 1) == 1]
         for r in ours:
             sent = sum((r.get("requests_per_layer_create") or {}).values()) * n
-            lines.append(row("Strata layer-controller", "none (HTTP/2, at most `--client-max-in-flight` at once)", r, None, sent))
+            lines.append(row("Strata layer-controller", "none (HTTP/2, at most `--client-max-in-flight` at once)", r, sent))
         by_limit = collections.defaultdict(list)
         for r in anchor_runs:
             if r["controller_manager_qps"] == qps and r["layers"] == n:
                 by_limit[limit_of(r.get("anchor_args"))].append(r)
         for limit, theirs in sorted(by_limit.items(), key=lambda kv: "shipped" not in kv[0]):
-            lines += [row(f"Flux kustomize-controller", limit, r, None, r.get("anchor_requests_create", 0.0)) for r in theirs]
+            lines += [row("Flux kustomize-controller", limit, r, r.get("anchor_requests_create", 0.0)) for r in theirs]
             if ours and theirs:
                 med = lambda rs, key: statistics.median(r[key] for r in rs)
                 own_cpu = lambda rs, name: statistics.median((r.get("cpu_seconds_create") or {}).get(name, 0.0) for r in rs)
@@ -954,29 +956,25 @@ fleet_large_bench() {
   # objects), one run of the plane alone and one of the layer-controller (no drift-observer),
   # each on a fresh plane, at client limit BENCH_FLEET_LARGE_QPS. Not part of `make bench`'s
   # default parts: it takes about half an hour on two cores.
-  echo "bench: building the layer-controller (release) and the fleet driver" >&2
-  cargo build --release -p layer-controller >&2
-  cargo build -p strata-e2e --bins >&2
-  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+  build_fleet layer-controller
   local driver="$target/driver/examples/fleet_bench"
   local n="${BENCH_FLEET_LARGE_SIZE:-10000}" qps="${BENCH_FLEET_LARGE_QPS:-200}"
   : > "$work/fleet-large.jsonl"; : > "$work/fleet-large-direct.jsonl"
-  # A run that breaks (the plane cannot hold it) is recorded as such: the part still writes
-  # what finished, and its log says where it broke.
-  if env BENCH_FLEET_DIRECT=1 STRATA_BIN_DIR="$target/debug" \
-    BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
-    scripts/with-plane.sh "$driver" > "$work/fleet-large.out"; then
-    tail -n 1 "$work/fleet-large.out" >> "$work/fleet-large-direct.jsonl"
-  else
-    echo "bench: the plane alone broke at $n apps (its log above)" >&2
-  fi
-  if env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
-    BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
-    scripts/with-plane.sh "$driver" > "$work/fleet-large.out"; then
-    tail -n 1 "$work/fleet-large.out" >> "$work/fleet-large.jsonl"
-  else
-    echo "bench: the layer-controller's run broke at $n layers (its log above)" >&2
-  fi
+  # One run on a fresh plane, its result appended to $1 only when it finished: a run that
+  # breaks (the plane cannot hold it) is recorded as such, the part still writes what
+  # finished, and its log says where it broke.
+  large_run() {
+    local into="$1" what="$2"; shift 2
+    if env "$@" STRATA_BIN_DIR="$target/debug" BENCH_FLEET_LAYERS="$n" \
+      STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" scripts/with-plane.sh "$driver" > "$work/fleet-large.out"; then
+      tail -n 1 "$work/fleet-large.out" >> "$into"
+    else
+      echo "bench: $what broke at $n layers (its log above)" >&2
+    fi
+  }
+  large_run "$work/fleet-large-direct.jsonl" "the plane alone" BENCH_FLEET_DIRECT=1
+  large_run "$work/fleet-large.jsonl" "the layer-controller's run" \
+    LAYER_CONTROLLER_BIN="$target/release/layer-controller"
   python3 bench/fleet_summary.py large "$work/fleet-large.jsonl" "$work/fleet-large-direct.jsonl"
 }
 
@@ -985,10 +983,7 @@ fleet_rollback_bench() {
   # kept in a Secret before it is applied), RUNS times at the largest size and last client
   # limit, beside the same fleet without it in the same part, so the cost of keeping
   # revisions is the difference of two rows measured together.
-  echo "bench: building the layer-controller (release) and the fleet driver" >&2
-  cargo build --release -p layer-controller >&2
-  cargo build -p strata-e2e --bins >&2
-  cargo build --profile driver -p strata-e2e --example fleet_bench >&2
+  build_fleet layer-controller
   local driver="$target/driver/examples/fleet_bench"
   local n qps
   n="${BENCH_FLEET_ROLLBACK_SIZE:-1000}"; qps="${BENCH_FLEET_ROLLBACK_QPS:-200}"

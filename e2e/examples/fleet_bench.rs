@@ -216,7 +216,7 @@ fn controller_manager_floor(
 /// of them had reached the API server at that release: which of the deployer and
 /// kube-controller-manager held the round back.
 /// Also, per app namespace, the resourceVersion of the write in which its Deployment was first
-/// seen observed at this release: what [`deployed_too_early`] checks each deployer against.
+/// seen observed at this release: what [`ensure_in_order`] checks each deployer against.
 #[derive(Debug, Clone)]
 struct Floor {
     done: Duration,
@@ -236,34 +236,33 @@ fn write_order(meta: &kube::api::ObjectMeta) -> u64 {
         .unwrap_or(u64::MAX)
 }
 
-/// The apps (their deployer objects' names) that were reported done (`done`: name → the
-/// resourceVersion of the write that said so) before kube-controller-manager had observed
-/// their own Deployment, in app namespace `namespace_of(name)`: a deployer reporting too
-/// early (its health check passing on an unprocessed Deployment) would otherwise only show as
-/// a suspiciously good time against the floor.
-fn deployed_too_early(
+/// Fails naming the apps (their deployer objects' names) that were reported done (`done`:
+/// name → the resourceVersion of the write that said so) in `round` before
+/// kube-controller-manager had observed their own Deployment, in app namespace
+/// `namespace_of(name)`: a deployer reporting too early (its health check passing on an
+/// unprocessed Deployment) would otherwise only show as a suspiciously good time.
+fn ensure_in_order(
     done: &BTreeMap<String, (Duration, u64)>,
     floor: &Floor,
     namespace_of: impl Fn(&str) -> String,
-) -> Vec<String> {
-    done.iter()
+    who: &str,
+    round: &str,
+) -> Result<()> {
+    let early: Vec<&str> = done
+        .iter()
         .filter(|(name, (_, at))| {
             floor
                 .observed
                 .get(&namespace_of(name))
                 .is_none_or(|observed| at < observed)
         })
-        .map(|(name, _)| name.clone())
-        .collect()
-}
-
-/// Fails naming the first apps of `early` (see [`deployed_too_early`]), if any.
-fn ensure_in_order(early: &[String], who: &str, round: &str) -> Result<()> {
+        .map(|(name, _)| name.as_str())
+        .collect();
     anyhow::ensure!(
         early.is_empty(),
         "{} of the {who} were reported done in the {round} round before kube-controller-manager had observed their Deployment (e.g. {})",
         early.len(),
-        early.iter().take(5).cloned().collect::<Vec<_>>().join(", ")
+        early[..early.len().min(5)].join(", ")
     );
     Ok(())
 }
@@ -923,8 +922,13 @@ async fn anchor_rounds(
         let ready = ready.await??;
         let last = ready.values().map(|(t, _)| *t).max().unwrap_or_default();
         let floor = floor.await??;
-        let early = deployed_too_early(&ready, &floor, |app| format!("{ns}-{app}"));
-        ensure_in_order(&early, "Kustomizations", release)?;
+        ensure_in_order(
+            &ready,
+            &floor,
+            |app| format!("{ns}-{app}"),
+            "Kustomizations",
+            release,
+        )?;
         Ok((last, floor))
     };
     let cost = RoundCost::start(client, Some(("kustomize-controller", &[pid]))).await?;
@@ -1111,8 +1115,7 @@ async fn main() -> Result<()> {
         let total = times.values().map(|(t, _)| *t).max().unwrap_or_default();
         let floor = floor.await??;
         // A layer (cluster-scoped) is named after its app's namespace.
-        let early = deployed_too_early(&times, &floor, str::to_string);
-        ensure_in_order(&early, "layers", release)?;
+        ensure_in_order(&times, &floor, str::to_string, "layers", release)?;
         Ok((total, floor, applied))
     };
 
