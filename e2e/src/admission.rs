@@ -94,6 +94,25 @@ pub fn kubectl_scale(ns: &str, name: &str, replicas: u32) -> Result<std::process
         .output()?)
 }
 
+/// The admission-webhook's arguments for one test namespace: no leader election, serving TLS
+/// at `tls` (an address of 127.0.0.1, covered by its certificate), pods called through the
+/// stand-in at `pods`.
+pub fn namespace_args<'a>(ns: &'a str, tls: &'a str, pods: &'a str) -> Vec<&'a str> {
+    vec![
+        "--lease-namespace",
+        ns,
+        "--watch-namespace",
+        ns,
+        "--leader-elect=false",
+        "--tls-address",
+        tls,
+        "--tls-extra-names",
+        "127.0.0.1",
+        "--pod-address-override",
+        pods,
+    ]
+}
+
 /// Starts the admission-webhook as its chart identity, talking to the API through a
 /// [`FaultProxy`](crate::fault_proxy::FaultProxy) that injects `faults`.
 pub async fn start_behind_faults(

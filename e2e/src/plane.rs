@@ -643,6 +643,9 @@ impl Plane {
                 format!("--cluster-signing-cert-file={}", pki.ca_cert.display()),
                 format!("--cluster-signing-key-file={}", pki.ca_key.display()),
                 "--use-service-account-credentials=false".into(),
+                // HorizontalPodAutoscalers act every 2 s instead of 15 s, so a test of a
+                // downscale an HPA drives (e2e/tests/hpa.rs) waits seconds, not minutes.
+                "--horizontal-pod-autoscaler-sync-period=2s".into(),
                 "--profiling=false".into(),
                 "--v=1".into(),
             ]
@@ -936,7 +939,9 @@ impl Drop for Plane {
 /// What kube-apiserver records in `logs/audit.log`: every pod deletion with its request (the
 /// delete options and their preconditions) and answer (the pod as deleted); and who did what,
 /// without bodies, for every request of a ServiceAccount (the services run as their chart
-/// ServiceAccounts: `rbac_coverage` checks each verb the chart grants was used); nothing else.
+/// ServiceAccounts: `rbac_coverage` checks each verb the chart grants was used); who changed a
+/// StatefulSet's `/scale` and how it was answered (an HPA's update must never conflict with
+/// prepare-downscale, e2e/tests/hpa.rs); nothing else.
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived, ResponseStarted]
@@ -946,6 +951,9 @@ rules:
   resources: [{group: \"\", resources: [pods]}]
 - level: Metadata
   userGroups: [system:serviceaccounts]
+- level: Metadata
+  verbs: [update, patch]
+  resources: [{group: apps, resources: [statefulsets/scale]}]
 - level: None
 ";
 

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -26,15 +26,22 @@ pub enum Answer {
     Late(Duration, String),
     /// Never answers (the caller's timeout ends the call).
     Hang,
+    /// 200 with `{"timestamp": <unix seconds>}`: when this pod was prepared, as a pod's
+    /// delayed-downscale endpoint answers (a POST to a prepared pod keeps its first time).
+    PreparedAt,
 }
 
 #[derive(Debug, Default)]
 struct State {
     /// Per pod and method; missing: 200 "ok".
     answers: BTreeMap<(String, String), Answer>,
-    /// Every call received: (method, pod).
-    calls: Vec<(String, String)>,
+    /// Per method, for pods without an answer of their own; missing: 200 "ok".
+    defaults: BTreeMap<String, Answer>,
+    /// Every call received: (method, pod, when).
+    calls: Vec<(String, String, Instant)>,
     prepared: BTreeMap<String, bool>,
+    /// When each prepared pod was prepared (unix seconds), until a DELETE it answered.
+    prepared_at: BTreeMap<String, i64>,
 }
 
 /// The stand-in server; clones share it.
@@ -79,14 +86,19 @@ impl PodEndpoints {
         };
         let answer = {
             let mut state = self.state();
-            state.calls.push((method.to_string(), pod.clone()));
+            state
+                .calls
+                .push((method.to_string(), pod.clone(), Instant::now()));
             if method == Method::POST {
                 // The pod acts on the call as soon as it gets it, however it answers.
                 state.prepared.insert(pod.clone(), true);
+                let now = jiff::Timestamp::now().as_second();
+                state.prepared_at.entry(pod.clone()).or_insert(now);
             }
             state
                 .answers
                 .get(&(pod.clone(), method.to_string()))
+                .or_else(|| state.defaults.get(method.as_str()))
                 .cloned()
                 .unwrap_or_else(|| Answer::Ok("ok".into()))
         };
@@ -104,9 +116,15 @@ impl PodEndpoints {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 (StatusCode::OK, String::new())
             }
+            Answer::PreparedAt => {
+                let at = self.state().prepared_at.get(&pod).copied().unwrap_or(0);
+                (StatusCode::OK, format!("{{\"timestamp\": {at}}}"))
+            }
         };
         if method == Method::DELETE && status.is_success() {
-            self.state().prepared.insert(pod, false);
+            let mut state = self.state();
+            state.prepared.insert(pod.clone(), false);
+            state.prepared_at.remove(&pod);
         }
         (status, body)
     }
@@ -129,6 +147,11 @@ impl PodEndpoints {
             .insert((pod.to_string(), method.to_string()), answer);
     }
 
+    /// How every pod without an answer of its own answers `method` from now on.
+    pub fn set_default(&self, method: &str, answer: Answer) {
+        self.state().defaults.insert(method.to_string(), answer);
+    }
+
     /// The pods prepared now (POST received, no answered DELETE since).
     pub fn prepared(&self) -> Vec<String> {
         let state = self.state();
@@ -146,13 +169,28 @@ impl PodEndpoints {
         state
             .calls
             .iter()
-            .filter(|(m, p)| m == method && p == pod)
+            .filter(|(m, p, _)| m == method && p == pod)
             .count()
+    }
+
+    /// When `method` first reached a pod whose name starts with `prefix`.
+    pub fn first_call(&self, method: &str, prefix: &str) -> Option<Instant> {
+        let state = self.state();
+        state
+            .calls
+            .iter()
+            .filter(|(m, p, _)| m == method && p.starts_with(prefix))
+            .map(|(_, _, at)| *at)
+            .min()
     }
 
     /// Every call so far: (method, pod).
     pub fn calls(&self) -> Vec<(String, String)> {
-        self.state().calls.clone()
+        self.state()
+            .calls
+            .iter()
+            .map(|(m, p, _)| (m.clone(), p.clone()))
+            .collect()
     }
 }
 

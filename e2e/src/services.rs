@@ -387,6 +387,23 @@ pub fn chart_identity_with(
     Ok(kubeconfig)
 }
 
+/// Starts the rollout-operator for namespace `ns` alone (no leader election), with `extra`.
+pub fn start_rollout_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
+    let mut args = vec![
+        "--watch-namespace",
+        ns,
+        "--lease-namespace",
+        ns,
+        "--leader-elect=false",
+    ];
+    args.extend_from_slice(extra);
+    start_service(
+        "rollout-operator",
+        crate::support::cluster().kubeconfig(),
+        &args,
+    )
+}
+
 /// Starts the workspace binary `service` on the cluster `admin_kubeconfig` reaches, as the
 /// ServiceAccount the chart makes for it ([`chart_identity`]), with a free admin address, then
 /// `args`, logging to the e2e log directory.

@@ -386,6 +386,40 @@ pub async fn apply_upstream_crd(client: &Client, file: &str) -> Result<()> {
     Ok(())
 }
 
+/// Waits up to 90 s until StatefulSet `name` runs exactly `replicas` ready pods (its pods are
+/// labelled `name=<name>`) and its status caught up.
+pub async fn stateful_set_settled(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    replicas: usize,
+) -> Result<()> {
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), ns);
+    eventually(
+        &format!("{replicas} {name} pods ready"),
+        Duration::from_secs(90),
+        || async {
+            let list = pods
+                .list(&kube::api::ListParams::default().labels(&format!("name={name}")))
+                .await?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+                .count();
+            let sts = sets.get(name).await?;
+            let status = sts.status.unwrap_or_default();
+            Ok((list.items.len() == replicas
+                && ready == replicas
+                && status.ready_replicas == Some(replicas as i32)
+                && status.observed_generation == sts.metadata.generation)
+                .then_some(()))
+        },
+    )
+    .await
+}
+
 /// An OnDelete StatefulSet `name` of rollout group `group` (its Service name too), pods
 /// labelled `name: <name>`. `labels` and `annotations` are extra flow-map entries (`labels`
 /// starting with `, `), the way the rollout tests spell the anchor's keys.

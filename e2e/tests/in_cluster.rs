@@ -711,8 +711,8 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     let calls = recorded_calls(&going).await?;
-    // At least once: kube-apiserver re-runs admission when the update conflicts with the
-    // webhook's own write of grafana.com/last-downscale (issue #55 is about that write).
+    // At least once: kube-apiserver re-runs admission when the update conflicts with a write
+    // during admission (the StatefulSet controller's status update, say).
     ensure!(
         !calls.is_empty()
             && calls
@@ -726,14 +726,21 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
         staying.is_empty(),
         "ingester-zone-a-0 was called: {staying:?}"
     );
+    // Recorded once the downscale has landed (not during its admission).
     let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), &ns);
-    let zone_a = sets.get("ingester-zone-a").await?;
-    ensure!(
-        zone_a
-            .annotations()
-            .contains_key("grafana.com/last-downscale"),
-        "no last-downscale recorded on ingester-zone-a"
-    );
+    eventually(
+        "last-downscale recorded on ingester-zone-a",
+        Duration::from_secs(10),
+        || async {
+            Ok(sets
+                .get("ingester-zone-a")
+                .await?
+                .annotations()
+                .contains_key("grafana.com/last-downscale")
+                .then_some(()))
+        },
+    )
+    .await?;
     // Zone a settles (its pod gone) before another zone may go down.
     eventually(
         "zone a at one Ready replica",

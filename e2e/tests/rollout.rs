@@ -276,15 +276,7 @@ fn json_label(value: Option<&str>) -> serde_json::Value {
 }
 
 fn start_operator(ns: &str, extra: &[&str]) -> Result<ServiceProcess> {
-    let mut args = vec![
-        "--watch-namespace",
-        ns,
-        "--lease-namespace",
-        ns,
-        "--leader-elect=false",
-    ];
-    args.extend_from_slice(extra);
-    start_service("rollout-operator", cluster().kubeconfig(), &args)
+    strata_e2e::services::start_rollout_operator(ns, extra)
 }
 
 fn plain_zone(zone: &str, group: &str, replicas: i32, labels: &str, annotations: &str) -> String {

@@ -354,13 +354,13 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     .await?;
     let made = pods.posts.load(Ordering::SeqCst);
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
-    let annotations = api
-        .get("store")
-        .await?
-        .metadata
-        .annotations
-        .unwrap_or_default();
     let stamp = if zone_tracker {
+        let annotations = api
+            .get("store")
+            .await?
+            .metadata
+            .annotations
+            .unwrap_or_default();
         // The StatefulSet is left alone during admission: no annotation, and the ConfigMap
         // holds only this zone. Two pods (ordinals 2 and 1) per admission round; a status
         // write by the StatefulSet controller during admission makes the API server retry the
@@ -375,14 +375,26 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
             .unwrap_or_default()
             .to_string()
     } else {
-        // Two pods (ordinals 2 and 1) per admission round. The last-downscale patch made
-        // during admission changes the StatefulSet, so the API server's update retry can run
-        // admission again (the anchor behaves the same, its issue #303): whole rounds of two.
+        // Two pods (ordinals 2 and 1) per admission round; a status write by the StatefulSet
+        // controller during admission can make the API server run it again, whole rounds of
+        // two. The time is written once the downscale has landed, not during its admission
+        // (where it would make the admitted update conflict, the anchor's issue #303).
         assert!(made >= 2 && made.is_multiple_of(2), "{made} prepare calls");
-        annotations
-            .get("grafana.com/last-downscale")
-            .expect("last-downscale written")
-            .clone()
+        eventually(
+            "last-downscale written",
+            Duration::from_secs(10),
+            || async {
+                Ok(api
+                    .get("store")
+                    .await?
+                    .metadata
+                    .annotations
+                    .unwrap_or_default()
+                    .get("grafana.com/last-downscale")
+                    .cloned())
+            },
+        )
+        .await?
     };
     assert!(stamp.parse::<jiff::Timestamp>().is_ok(), "{stamp}");
     if zone_tracker {

@@ -254,7 +254,23 @@ async fn forged_reviews_posted_straight_to_the_server_reach_no_pod() -> Result<(
         "{:?}",
         pods.seen()
     );
-    ensure!(recorded().await?, "the allowed downscale was recorded");
+    // The time is recorded once the downscale has landed, never before: a review that no
+    // write follows (forged, or refused after this webhook) records nothing. The server looks
+    // every 100 ms; half a second is five looks.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    ensure!(!recorded().await?, "recorded before the downscale happened");
+    sts.patch(
+        "ingester",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 1}})),
+    )
+    .await?;
+    eventually(
+        "the landed downscale recorded",
+        Duration::from_secs(10),
+        || async { Ok(recorded().await?.then_some(())) },
+    )
+    .await?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 
 pub mod cert_files;
 pub mod certs;
+pub mod downscale_record;
 pub mod evictions;
 pub mod idle;
 pub mod inject;
@@ -354,6 +355,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         // Checked in `run`.
         namespace_selectors: namespace_selectors(&args.namespace_selector).unwrap_or_default(),
         layers: Default::default(),
+        pending_downscales: Default::default(),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     // The server outlives the shutdown signal by --shutdown-delay (see the flag), not ready

@@ -19,19 +19,19 @@ use core_k8s::pod_http::PodHttp;
 use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, Store, reflector};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use crate::downscale_record;
 use crate::evictions;
 use crate::metrics::{Metrics, Outcome};
 use crate::prepared::{self, PreparedPod};
 use crate::review::{Decision, Review};
 use crate::webhooks::{Cluster, Webhook, ZoneTracker, decide};
-use core_rollout::keys;
 use core_rollout::observed::Observed;
 
 /// How long a handler may take by default: under kube-apiserver's default 10 s webhook timeout.
@@ -63,6 +63,8 @@ pub struct App {
     /// Every AddonsLayer, from a watch the first layer review starts (an install without the
     /// CRD never watches it).
     pub layers: tokio::sync::OnceCell<Store<DynamicObject>>,
+    /// Downscales admitted whose time is not recorded on their StatefulSet yet.
+    pub pending_downscales: downscale_record::PendingDownscales,
 }
 
 /// How long a layer review waits for the layer cache's first full list before it is answered
@@ -301,6 +303,9 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             .observe_eviction(reason, decision.code.unwrap_or(200));
         return decision;
     }
+    if webhook == Webhook::PrepareDownscale && app.zone_tracker.is_none() {
+        cluster.pending_downscales = app.pending_downscales.in_namespace(&namespace);
+    }
     let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
     if webhook == Webhook::PrepareDownscale
         && decision.allowed
@@ -515,9 +520,9 @@ async fn prepare_detached(
 
 /// Marks every pod going away, then POSTs to each; on any failure denies and tells them all
 /// to undo (retried until they answer, see [`prepared::undo_now`]). Then records the
-/// downscale time: on the StatefulSet, or in zone-tracker mode in the ConfigMap as it was read
-/// (`tracked`: `Some(None)` when it did not exist); a failed record is a denial with the same
-/// undo. `abandoned` says the request was already answered (deadline passed): then nothing is
+/// downscale time: in zone-tracker mode in the ConfigMap as it was read (`tracked`:
+/// `Some(None)` when it did not exist), a failed record being a denial with the same undo;
+/// otherwise on the StatefulSet once the downscale has landed ([`downscale_record`]). `abandoned` says the request was already answered (deadline passed): then nothing is
 /// recorded and the undo loop decides.
 async fn prepare(
     app: &App,
@@ -586,30 +591,29 @@ async fn prepare(
         }
         return decision;
     }
-    let sts: Api<StatefulSet> = Api::namespaced(app.client.clone(), review.field("namespace"));
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    // The uid the decision verified: were the StatefulSet replaced under the same name since,
-    // the patch fails instead of recording on another object.
-    let uid = review
-        .request
-        .pointer("/oldObject/metadata/uid")
-        .cloned()
-        .unwrap_or(Value::Null);
-    let patch = json!({"metadata": {"uid": uid, "annotations": {keys::LAST_DOWNSCALE: now}}});
-    if let Err(e) = sts
-        .patch(
-            review.field("name"),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
-        .await
-    {
-        tracing::warn!(error = %e, "recording last-downscale failed");
-        prepared::undo_now(app, &pods).await;
-        return denied("adding an annotation to the statefulset failed.");
-    }
+    // Annotation mode: recorded on the StatefulSet once the downscale has landed, and counted
+    // by this server's decisions from now on (see `downscale_record`).
+    let Some(replicas) = crate::webhooks::replica_target(review) else {
+        return decision;
+    };
+    downscale_record::record_when_landed(
+        app.client.clone(),
+        app.pending_downscales.clone(),
+        downscale_record::Admitted {
+            namespace: namespace.to_string(),
+            name: review.field("name").to_string(),
+            // The uid the decision verified: were the StatefulSet replaced under the same
+            // name since, nothing is recorded on the other object.
+            uid: review
+                .request
+                .pointer("/oldObject/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+            replicas,
+            at: jiff::Timestamp::now(),
+        },
+    );
     decision
 }
 

@@ -30,6 +30,7 @@ fn app() -> Arc<App> {
         layer_defaults: Default::default(),
         namespace_selectors: Default::default(),
         layers: Default::default(),
+        pending_downscales: Default::default(),
     })
 }
 

@@ -122,6 +122,10 @@ pub struct Cluster {
     /// Zone-tracker mode of prepare-downscale: downscale times live in a ConfigMap instead
     /// of StatefulSet annotations.
     pub zone_tracker: Option<ZoneTracker>,
+    /// Downscales this server admitted whose time is not on their StatefulSet yet, by
+    /// StatefulSet name (annotation mode records the time once the downscale has landed, see
+    /// [`prepare_downscale`]); each counts as that StatefulSet's `last-downscale`.
+    pub pending_downscales: BTreeMap<String, Timestamp>,
     /// The layer-controller's defaults, which decide the account an AddonsLayer acts as.
     pub layer_defaults: LayerDefaults,
     /// What the API server answered when asked whether the author of an AddonsLayer may act
@@ -246,6 +250,7 @@ impl Cluster {
         Self {
             state,
             zone_tracker: None,
+            pending_downscales: BTreeMap::new(),
             layer_defaults: LayerDefaults::default(),
             impersonation: None,
         }
@@ -482,6 +487,13 @@ pub fn downscale_prefix(review: &Review) -> Option<String> {
     replica_change(review, Webhook::NoDownscale)
         .ok()
         .map(|(old, new)| prefix(review, old, new))
+}
+
+/// The replica count a downscale review asks for (`None` when the review is no downscale).
+pub fn replica_target(review: &Review) -> Option<i64> {
+    replica_change(review, Webhook::NoDownscale)
+        .ok()
+        .map(|(_, new)| new)
 }
 
 fn prefix(review: &Review, old: i64, new: i64) -> String {
@@ -750,8 +762,15 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             // Zone-tracker mode reads the time from the ConfigMap; a missing entry is skipped.
             let last = match &cluster.zone_tracker {
                 Some(tracker) => tracker.last_downscaled(other_name),
-                None => annotation(other, keys::LAST_DOWNSCALE)
-                    .map(|text| text.parse::<Timestamp>().map_err(drop)),
+                None => {
+                    let recorded = annotation(other, keys::LAST_DOWNSCALE)
+                        .map(|text| text.parse::<Timestamp>().map_err(drop));
+                    match (recorded, cluster.pending_downscales.get(other_name)) {
+                        (Some(Ok(recorded)), Some(pending)) => Some(Ok(recorded.max(*pending))),
+                        (None, Some(pending)) => Some(Ok(*pending)),
+                        (recorded, _) => recorded,
+                    }
+                }
             };
             let (Some(last), Some(min_time)) = (
                 last,
@@ -858,8 +877,12 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
             tracker.config_map,
             ZoneTracker::entry(now)
         ),
+        // Written once the downscale has landed, never while the request is in flight: a
+        // write to the StatefulSet during its own admission makes the request that is being
+        // admitted fail with a conflict (an HPA's `/scale` update, which carries the
+        // resourceVersion it read). grafana/rollout-operator#303.
         None => format!(
-            "PATCH statefulsets/{name} in {namespace}: {}={}",
+            "PATCH statefulsets/{name} in {namespace} once it has {new} replicas: {}={}",
             keys::LAST_DOWNSCALE,
             now.strftime("%Y-%m-%dT%H:%M:%SZ")
         ),

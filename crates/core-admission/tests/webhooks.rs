@@ -368,7 +368,7 @@ fn prepare_downscale_checks_then_lists_its_calls() {
         vec![
             "POST http://10.1.0.2:80/ingester/prepare-shutdown",
             "POST http://10.1.0.1:80/ingester/prepare-shutdown",
-            "PATCH statefulsets/ingester-zone-a in mimir: grafana.com/last-downscale=2026-01-01T12:00:00Z",
+            "PATCH statefulsets/ingester-zone-a in mimir once it has 1 replicas: grafana.com/last-downscale=2026-01-01T12:00:00Z",
         ]
     );
     let msg = |r: (Value, Vec<String>)| {
@@ -428,6 +428,60 @@ fn prepare_downscale_checks_then_lists_its_calls() {
         )),
         format!(
             "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
+        )
+    );
+    // The same sibling with no time recorded, but a downscale of it this server admitted 10
+    // minutes ago whose time is not written yet: it counts as recorded, and the later of
+    // the two counts when both are there.
+    let unrecorded = |annotations: Value| {
+        sts(
+            "ingester-zone-b",
+            3,
+            json!({"rollout-group": "ingester", "grafana.com/min-time-between-zones-downscale": "30m"}),
+            annotations,
+            json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3}),
+        )
+    };
+    let with_pending = |sibling: Value, pending: &str| {
+        let review = review(labels.clone(), annotations.clone());
+        let body = serde_json::to_vec(&review).unwrap();
+        let review = Review::parse(&body).unwrap();
+        let state = cluster(&labels, &annotations, vec![sibling]);
+        let mut cluster = Cluster::new(
+            Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
+        );
+        cluster
+            .pending_downscales
+            .insert("ingester-zone-b".into(), pending.parse().unwrap());
+        let decision = decide(
+            Webhook::PrepareDownscale,
+            &review,
+            &cluster,
+            NOW.parse().unwrap(),
+        );
+        decision.message.unwrap_or_default()
+    };
+    assert_eq!(
+        with_pending(unrecorded(json!({})), "2026-01-01T11:50:00Z"),
+        format!(
+            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
+        )
+    );
+    assert_eq!(
+        with_pending(
+            unrecorded(json!({"grafana.com/last-downscale": "2026-01-01T11:00:00Z"})),
+            "2026-01-01T11:50:00Z"
+        ),
+        format!(
+            "{prefix}statefulset ingester-zone-b was downscaled at 2026-01-01 11:50:00 +0000 UTC and is labelled to wait 30m0s between zone downscales"
+        )
+    );
+    // Pending an hour ago, outside the window: past the time check, on to the next one (the
+    // sibling's pods, absent here, are not ready).
+    assert_eq!(
+        with_pending(unrecorded(json!({})), "2026-01-01T11:00:00Z"),
+        format!(
+            "{prefix}statefulset ingester-zone-b has 0 non-updated replicas and 3 non-ready replicas"
         )
     );
     // A sibling's recorded time that does not parse.

@@ -8,7 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::keys;
 use crate::observed::{
@@ -510,6 +510,21 @@ fn adjust_replicas(
             continue;
         }
         let target = if desired < current {
+            // One zone of the group goes down at a time, each at least the group's
+            // minimum time after the previous one (grafana/rollout-operator#303: the anchor
+            // scales every mirroring zone down at once).
+            match mirrored_downscale_turn(members, observed, now) {
+                Turn::Go(zone) if zone == name(sts) => {}
+                Turn::Go(_) | Turn::NoneDown => continue,
+                Turn::Wait(wait) => {
+                    plan.recheck(wait);
+                    continue;
+                }
+                Turn::Invalid(e) => {
+                    errors.push(e);
+                    continue;
+                }
+            }
             match delayed_downscale_target(sts, observed, desired, now, plan) {
                 Ok(target) => target,
                 Err(e) => {
@@ -552,8 +567,31 @@ fn follower_replicas(
     if leader_replicas == current {
         return Ok(current);
     }
+    let Some(most_recent) = last_other_zone_downscale(follower, members)? else {
+        return Ok(leader_replicas);
+    };
+    let min_time = min_time_between_zones(follower)?.ok_or_else(|| {
+        format!(
+            "{} has no {} label",
+            name(follower),
+            keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE
+        )
+    })?;
+    let elapsed = now.duration_since(most_recent);
+    if elapsed > min_time {
+        return Ok(leader_replicas);
+    }
+    plan.recheck(min_time - elapsed + SignedDuration::from_millis(1));
+    Ok(current)
+}
+
+/// The most recent `last-downscale` among the other zones of `sts`'s group.
+fn last_other_zone_downscale(
+    sts: &StatefulSet,
+    members: &[&StatefulSet],
+) -> Result<Option<Timestamp>, String> {
     let mut most_recent: Option<Timestamp> = None;
-    for other in members.iter().filter(|s| name(s) != name(follower)) {
+    for other in members.iter().filter(|s| name(s) != name(sts)) {
         if let Some(text) = annotation(other, keys::LAST_DOWNSCALE) {
             let at: Timestamp = text.parse().map_err(|e| {
                 format!(
@@ -565,36 +603,89 @@ fn follower_replicas(
             most_recent = Some(most_recent.map_or(at, |m: Timestamp| m.max(at)));
         }
     }
-    let Some(most_recent) = most_recent else {
-        return Ok(leader_replicas);
+    Ok(most_recent)
+}
+
+/// `sts`'s minimum time between its group's zone downscales; `None` without the label.
+fn min_time_between_zones(sts: &StatefulSet) -> Result<Option<SignedDuration>, String> {
+    let Some(text) = label(&sts.metadata.labels, keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE) else {
+        return Ok(None);
     };
-    let min_time = label(
-        &follower.metadata.labels,
-        keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
-    )
-    .ok_or_else(|| {
-        format!(
-            "{} has no {} label",
-            name(follower),
-            keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE
-        )
-    })?;
-    let min_time = core_k8s::args::parse_duration(min_time)
+    core_k8s::args::parse_duration(text)
         .ok()
         .and_then(|d| SignedDuration::try_from(d).ok())
+        .map(Some)
         .ok_or_else(|| {
             format!(
-                "{} label of {} is not a duration: {min_time}",
+                "{} label of {} is not a duration: {text}",
                 keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE,
-                name(follower)
+                name(sts)
             )
-        })?;
-    let elapsed = now.duration_since(most_recent);
-    if elapsed > min_time {
-        return Ok(leader_replicas);
+        })
+}
+
+/// Whose turn it is to go down among the zones of a group that mirror a reference resource.
+#[derive(Debug, PartialEq, Eq)]
+enum Turn {
+    /// This zone (name) may prepare and go down now; the others wait for it.
+    Go(String),
+    /// No zone may go yet: the minimum time since the last zone downscale runs this long.
+    Wait(SignedDuration),
+    /// A zone's label or a recorded time does not parse.
+    Invalid(String),
+    /// No zone is below its reference.
+    NoneDown,
+}
+
+/// The zone of `members` whose mirrored downscale may proceed now: the first, in name order,
+/// of those the reference takes below their replicas whose own minimum time since the other
+/// zones' last downscale has passed (a zone without the label never waits). Only that zone is
+/// prepared (delayed downscale) and scaled, so zones go down one after the other, each its
+/// minimum time after the previous one was recorded. An upscale never waits for a turn.
+fn mirrored_downscale_turn(members: &[&StatefulSet], observed: &Observed, now: Timestamp) -> Turn {
+    let mut wait: Option<SignedDuration> = None;
+    for sts in members {
+        let Some(Ok(reference)) = mirrored_reference(sts, observed) else {
+            continue;
+        };
+        if mirrored_replicas(sts, reference) >= spec_replicas(sts) {
+            continue;
+        }
+        let (last, min_time) = match (
+            last_other_zone_downscale(sts, members),
+            min_time_between_zones(sts),
+        ) {
+            (Ok(last), Ok(min_time)) => (last, min_time),
+            (Err(e), _) | (_, Err(e)) => return Turn::Invalid(e),
+        };
+        let (Some(last), Some(min_time)) = (last, min_time) else {
+            return Turn::Go(name(sts).to_string());
+        };
+        // Strictly more than the minimum time, as for a follower of a leader.
+        let remaining = min_time - now.duration_since(last);
+        if remaining < SignedDuration::ZERO {
+            return Turn::Go(name(sts).to_string());
+        }
+        let remaining = remaining + SignedDuration::from_millis(1);
+        wait = Some(wait.map_or(remaining, |w| w.min(remaining)));
     }
-    plan.recheck(min_time - elapsed + SignedDuration::from_millis(1));
-    Ok(current)
+    wait.map_or(Turn::NoneDown, Turn::Wait)
+}
+
+/// The merge patch that sets a StatefulSet's replicas. A downscale of a zone labelled with a
+/// minimum time between zone downscales records its time in the same write
+/// (`grafana.com/last-downscale`): the next zone waits from it whether or not a
+/// prepare-downscale webhook records it too, and one write cannot conflict with itself.
+pub fn replica_patch(sts: &StatefulSet, change: &ReplicaChange, now: Timestamp) -> Value {
+    let labelled = label(&sts.metadata.labels, keys::MIN_TIME_BETWEEN_ZONES_DOWNSCALE).is_some();
+    if change.to < change.from && labelled {
+        json!({
+            "metadata": {"annotations": {keys::LAST_DOWNSCALE: now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()}},
+            "spec": {"replicas": change.to},
+        })
+    } else {
+        json!({"spec": {"replicas": change.to}})
+    }
 }
 
 /// The reference resource a StatefulSet mirrors its replicas from: `None` when it mirrors
@@ -683,6 +774,7 @@ pub struct DelayedCalls {
 pub fn delayed_downscale_calls(
     observed: &Observed,
     settled: &dyn Fn(&str) -> bool,
+    now: Timestamp,
 ) -> Vec<DelayedCalls> {
     let mut out = Vec::new();
     for sts in &observed.stateful_sets {
@@ -716,7 +808,19 @@ pub fn delayed_downscale_calls(
             stateful_set: key.clone(),
             ..DelayedCalls::default()
         };
-        let keep = if desired < current {
+        // Only the zone whose turn it is gets prepared: the others' pods would otherwise sit
+        // prepared (and, for an ingester, read-only) for every zone's delay and minimum time.
+        let turn = || {
+            let group = label(&sts.metadata.labels, keys::ROLLOUT_GROUP);
+            let mut members: Vec<&StatefulSet> = observed
+                .stateful_sets
+                .iter()
+                .filter(|s| label(&s.metadata.labels, keys::ROLLOUT_GROUP) == group)
+                .collect();
+            members.sort_by(|a, b| name(a).cmp(name(b)));
+            mirrored_downscale_turn(&members, observed, now) == Turn::Go(name(sts).to_string())
+        };
+        let keep = if desired < current && turn() {
             for (pod, url) in (desired.max(0)..current).map(url_of) {
                 match url {
                     Ok(url) => calls.prepare.push((pod, url)),

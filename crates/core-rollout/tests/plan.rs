@@ -5,7 +5,7 @@
 use core_rollout::observed::Observed;
 use core_rollout::plan::{
     DelayedCalls, Plan, ReplicaChange, delayed_downscale_calls, max_unavailable,
-    parse_prometheus_duration, plan, prepared_at,
+    parse_prometheus_duration, plan, prepared_at, replica_patch,
 };
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -79,6 +79,10 @@ fn zone(
             .map(|(i, (rev, state))| pod(zone, i, rev, state)),
     );
     docs
+}
+
+fn now() -> Timestamp {
+    NOW.parse().unwrap()
 }
 
 fn run(docs: Vec<Value>) -> Plan {
@@ -408,6 +412,189 @@ fn mirrored(spec_replicas: i64, extra: Value) -> Vec<Value> {
     docs
 }
 
+/// Three zones mirroring one ReplicaTemplate at `reference`, each labelled to wait 10 minutes
+/// between zone downscales; `zones` gives each zone's replicas and `last-downscale` (if any).
+fn three_mirrored(reference: i64, zones: [(i32, Option<&str>); 3], extra: Value) -> Vec<Value> {
+    let mut docs = Vec::new();
+    for (zone_name, (replicas, last)) in ["a", "b", "c"].into_iter().zip(zones) {
+        let mut ann = json!({"metadata": {
+            "labels": {"grafana.com/min-time-between-zones-downscale": "10m"},
+            "annotations": {
+            "grafana.com/rollout-mirror-replicas-from-resource-name": "ingester",
+            "grafana.com/rollout-mirror-replicas-from-resource-kind": "ReplicaTemplate",
+            "grafana.com/rollout-mirror-replicas-from-resource-api-version": "rollout-operator.grafana.com/v1"}}});
+        if let Some(last) = last {
+            ann["metadata"]["annotations"]["grafana.com/last-downscale"] = json!(last);
+        }
+        merge(&mut ann, extra.clone());
+        let pods = vec![OLD; replicas as usize];
+        docs.extend(zone(zone_name, replicas, "v1", "v1", &pods, ann));
+    }
+    docs.push(
+        json!({"apiVersion": "rollout-operator.grafana.com/v1", "kind": "ReplicaTemplate",
+        "metadata": {"name": "ingester", "namespace": "mimir"}, "spec": {"replicas": reference}}),
+    );
+    docs
+}
+
+/// grafana/rollout-operator#303: zones mirroring a reference an HPA scales go down one at a
+/// time, each its minimum time after the last zone downscale; an upscale never waits.
+#[test]
+fn mirrored_zones_go_down_one_at_a_time_a_minimum_time_apart() {
+    let change = |p: &Plan| {
+        p.replica_changes
+            .iter()
+            .map(|c| format!("{} {}->{}", c.stateful_set, c.from, c.to))
+            .collect::<Vec<_>>()
+    };
+    // Nothing recorded yet: the first zone goes, alone.
+    let p = run(three_mirrored(
+        2,
+        [(3, None), (3, None), (3, None)],
+        json!({}),
+    ));
+    assert_eq!(change(&p), vec!["mimir/ingester-zone-a 3->2"]);
+    // Zone a went 4 minutes ago: b and c wait the 6 minutes left.
+    let p = run(three_mirrored(
+        2,
+        [(2, Some("2026-01-01T11:56:00Z")), (3, None), (3, None)],
+        json!({}),
+    ));
+    assert!(p.replica_changes.is_empty(), "{:?}", change(&p));
+    // Looked at again at the reference's pace, sooner than the 6 minutes left.
+    assert_eq!(p.recheck_after, Some(core_rollout::plan::REFERENCE_POLL));
+    // 11 minutes ago: b goes, and only b.
+    let p = run(three_mirrored(
+        2,
+        [(2, Some("2026-01-01T11:49:00Z")), (3, None), (3, None)],
+        json!({}),
+    ));
+    assert_eq!(change(&p), vec!["mimir/ingester-zone-b 3->2"]);
+    // b went 1 minute ago: c waits for b's time, not a's.
+    let p = run(three_mirrored(
+        2,
+        [
+            (2, Some("2026-01-01T11:40:00Z")),
+            (2, Some("2026-01-01T11:59:00Z")),
+            (3, None),
+        ],
+        json!({}),
+    ));
+    assert!(p.replica_changes.is_empty(), "{:?}", change(&p));
+    // An upscale right after a downscale is not delayed.
+    let p = run(three_mirrored(
+        4,
+        [(2, Some("2026-01-01T11:59:00Z")), (3, None), (3, None)],
+        json!({}),
+    ));
+    assert_eq!(change(&p), vec!["mimir/ingester-zone-a 2->4"]);
+    // Without the label, no stagger (the anchor's behaviour), still one change per look.
+    let mut unlabelled = three_mirrored(
+        2,
+        [(2, Some("2026-01-01T11:59:00Z")), (3, None), (3, None)],
+        json!({}),
+    );
+    for doc in &mut unlabelled {
+        if let Some(labels) = doc["metadata"]["labels"].as_object_mut() {
+            labels.remove("grafana.com/min-time-between-zones-downscale");
+        }
+    }
+    assert_eq!(change(&run(unlabelled)), vec!["mimir/ingester-zone-b 3->2"]);
+    // A label that is not a duration is reported and nothing goes down.
+    let p = run(three_mirrored(
+        2,
+        [(3, None), (3, None), (3, None)],
+        json!({"metadata": {"labels": {"grafana.com/min-time-between-zones-downscale": "soon"}}}),
+    ));
+    assert!(p.replica_changes.is_empty());
+    assert!(
+        p.warnings.iter().any(|w| w.contains(
+            "min-time-between-zones-downscale label of ingester-zone-a is not a duration: soon"
+        )),
+        "{:?}",
+        p.warnings
+    );
+}
+
+/// With a delayed downscale, only the zone whose turn it is gets its pods prepared; a zone
+/// waiting for its turn has its pods told to cancel (once, until settled).
+#[test]
+fn only_the_zone_whose_turn_it_is_is_prepared() {
+    let delayed = json!({"metadata": {"annotations": {"grafana.com/rollout-delayed-downscale": "1h",
+        "grafana.com/rollout-prepare-delayed-downscale-url": "http://pod:8080/prepare"}}});
+    let prepared = |docs: Vec<Value>| {
+        delayed_downscale_calls(&observed(docs), &|_| false, now())
+            .into_iter()
+            .map(|c| {
+                (
+                    c.stateful_set,
+                    c.prepare.into_iter().map(|(p, _)| p).collect::<Vec<_>>(),
+                    c.cancel.len(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let a = |pods: &[&str]| pods.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        prepared(three_mirrored(
+            2,
+            [(3, None), (3, None), (3, None)],
+            delayed.clone()
+        )),
+        vec![
+            ("mimir/ingester-zone-a".into(), a(&["ingester-zone-a-2"]), 2),
+            ("mimir/ingester-zone-b".into(), vec![], 3),
+            ("mimir/ingester-zone-c".into(), vec![], 3),
+        ]
+    );
+    // a went 4 minutes ago: nobody is prepared until b's turn comes.
+    let waiting = prepared(three_mirrored(
+        2,
+        [(2, Some("2026-01-01T11:56:00Z")), (3, None), (3, None)],
+        delayed.clone(),
+    ));
+    assert!(waiting.iter().all(|(_, p, _)| p.is_empty()), "{waiting:?}");
+    let turn = prepared(three_mirrored(
+        2,
+        [(2, Some("2026-01-01T11:49:00Z")), (3, None), (3, None)],
+        delayed,
+    ));
+    assert_eq!(turn[1].1, a(&["ingester-zone-b-2"]));
+    assert!(turn[2].1.is_empty());
+}
+
+#[test]
+fn a_zone_downscale_records_its_time_in_the_same_write() {
+    let change = |from, to| ReplicaChange {
+        stateful_set: "mimir/ingester-zone-a".into(),
+        from,
+        to,
+    };
+    let labelled: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(sts(
+        "a",
+        3,
+        3,
+        "v1",
+        "v1",
+        json!({"metadata": {"labels": {"grafana.com/min-time-between-zones-downscale": "10m"}}}),
+    ))
+    .unwrap();
+    let plain: k8s_openapi::api::apps::v1::StatefulSet =
+        serde_json::from_value(sts("a", 3, 3, "v1", "v1", json!({}))).unwrap();
+    assert_eq!(
+        replica_patch(&labelled, &change(3, 2), now()),
+        json!({"metadata": {"annotations": {"grafana.com/last-downscale": "2026-01-01T12:00:00Z"}}, "spec": {"replicas": 2}})
+    );
+    assert_eq!(
+        replica_patch(&labelled, &change(2, 3), now()),
+        json!({"spec": {"replicas": 3}})
+    );
+    assert_eq!(
+        replica_patch(&plain, &change(3, 2), now()),
+        json!({"spec": {"replicas": 2}})
+    );
+}
+
 #[test]
 fn a_mirroring_group_is_looked_at_again_at_the_anchors_pace() {
     let stable = run(mirrored(5, json!({})));
@@ -613,7 +800,11 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
     let url = |i: usize| format!("http://10.1.0.{i}:8080/ingester/prepare-delayed-downscale?x=1");
     let never_settled = |_: &str| false;
     // Downscale 5 -> 2: ordinals 2..5 prepare, 0..2 cancel.
-    let calls = delayed_downscale_calls(&observed(mirrored(2, delayed.clone())), &never_settled);
+    let calls = delayed_downscale_calls(
+        &observed(mirrored(2, delayed.clone())),
+        &never_settled,
+        now(),
+    );
     assert_eq!(
         calls,
         vec![DelayedCalls {
@@ -641,7 +832,7 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
             _ => {}
         }
     }
-    let calls = delayed_downscale_calls(&observed(docs), &never_settled);
+    let calls = delayed_downscale_calls(&observed(docs), &never_settled, now());
     assert_eq!(calls[0].prepare, vec![("ingester-zone-a-2".into(), url(2))]);
     assert_eq!(
         calls[0].unreachable,
@@ -660,15 +851,15 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
     assert_eq!(calls[0].cancel_owed, vec!["ingester-zone-a-1".to_string()]);
     // Stable (or scaling up): every pod cancels — once, until a preparation happens again.
     let stable = observed(mirrored(5, delayed.clone()));
-    let calls = delayed_downscale_calls(&stable, &never_settled);
+    let calls = delayed_downscale_calls(&stable, &never_settled, now());
     assert_eq!(calls[0].cancel, (0..5).map(url).collect::<Vec<_>>());
     assert!(calls[0].prepare.is_empty());
-    assert!(delayed_downscale_calls(&stable, &|k| k == "mimir/ingester-zone-a").is_empty());
+    assert!(delayed_downscale_calls(&stable, &|k| k == "mimir/ingester-zone-a", now()).is_empty());
     // A forced replica count is the target too.
     let forced = json!({"metadata": {"annotations": {"grafana.com/rollout-force-replicas": "4"}}});
     let mut both = delayed.clone();
     merge(&mut both, forced);
-    let calls = delayed_downscale_calls(&observed(mirrored(5, both)), &never_settled);
+    let calls = delayed_downscale_calls(&observed(mirrored(5, both)), &never_settled, now());
     assert_eq!(
         calls[0].prepare,
         vec![("ingester-zone-a-4".to_string(), url(4))]
@@ -692,7 +883,7 @@ fn delayed_downscale_prepares_leaving_pods_and_cancels_staying_ones() {
         mirrored(2, bad),
         unreferenced,
     ] {
-        assert!(delayed_downscale_calls(&observed(docs), &never_settled).is_empty());
+        assert!(delayed_downscale_calls(&observed(docs), &never_settled, now()).is_empty());
     }
 }
 

@@ -30,7 +30,7 @@ use crate::flags::go_parse_bool;
 use crate::keys;
 use crate::metrics::Metrics;
 use crate::observed::{Observed, annotation, label, template_name};
-use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at, sts_key};
+use crate::plan::{Plan, delayed_downscale_calls, plan, prepared_at, replica_patch, sts_key};
 use crate::ready_time;
 use admission_server::evictions;
 
@@ -520,7 +520,11 @@ async fn call_delayed_downscale(
     leadership: &core_k8s::leader::Leadership,
 ) {
     let settled = &state.settled;
-    let calls = delayed_downscale_calls(observed, &|key| settled.contains(key));
+    let calls = delayed_downscale_calls(
+        observed,
+        &|key| settled.contains(key),
+        jiff::Timestamp::now(),
+    );
     // Fencing: pod calls are actions too; only the replica the Lease names makes them.
     if !calls.is_empty() && !leadership.confirm().await {
         return;
@@ -727,12 +731,12 @@ async fn execute(
             continue;
         };
         // A merge patch of spec.replicas, as the anchor does: users' own apply flows keep
-        // owning the rest of the StatefulSet.
+        // owning the rest of the StatefulSet. A zone's downscale records its time with it.
         sts_api
             .patch(
                 &sts.name_any(),
                 &params,
-                &Patch::Merge(json!({"spec": {"replicas": change.to}})),
+                &Patch::Merge(replica_patch(sts, change, jiff::Timestamp::now())),
             )
             .await
             .map_err(|e| core_k8s::Error::api(format!("scale {}", change.stateful_set), e))?;
