@@ -268,11 +268,15 @@ fn rbac_values(service: &str, args: &[&str]) -> Result<Vec<String>> {
     let mut sets = crate::release::alone(service);
     match service {
         "rollout-operator" => {
-            // The chart's rollout-operator manages one namespace, with a Role there.
+            // The chart's rollout-operator manages the namespaces it lists, a Role in each.
             let watch = flag(args, "--watch-namespace").context(
-                "the chart's rollout-operator watches one namespace: pass --watch-namespace",
+                "the chart's rollout-operator watches the namespaces it lists: pass --watch-namespace",
             )?;
-            sets.push(format!("rolloutOperator.watchNamespace={watch}"));
+            if watch.contains(',') {
+                sets.push(format!("rolloutOperator.watchNamespaces={{{watch}}}"));
+            } else {
+                sets.push(format!("rolloutOperator.watchNamespace={watch}"));
+            }
         }
         "layer-controller" => {
             if let Some(account) = flag(args, "--default-service-account") {

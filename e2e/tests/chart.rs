@@ -1302,3 +1302,98 @@ fn shards_deploy_one_controller_and_observer_each_with_matching_selectors() {
     }
     assert!(kinds_named(&objs, "PodDisruptionBudget").contains(&"layer-controller-a"));
 }
+
+/// `rolloutOperator.watchNamespaces` (#55 item 2): the operator is given every namespace, gets
+/// a Role and RoleBinding in each and no ClusterRole that reaches pods, and the
+/// admission-webhook's rollout webhooks select exactly those namespaces, in their
+/// configurations and in the server's own check.
+#[test]
+fn a_list_of_rollout_namespaces_gets_a_role_in_each_and_the_webhooks_follow_it() {
+    let objs = template(&[
+        "--set".into(),
+        "rolloutOperator.watchNamespaces={mimir,loki,mimir}".into(),
+    ]);
+    let args = container_args(&objs, "rollout-operator");
+    assert!(
+        args.contains(&"--watch-namespace=mimir,loki".to_string()),
+        "{args:?}"
+    );
+    for ns in ["mimir", "loki"] {
+        for kind in ["Role", "RoleBinding"] {
+            assert!(
+                objs.iter().any(|o| o["kind"] == kind
+                    && o["metadata"]["namespace"] == ns
+                    && o["metadata"]["name"] == "rollout-operator"),
+                "no {kind} of the rollout-operator in {ns}"
+            );
+        }
+    }
+    let deletes_pods = |rules: &Value| {
+        rules.as_array().into_iter().flatten().any(|r| {
+            let has = |key: &str, want: &str| {
+                r[key]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|v| v == want || v == "*")
+            };
+            has("resources", "pods") && has("verbs", "delete")
+        })
+    };
+    let rollout_bindings: Vec<&str> = objs
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding")
+        .filter(|o| {
+            o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == "rollout-operator")
+        })
+        .filter_map(|o| o["roleRef"]["name"].as_str())
+        .collect();
+    for role in objs.iter().filter(|o| o["kind"] == "ClusterRole") {
+        let name = role["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            !(rollout_bindings.contains(&name) && deletes_pods(&role["rules"])),
+            "ClusterRole {name} lets the rollout-operator delete pods cluster-wide"
+        );
+    }
+    let server = container_args(&objs, "admission-webhook");
+    for webhook in [
+        "no-downscale",
+        "prepare-downscale",
+        "pod-eviction",
+        "zpdb-validation",
+    ] {
+        let flag = server
+            .iter()
+            .find(|a| a.starts_with(&format!("--namespace-selector={webhook}=")))
+            .unwrap_or_else(|| panic!("no selector for {webhook}: {server:?}"));
+        assert!(
+            flag.ends_with("kubernetes.io/metadata.name in (mimir,loki)"),
+            "{flag}"
+        );
+    }
+    let configs = objs.iter().filter(|o| {
+        o["kind"]
+            .as_str()
+            .unwrap_or_default()
+            .ends_with("WebhookConfiguration")
+            && o["metadata"]["name"] != "addonslayer-validation-strata-system"
+    });
+    for config in configs {
+        let expressions = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"];
+        assert!(
+            expressions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["key"] == "kubernetes.io/metadata.name"
+                    && e["operator"] == "In"
+                    && e["values"] == serde_json::json!(["mimir", "loki"])),
+            "{}: {expressions}",
+            config["metadata"]["name"]
+        );
+    }
+}

@@ -81,7 +81,7 @@ fn registered() -> BTreeSet<String> {
     layers.count_pruned("layer", 1);
     layers.observe_dependency_wait("layer", 1.0);
     let rollout = rollout_operator::metrics::Metrics::register(&mut registry);
-    let group = rollout_operator::metrics::Metrics::labels("group");
+    let group = rollout.labels("group", "namespace");
     rollout.group_reconciles.get_or_create(&group).inc();
     rollout.group_reconciles_failed.get_or_create(&group).inc();
     rollout

@@ -938,3 +938,152 @@ async fn a_delayed_downscale_never_goes_early_on_a_late_invalid_or_missing_answe
     );
     Ok(())
 }
+
+/// The uid of every pod of `ns`, by name.
+async fn pod_uids(client: &kube::Client, ns: &str) -> Result<BTreeMap<String, String>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.metadata.uid.unwrap_or_default()))
+        .collect())
+}
+
+/// One install, many namespaces (#55 item 2): one operator given two namespaces rolls the
+/// three-zone group of each at once, one zone at a time per group; a third namespace with the
+/// same group, not listed, is never touched; its group metrics name each group's namespace.
+#[tokio::test]
+async fn one_operator_rolls_every_listed_namespace_and_touches_no_other() -> Result<()> {
+    let client = cluster().client().await?;
+    let listed = [
+        TestNamespace::create(&client, "multi-a").await?,
+        TestNamespace::create(&client, "multi-b").await?,
+    ];
+    let unlisted = TestNamespace::create(&client, "multi-x").await?;
+    let all: Vec<&str> = listed
+        .iter()
+        .chain([&unlisted])
+        .map(|ns| ns.name.as_str())
+        .collect();
+    let none = BTreeMap::new();
+    let mut old = BTreeMap::new();
+    for ns in &all {
+        for zone in ZONES {
+            apply_yaml(
+                &client,
+                ns,
+                &zone_yaml(zone, "example.invalid/ingester:1", false),
+            )
+            .await?;
+        }
+        eventually(
+            &format!("9 ready pods in {ns}"),
+            Duration::from_secs(60),
+            || async {
+                let s = snapshot(&client, ns, &none).await?;
+                Ok(s.values()
+                    .all(|(nr, up)| *nr == 0 && *up == 3)
+                    .then_some(()))
+            },
+        )
+        .await?;
+        let revisions = eventually("revisions published", Duration::from_secs(30), || async {
+            let r = revisions(&client, ns).await?;
+            Ok(r.values().all(|v| !v.is_empty()).then_some(r))
+        })
+        .await?;
+        old.insert(ns.to_string(), revisions);
+    }
+    let untouched = pod_uids(&client, &unlisted.name).await?;
+    let watch = format!("{},{}", listed[0].name, listed[1].name);
+    let operator = start_service(
+        "rollout-operator",
+        cluster().kubeconfig(),
+        &[
+            "--watch-namespace",
+            &watch,
+            "--lease-namespace",
+            &listed[0].name,
+            "--leader-elect=false",
+        ],
+    )?;
+    for ns in &all {
+        for zone in ZONES {
+            apply_yaml(
+                &client,
+                ns,
+                &zone_yaml(zone, "example.invalid/ingester:2", false),
+            )
+            .await?;
+        }
+    }
+    // Each listed group finishes; at every look, at most one zone of a group is down.
+    let busiest = std::sync::atomic::AtomicUsize::new(0);
+    eventually("both groups rolled", Duration::from_secs(180), || async {
+        let mut done = true;
+        for ns in &listed {
+            let s = snapshot(&client, &ns.name, &old[&ns.name]).await?;
+            let down = s.values().filter(|(nr, _)| *nr > 0).count();
+            busiest.fetch_max(down, std::sync::atomic::Ordering::Relaxed);
+            done &= s.values().all(|(nr, up)| *nr == 0 && *up == 3);
+        }
+        Ok(done.then_some(()))
+    })
+    .await?;
+    let busiest = busiest.into_inner();
+    assert!(
+        busiest <= 1,
+        "{busiest} zones of one group were down at once"
+    );
+    // The namespace not listed: the same pods, still on the old revision.
+    assert_eq!(pod_uids(&client, &unlisted.name).await?, untouched);
+    let s = snapshot(&client, &unlisted.name, &old[&unlisted.name]).await?;
+    assert!(s.values().all(|(_, up)| *up == 0), "{s:?}");
+    let (200, body) = http_get(operator.admin.unwrap(), "/metrics").await? else {
+        anyhow::bail!("no metrics");
+    };
+    for ns in &listed {
+        let series = format!(
+            "rollout_operator_group_reconciles_total{{rollout_group=\"ingester\",namespace=\"{}\"}}",
+            ns.name
+        );
+        assert!(body.contains(&series), "{series} missing");
+    }
+    assert!(
+        !body.contains(&unlisted.name),
+        "metrics name the unlisted namespace"
+    );
+    Ok(())
+}
+
+/// A listed namespace that does not exist stops the operator at start with one line naming it
+/// (run with the plane's admin identity: the chart's ServiceAccount may not read namespaces,
+/// and then the check is skipped).
+#[test]
+fn a_namespace_that_does_not_exist_is_named_and_nothing_starts() -> Result<()> {
+    let out = std::process::Command::new(strata_e2e::services::bin_dir().join("rollout-operator"))
+        // As a user runs it: no backtrace under the error line.
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .args([
+            "--kubeconfig",
+            &cluster().kubeconfig().to_string_lossy(),
+            "--leader-elect=false",
+            "--admin-address",
+            "127.0.0.1:0",
+            "--watch-namespace",
+            "default,no-such-namespace-e2e",
+        ])
+        .output()?;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--watch-namespace")
+            && stderr.contains("\"no-such-namespace-e2e\" does not exist"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    Ok(())
+}

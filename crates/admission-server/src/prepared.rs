@@ -247,7 +247,7 @@ pub async fn undo_now(app: &App, pods: &[PreparedPod]) {
 /// The loop: every few seconds, every marked pod in scope gets its [`verdict`]; the ones to
 /// undo are called (each with its own back-off), the ones without an endpoint lose their mark.
 pub async fn run(ctx: Arc<Context>, app: Arc<App>, undo_after: Duration) {
-    let pods: Api<Pod> = ctx.watched_api();
+    let scopes: Vec<Api<Pod>> = ctx.watched_apis().into_iter().map(|(_, api)| api).collect();
     let marked = ListParams::default().labels(&format!("{PREPARED_LABEL}=true"));
     // Per pod uid: the next attempt's time and the back-off after it.
     let mut backoff: HashMap<String, (tokio::time::Instant, Duration)> = HashMap::new();
@@ -256,13 +256,15 @@ pub async fn run(ctx: Arc<Context>, app: Arc<App>, undo_after: Duration) {
             _ = ctx.shutdown.cancelled() => return,
             _ = tokio::time::sleep(LOOP_EVERY) => {}
         }
-        let found = match pods.list(&marked).await {
-            Ok(list) => list.items,
-            Err(e) => {
-                tracing::warn!(error = %e, "listing pods prepared for a downscale failed");
-                continue;
+        let mut found = Vec::new();
+        for pods in &scopes {
+            match pods.list(&marked).await {
+                Ok(list) => found.extend(list.items),
+                Err(e) => {
+                    tracing::warn!(error = %e, "listing pods prepared for a downscale failed")
+                }
             }
-        };
+        }
         backoff.retain(|uid, _| {
             found
                 .iter()

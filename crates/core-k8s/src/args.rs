@@ -66,9 +66,10 @@ pub struct CommonArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 
-    /// Watch one namespace only; empty or unset watches all namespaces.
-    #[arg(long, env = "WATCH_NAMESPACE")]
-    pub watch_namespace: Option<String>,
+    /// Watch only these namespaces (repeat the flag, or separate with commas); empty or unset
+    /// watches all namespaces. Services that act in one namespace refuse more than one.
+    #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',', action = clap::ArgAction::Append)]
+    pub watch_namespace: Vec<String>,
 
     /// Requests per second to the Kubernetes API, per API group (each group its own token
     /// bucket); 0 means no client-side limit, leaving it to the API server's priority and
@@ -93,9 +94,31 @@ pub struct CommonArgs {
 }
 
 impl CommonArgs {
-    /// The namespace to watch, `None` meaning all namespaces.
-    pub fn watch_namespace(&self) -> Option<&str> {
-        self.watch_namespace.as_deref().filter(|ns| !ns.is_empty())
+    /// The namespaces to watch, each once, in the order given; empty means all namespaces.
+    pub fn watch_namespaces(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for ns in self.watch_namespace.iter().map(|ns| ns.trim()) {
+            if !ns.is_empty() && !out.contains(&ns) {
+                out.push(ns);
+            }
+        }
+        out
+    }
+
+    /// The one namespace to watch, `None` meaning all namespaces; an error when several are
+    /// given, for services that act in one namespace only.
+    pub fn watch_namespace(&self) -> Result<Option<&str>> {
+        match self.watch_namespaces().as_slice() {
+            [] => Ok(None),
+            [one] => Ok(Some(one)),
+            many => Err(Error::InvalidFlag {
+                flag: "--watch-namespace",
+                reason: format!(
+                    "this service watches one namespace or all of them, not {}",
+                    many.join(", ")
+                ),
+            }),
+        }
     }
 
     /// The namespace that holds the leader Lease.
@@ -306,7 +329,7 @@ mod tests {
             args.lease_name.as_deref(),
             Some("b-layer-controller-leader")
         );
-        assert_eq!(args.watch_namespace(), Some("mimir"));
+        assert_eq!(args.watch_namespace().unwrap(), Some("mimir"));
         assert_eq!(args.context.as_deref(), Some("kind-dev"));
         assert!(args.identity().starts_with("pod-0-"));
         assert_ne!(
@@ -319,7 +342,26 @@ mod tests {
     #[test]
     fn empty_watch_namespace_means_all() {
         let args = parse(&["--watch-namespace", ""]).unwrap();
-        assert_eq!(args.watch_namespace(), None);
+        assert_eq!(args.watch_namespace().unwrap(), None);
+        assert!(args.watch_namespaces().is_empty());
+    }
+
+    #[test]
+    fn watch_namespace_repeats_and_splits_on_commas() {
+        let args = parse(&[
+            "--watch-namespace",
+            "mimir,loki",
+            "--watch-namespace=tempo",
+            "--watch-namespace",
+            " loki ,",
+        ])
+        .unwrap();
+        assert_eq!(args.watch_namespaces(), vec!["mimir", "loki", "tempo"]);
+        let err = args.watch_namespace().unwrap_err().to_string();
+        assert!(
+            err.contains("--watch-namespace") && err.contains("mimir, loki, tempo"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -26,6 +26,7 @@ pub mod pod_http;
 pub mod process;
 pub mod proxy;
 pub mod runtime;
+pub mod scoped_store;
 pub mod shutdown;
 pub mod telemetry;
 

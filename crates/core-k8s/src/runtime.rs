@@ -392,14 +392,36 @@ impl Context {
         )
     }
 
-    /// An Api for a namespaced kind, limited to `--watch-namespace` when one is set.
-    pub fn watched_api<K>(&self) -> kube::Api<K>
+    /// One Api per namespace of `--watch-namespace` for a namespaced kind, or one for all
+    /// namespaces when none is set; each with its namespace (`None`: all).
+    pub fn watched_apis<K>(&self) -> Vec<(Option<String>, kube::Api<K>)>
     where
         K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
     {
-        match self.args.watch_namespace() {
+        self.scoped(|ns| match ns {
             Some(ns) => kube::Api::namespaced(self.client.clone(), ns),
             None => kube::Api::all(self.client.clone()),
+        })
+    }
+
+    /// [`Context::watched_apis`] for a kind known only at run time.
+    pub fn watched_apis_with(
+        &self,
+        resource: &kube::core::ApiResource,
+    ) -> Vec<(Option<String>, kube::Api<kube::api::DynamicObject>)> {
+        self.scoped(|ns| match ns {
+            Some(ns) => kube::Api::namespaced_with(self.client.clone(), ns, resource),
+            None => kube::Api::all_with(self.client.clone(), resource),
+        })
+    }
+
+    fn scoped<T>(&self, make: impl Fn(Option<&str>) -> T) -> Vec<(Option<String>, T)> {
+        match self.args.watch_namespaces().as_slice() {
+            [] => vec![(None, make(None))],
+            namespaces => namespaces
+                .iter()
+                .map(|ns| (Some(ns.to_string()), make(Some(ns))))
+                .collect(),
         }
     }
 }

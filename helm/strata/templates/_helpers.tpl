@@ -501,3 +501,16 @@ author policy both read it here.
 {{- define "strata.layerControllerAccount" -}}
 {{- default (printf "%s/%s" .Release.Namespace (include "strata.serviceAccountName" (dict "root" . "key" "layerController" "name" "layer-controller"))) .Values.admissionWebhook.layerControllerServiceAccount -}}
 {{- end }}
+
+{{/*
+The namespaces the rollout-operator lists in `rolloutOperator.watchNamespaces`, as a JSON
+array; empty unless it is enabled and lists them. The admission-webhook's rollout webhooks
+(no-downscale, prepare-downscale, pod-eviction, zpdb-validation) then select only these.
+*/}}
+{{- define "strata.rolloutNamespaces" -}}
+{{- if and .Values.rolloutOperator.enabled .Values.rolloutOperator.watchNamespaces -}}
+{{- .Values.rolloutOperator.watchNamespaces | uniq | toJson -}}
+{{- else -}}
+[]
+{{- end -}}
+{{- end }}

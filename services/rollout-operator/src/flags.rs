@@ -163,6 +163,12 @@ pub enum FlagError {
     /// operating on every namespace of the cluster.
     #[error("-kubernetes.namespace is required (the namespace the rollout-operator operates in)")]
     NamespaceRequired,
+    /// The Grafana flag means exactly one namespace; another namespace flag beside it would
+    /// silently widen or contradict it.
+    #[error(
+        "-kubernetes.namespace={anchor} conflicts with {strata}: give the Grafana flag alone (one namespace), or --watch-namespace alone (one or more)"
+    )]
+    ConflictingNamespaces { anchor: String, strata: String },
     #[error("invalid value {value:?} for flag -{flag}: {reason}")]
     InvalidValue {
         flag: String,
@@ -209,7 +215,17 @@ pub fn translate(args: Vec<String>) -> Result<Translated, FlagError> {
             };
             let value = convert(name, *kind, &value)?;
             if name == "kubernetes.namespace" {
-                namespace = Some(value.clone());
+                // Go's flags keep the last value; the flag names one namespace, where Strata's
+                // `--watch-namespace` would split a list on its commas.
+                if value.contains(',') {
+                    return Err(FlagError::InvalidValue {
+                        flag: name.to_string(),
+                        value,
+                        reason: "the Grafana flag names the one namespace the operator works in; use --watch-namespace to name several".into(),
+                    });
+                }
+                namespace = Some(value);
+                continue;
             }
             out.args.push(format!("{flag}={value}"));
             continue;
@@ -230,6 +246,17 @@ pub fn translate(args: Vec<String>) -> Result<Translated, FlagError> {
     let Some(namespace) = namespace.filter(|n| !n.is_empty()) else {
         return Err(FlagError::NamespaceRequired);
     };
+    if let Some(strata) = out
+        .args
+        .iter()
+        .find(|a| *a == "--watch-namespace" || a.starts_with("--watch-namespace="))
+    {
+        return Err(FlagError::ConflictingNamespaces {
+            anchor: namespace,
+            strata: strata.clone(),
+        });
+    }
+    out.args.push(format!("--watch-namespace={namespace}"));
     // The anchor keeps its certificate Secret (and reads its zone tracker) in the namespace
     // it operates in.
     let mut defaults: Vec<(&str, String)> = ANCHOR_DEFAULTS
@@ -368,11 +395,11 @@ mod tests {
             t.args,
             vec![
                 "rollout-operator".to_string(),
-                "--watch-namespace=mimir".into(),
                 "--use-zone-tracker=true".into(),
                 "--zone-tracker-config-map-name=rollout-operator-zone-tracker".into(),
                 "--ready-time-patch-timeout=5s".into(),
                 "--serve-webhooks=true".into(),
+                "--watch-namespace=mimir".into(),
                 "--admin-address=:8001".into(),
                 "--log-format=logfmt".into(),
                 format!("--log-filter={debug}"),
@@ -477,6 +504,44 @@ mod tests {
         assert_eq!(
             run(&["-kubernetes.namespace="]),
             Err(FlagError::NamespaceRequired)
+        );
+    }
+
+    /// The Grafana flag keeps its meaning: one namespace, the last given (Go's flags), never
+    /// widened by a comma or by Strata's own flag beside it.
+    #[test]
+    fn the_grafana_namespace_flag_names_exactly_one_namespace() {
+        let a = args(&["-kubernetes.namespace=a", "-kubernetes.namespace=b"]);
+        assert_eq!(
+            a.iter()
+                .filter(|x| x.starts_with("--watch-namespace"))
+                .collect::<Vec<_>>(),
+            vec!["--watch-namespace=b"]
+        );
+        let e = run(&["-kubernetes.namespace=mimir,loki"]).unwrap_err();
+        assert!(
+            e.to_string().contains("-kubernetes.namespace") && e.to_string().contains("mimir,loki"),
+            "{e}"
+        );
+        for strata in [
+            &["--watch-namespace", "loki"][..],
+            &["--watch-namespace=loki"][..],
+        ] {
+            let mut given = vec!["-kubernetes.namespace=mimir"];
+            given.extend_from_slice(strata);
+            assert_eq!(
+                run(&given),
+                Err(FlagError::ConflictingNamespaces {
+                    anchor: "mimir".into(),
+                    strata: strata[0].to_string(),
+                }),
+                "{given:?}"
+            );
+        }
+        let e = run(&["-kubernetes.namespace=mimir", "--watch-namespace=loki"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "-kubernetes.namespace=mimir conflicts with --watch-namespace=loki: give the Grafana flag alone (one namespace), or --watch-namespace alone (one or more)"
         );
     }
 

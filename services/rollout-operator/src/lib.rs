@@ -126,8 +126,10 @@ pub async fn run(
     pods: PodArgs,
     compat: CompatArgs,
 ) -> core_k8s::Result<()> {
+    check_namespaces_exist(&args).await?;
     let mut registry = Registry::default();
-    let metrics = metrics::Metrics::register(&mut registry);
+    let mut metrics = metrics::Metrics::register(&mut registry);
+    metrics.namespace_label = args.watch_namespaces().len() != 1;
     let webhooks = compat.serve_webhooks.then(|| {
         (
             compat.webhook_args(&pods),
@@ -144,4 +146,32 @@ pub async fn run(
         futures::join!(controller, webhooks);
     })
     .await
+}
+
+/// Refuses to start on a listed namespace that does not exist (a misspelt `--watch-namespace`
+/// would otherwise be watched, empty, forever). A client that may not read namespaces (the
+/// chart grants none: Roles only) cannot tell, and goes on.
+async fn check_namespaces_exist(args: &core_k8s::CommonArgs) -> core_k8s::Result<()> {
+    let namespaces = args.watch_namespaces();
+    if namespaces.is_empty() {
+        return Ok(());
+    }
+    let client =
+        core_k8s::client::client_from(args.kubeconfig.as_deref(), args.context.as_deref()).await?;
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    for namespace in namespaces {
+        match api.get_opt(namespace).await {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                return Err(core_k8s::Error::InvalidFlag {
+                    flag: "--watch-namespace",
+                    reason: format!("namespace {namespace:?} does not exist"),
+                });
+            }
+            Err(e) => {
+                tracing::debug!(%namespace, error = %e, "cannot check that the namespace exists");
+            }
+        }
+    }
+    Ok(())
 }

@@ -8,9 +8,28 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// A rollout group: the anchor's `rollout_group`, and the group's `namespace` when the
+/// operator watches more than one namespace (two namespaces may each run an `ingester` group).
+/// Watching one namespace, as the anchor always does, there is no namespace label: the
+/// anchor's series, unchanged.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct GroupLabels {
     pub rollout_group: String,
+    pub namespace: Option<String>,
+}
+
+impl EncodeLabelSet for GroupLabels {
+    fn encode(
+        &self,
+        encoder: &mut prometheus_client::encoding::LabelSetEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        use prometheus_client::encoding::EncodeLabel as _;
+        ("rollout_group", self.rollout_group.as_str()).encode(encoder.encode_label())?;
+        if let Some(namespace) = &self.namespace {
+            ("namespace", namespace.as_str()).encode(encoder.encode_label())?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -40,6 +59,9 @@ pub struct Metrics {
     /// Objects held in the operator's watch caches, by kind (`Pod`, `StatefulSet`): what its
     /// memory grows with.
     pub cached_objects: Family<KindLabels, Gauge>,
+    /// Label group series with their namespace (set when more than one namespace, or every
+    /// namespace, is watched).
+    pub namespace_label: bool,
 }
 
 /// Prometheus' default buckets, which the anchor's group histogram uses: 5 ms to 10 s.
@@ -63,6 +85,7 @@ impl Metrics {
             ),
             zpdb_configurations_observed: Family::default(),
             cached_objects: Family::default(),
+            namespace_label: false,
         };
         registry.register(
             "rollout_operator_cached_objects",
@@ -115,9 +138,47 @@ impl Metrics {
             .inc();
     }
 
-    pub fn labels(group: &str) -> GroupLabels {
+    /// The labels of `group` in `namespace`; the namespace only when several are watched.
+    pub fn labels(&self, group: &str, namespace: &str) -> GroupLabels {
         GroupLabels {
             rollout_group: group.to_string(),
+            namespace: self.namespace_label.then(|| namespace.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn exposition(namespace_label: bool) -> String {
+        let mut registry = Registry::default();
+        let mut metrics = Metrics::register(&mut registry);
+        metrics.namespace_label = namespace_label;
+        metrics
+            .group_reconciles
+            .get_or_create(&metrics.labels("ingester", "mimir"))
+            .inc();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap_or_default();
+        text
+    }
+
+    /// Watching one namespace, the anchor's series exactly; several, each names its namespace.
+    #[test]
+    fn group_series_name_their_namespace_only_when_several_are_watched() {
+        assert!(
+            exposition(false)
+                .contains("rollout_operator_group_reconciles_total{rollout_group=\"ingester\"} 1"),
+            "{}",
+            exposition(false)
+        );
+        assert!(
+            exposition(true).contains(
+                "rollout_operator_group_reconciles_total{rollout_group=\"ingester\",namespace=\"mimir\"} 1"
+            ),
+            "{}",
+            exposition(true)
+        );
     }
 }

@@ -11,7 +11,6 @@ use std::time::Duration;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -46,7 +45,9 @@ pub fn change(pod: &Pod, in_scope: bool, now: Timestamp) -> Option<Change> {
 }
 
 /// The valid ZPDBs of the store with their namespaces, parsed once per use.
-pub fn budgets(zpdbs: &Store<kube::api::DynamicObject>) -> Vec<(Option<String>, zpdb::Zpdb)> {
+pub fn budgets(
+    zpdbs: &core_k8s::scoped_store::ScopedStore<kube::api::DynamicObject>,
+) -> Vec<(Option<String>, zpdb::Zpdb)> {
     zpdbs
         .state()
         .iter()

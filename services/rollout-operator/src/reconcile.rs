@@ -14,6 +14,7 @@ use core_k8s::apply::typed_value;
 use core_k8s::controller::report_when_synced;
 use core_k8s::events::Severity;
 use core_k8s::pod_http::PodHttp;
+use core_k8s::scoped_store::ScopedStore;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, PodStatus};
@@ -70,13 +71,66 @@ impl RecentlyDeleted {
     }
 }
 
-/// The observed stores.
+/// The observed stores, one per watched namespace each.
 #[derive(Clone)]
 struct Stores {
-    stateful_sets: Store<StatefulSet>,
-    pods: Store<Pod>,
-    zpdbs: Store<DynamicObject>,
+    stateful_sets: ScopedStore<StatefulSet>,
+    pods: ScopedStore<Pod>,
+    zpdbs: ScopedStore<DynamicObject>,
     zpdb_resource: kube::core::ApiResource,
+}
+
+/// Watches `K` through each of `apis` (one per namespace, or one for all) into a store of its
+/// own, as one stream of the objects touched.
+#[allow(clippy::type_complexity)]
+fn watch_scoped<K>(
+    apis: Vec<(Option<String>, Api<K>)>,
+    config: watcher::Config,
+    modify: fn(&mut K),
+) -> (
+    Vec<(Option<String>, Store<K>)>,
+    futures::stream::SelectAll<futures::stream::BoxStream<'static, Result<K, watcher::Error>>>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let mut stores = Vec::new();
+    let mut streams = Vec::new();
+    for (namespace, api) in apis {
+        let (reader, writer) = reflector::store();
+        streams.push(
+            core_k8s::controller::watch_backoff(reflector(
+                writer,
+                watcher(api, config.clone()).modify(modify),
+            ))
+            .touched_objects()
+            .boxed(),
+        );
+        stores.push((namespace, reader));
+    }
+    (stores, futures::stream::select_all(streams))
+}
+
+/// Registers each store's first sync with /readyz: `kind` alone for a single store, `kind in
+/// <namespace>` for each of several.
+fn report_scoped<K>(ctx: &Context, kind: &str, stores: &[(Option<String>, Store<K>)])
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    for (namespace, store) in stores {
+        let name = match namespace {
+            Some(ns) if stores.len() > 1 => format!("{kind} in {ns}"),
+            _ => kind.to_string(),
+        };
+        report_when_synced(&ctx.readiness, &name, store.clone());
+    }
 }
 
 /// A rollout group: the `rollout-group` label value within one namespace (two namespaces
@@ -121,47 +175,42 @@ struct State {
 pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) {
     let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<GroupKey>();
 
-    let sts_api: Api<StatefulSet> = ctx.watched_api();
-    let (sts_reader, sts_writer) = reflector::store();
-    let sts_stream = core_k8s::controller::watch_backoff(reflector(
-        sts_writer,
-        watcher(
-            sts_api,
-            watcher::Config::default().labels(keys::ROLLOUT_GROUP),
-        )
-        .modify(slim_stateful_set),
-    ))
-    .touched_objects();
-    let pod_api: Api<Pod> = ctx.watched_api();
-    let (pod_reader, pod_writer) = reflector::store();
-    let pod_stream = core_k8s::controller::watch_backoff(reflector(
-        pod_writer,
-        watcher(pod_api, watcher::Config::default()).modify(slim_pod),
-    ))
-    .touched_objects();
+    let (sts_stores, sts_stream) = watch_scoped(
+        ctx.watched_apis(),
+        watcher::Config::default().labels(keys::ROLLOUT_GROUP),
+        slim_stateful_set,
+    );
+    let (pod_stores, pod_stream) =
+        watch_scoped(ctx.watched_apis(), watcher::Config::default(), slim_pod);
     // ZPDBs are optional: a missing CRD only means no zone-aware budget (the anchor never
     // became ready without it).
     let zpdb_resource =
         kube::core::ApiResource::erase::<crate::crd::ZoneAwarePodDisruptionBudget>(&());
-    let zpdb_api: Api<DynamicObject> = match ctx.args.watch_namespace() {
-        Some(ns) => Api::namespaced_with(ctx.client.clone(), ns, &zpdb_resource),
-        None => Api::all_with(ctx.client.clone(), &zpdb_resource),
-    };
-    let zpdb_writer = reflector::store::Writer::new(zpdb_resource.clone());
-    let zpdb_reader = zpdb_writer.as_reader();
-    // The CRD may not be installed: without it the list fails, and is retried with a growing
-    // backoff instead of every second.
-    let zpdb_stream = core_k8s::controller::watch_backoff(reflector(
-        zpdb_writer,
-        watcher(zpdb_api, watcher::Config::default()),
-    ));
+    let mut zpdb_readers = Vec::new();
+    let mut zpdb_streams = Vec::new();
+    for (_, api) in ctx.watched_apis_with(&zpdb_resource) {
+        let writer = reflector::store::Writer::new(zpdb_resource.clone());
+        zpdb_readers.push(writer.as_reader());
+        // The CRD may not be installed: without it the list fails, and is retried with a
+        // growing backoff instead of every second.
+        zpdb_streams.push(
+            core_k8s::controller::watch_backoff(reflector(
+                writer,
+                watcher(api, watcher::Config::default()),
+            ))
+            .boxed(),
+        );
+    }
+    let zpdb_stream = futures::stream::select_all(zpdb_streams);
 
-    report_when_synced(&ctx.readiness, "statefulsets", sts_reader.clone());
-    report_when_synced(&ctx.readiness, "pods", pod_reader.clone());
+    // One cache name per kind when one namespace (or all) is watched, as before; one per
+    // namespace otherwise, so /readyz says which namespace has not synced.
+    report_scoped(&ctx, "statefulsets", &sts_stores);
+    report_scoped(&ctx, "pods", &pod_stores);
     let stores = Stores {
-        stateful_sets: sts_reader,
-        pods: pod_reader,
-        zpdbs: zpdb_reader,
+        stateful_sets: ScopedStore::new(sts_stores.into_iter().map(|(_, s)| s).collect()),
+        pods: ScopedStore::new(pod_stores.into_iter().map(|(_, s)| s).collect()),
+        zpdbs: ScopedStore::new(zpdb_readers),
         zpdb_resource: zpdb_resource.clone(),
     };
 
@@ -382,7 +431,7 @@ async fn reconcile_group(
     key: &GroupKey,
 ) -> Option<jiff::SignedDuration> {
     let group = key.group.as_str();
-    let labels = Metrics::labels(group);
+    let labels = metrics.labels(group, &key.namespace);
     metrics.group_reconciles.get_or_create(&labels).inc();
     // Create the failure series at 0 so alerts on its rate work from the first reconcile.
     let _ = metrics.group_reconciles_failed.get_or_create(&labels);
