@@ -40,6 +40,24 @@ pub async fn register(
     register_yaml(client, ns, kind, &configuration_name(ns, path), &yaml).await
 }
 
+/// The pod-eviction webhook of the server on `port`, for evictions in `ns` (see [`register`]).
+pub async fn register_pod_eviction(
+    client: &kube::Client,
+    ns: &str,
+    port: u16,
+) -> Result<DeleteOnDrop> {
+    let rules = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
+    register(
+        client,
+        ns,
+        "ValidatingWebhookConfiguration",
+        port,
+        "/admission/pod-eviction",
+        rules,
+    )
+    .await
+}
+
 /// Creates a webhook configuration of `kind` written out in `yaml` and waits until the CA is
 /// injected into it.
 pub async fn register_yaml(

@@ -218,8 +218,23 @@ pub(crate) fn launch_tied(
 /// A free TCP port on loopback. The port is released before use, so another process could
 /// take it in between; on a test machine that race is rare and start-up reports it clearly.
 pub fn free_port() -> Result<u16> {
-    let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(listener.local_addr()?.port())
+    // A port is free only until someone binds it; the kernel may hand the same one to the
+    // next bind(0) once this listener closes. Two ports asked for before either is bound (a
+    // test's TLS port, then the service's admin port) must differ: a port is never handed
+    // out twice in one process (two servers with SO_REUSEPORT would otherwise share it, and
+    // kube-apiserver's webhook calls would land on the admin server half the time).
+    static GIVEN: std::sync::Mutex<Option<std::collections::HashSet<u16>>> =
+        std::sync::Mutex::new(None);
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    let given = given.get_or_insert_with(Default::default);
+    for _ in 0..100 {
+        let listener = TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+        let port = listener.local_addr()?.port();
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no free port not handed out before in 100 tries")
 }
 
 struct Pki {

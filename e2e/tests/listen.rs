@@ -104,3 +104,23 @@ async fn kube_apiserver_calls_the_webhook_on_an_ipv6_loopback_address() -> Resul
     assert!(stderr.contains("from 3 to 2 replicas"), "{stderr}");
     Ok(())
 }
+
+/// A webhook server whose port is taken says so at once and stops, instead of running on
+/// without serving while kube-apiserver's calls to that port fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_server_whose_port_is_taken_stops_saying_so() -> Result<()> {
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "taken").await?;
+    let taken = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let address = taken.local_addr()?.to_string();
+    let mut server = start_admission_webhook(&ns.name, &address, &[])?;
+    let exited = tokio::task::block_in_place(|| server.wait_exit_blocking(Duration::from_secs(30)));
+    assert!(exited.is_some(), "still running: {}", server.logs());
+    let logs = server.logs();
+    assert!(
+        logs.contains("admission server failed; stopping") && logs.contains(&address),
+        "{logs}"
+    );
+    drop(taken);
+    Ok(())
+}

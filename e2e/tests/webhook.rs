@@ -12,8 +12,8 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use strata_e2e::admission::{
-    configuration, configuration_name, kubectl_scale, register, register_yaml, start_behind_faults,
-    stateful_set,
+    configuration, configuration_name, kubectl_scale, register, register_pod_eviction,
+    register_yaml, start_behind_faults, stateful_set,
 };
 use strata_e2e::plane::free_port;
 use strata_e2e::services::{ServiceProcess, start_admission_webhook};
@@ -883,16 +883,7 @@ async fn an_eviction_that_would_disrupt_two_zones_is_denied_with_429() -> Result
 
     let port = free_port()?;
     let _server = start(&ns.name, port, &[])?;
-    let rules = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
-    let _hook = register(
-        &client,
-        &ns.name,
-        "ValidatingWebhookConfiguration",
-        port,
-        "/admission/pod-eviction",
-        rules,
-    )
-    .await?;
+    let _hook = register_pod_eviction(&client, &ns.name, port).await?;
     // Through kubectl: kube-client retries 429 answers with backoff, kubectl reports them.
     let evict = |pod: &str| {
         let body = format!(

@@ -377,17 +377,26 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
             serving_stop.cancel();
         });
     }
-    let serving = server::serve(
-        args.tls_address,
-        tls,
-        server::Timeouts {
-            request: args.request_timeout,
-            idle: args.idle_timeout,
-        },
-        app.clone(),
-        ctx.shutdown.clone(),
-        serving_stop,
-    );
+    let serving = async {
+        let served = server::serve(
+            args.tls_address,
+            tls,
+            server::Timeouts {
+                request: args.request_timeout,
+                idle: args.idle_timeout,
+            },
+            app.clone(),
+            ctx.shutdown.clone(),
+            serving_stop,
+        )
+        .await;
+        // A server that cannot listen (its port taken, say) must not sit there looking
+        // healthy while kube-apiserver's calls fail: say so at once and stop the process.
+        if let Err(e) = served {
+            tracing::error!(error = %e, address = %args.tls_address, "admission server failed; stopping");
+            ctx.shutdown.cancel();
+        }
+    };
     let injecting = async {
         // With a provided certificate there is no CA of ours to inject.
         if args.inject_ca_bundle && args.tls_cert_file.is_none() {
@@ -396,10 +405,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
     };
     let collecting = policy::run(ctx.clone(), metrics.failure_policy.clone());
     let undoing = prepared::run(ctx.clone(), app.clone(), args.prepare_downscale_undo_after);
-    let (served, (), (), ()) = futures::join!(serving, injecting, collecting, undoing);
-    if let Err(e) = served {
-        tracing::error!(error = %e, address = %args.tls_address, "admission server failed");
-    }
+    futures::join!(serving, injecting, collecting, undoing);
 }
 
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
