@@ -22,7 +22,7 @@ use strata_e2e::in_cluster::{
 };
 use strata_e2e::node::NODE_NAME;
 use strata_e2e::rollout_watch;
-use strata_e2e::support::{apply_yaml, cluster, eventually};
+use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
 
 async fn client() -> Client {
     cluster().client().await.expect("client")
@@ -622,9 +622,14 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
     let client = client().await;
     let group = node_namespace(&client, "ic-rollout", &[WEBHOOK_OPT_IN]).await?;
     let ns = group.name.clone();
+    // A second namespace the operator also manages (#55 item 2): the real image given a list,
+    // a Role in each namespace, the webhooks selecting both. Nothing runs there.
+    let other = TestNamespace::create(&client, "ic-rollout-other").await?;
     let release = Release::install(&client, &[]).await?;
-    // The operator manages one namespace (the anchor's model): this one.
-    release.upgrade(&[&format!("rolloutOperator.watchNamespace={ns}")])?;
+    release.upgrade(&[&format!(
+        "rolloutOperator.watchNamespaces={{{ns},{}}}",
+        other.name
+    )])?;
     release
         .wait_available(&client, Duration::from_secs(120))
         .await?;
