@@ -27,6 +27,9 @@ use core_rollout::keys;
 /// webhook (another webhook, a conflict) and is not recorded.
 pub const LANDING_WAIT: Duration = Duration::from_secs(75);
 
+/// How long an entry outlives the write of its time.
+const PENDING_AFTER_RECORD: Duration = Duration::from_secs(60);
+
 /// How often the StatefulSet is read while waiting for the downscale to land.
 const LANDING_POLL: Duration = Duration::from_millis(100);
 
@@ -89,7 +92,12 @@ pub fn record_when_landed(client: kube::Client, pending: PendingDownscales, admi
     tokio::spawn(async move {
         let api: Api<StatefulSet> = Api::namespaced(client, &admitted.namespace);
         match landed(&api, &admitted).await {
-            Landing::Landed => record(&api, &admitted).await,
+            Landing::Landed => {
+                record(&api, &admitted).await;
+                // Kept a while after the write, for a decision whose read of the StatefulSets
+                // began before it.
+                tokio::time::sleep(PENDING_AFTER_RECORD).await;
+            }
             Landing::Replaced => tracing::info!(
                 statefulset = %admitted.name, namespace = %admitted.namespace,
                 "the StatefulSet was replaced before its admitted downscale landed; nothing recorded"
@@ -149,8 +157,12 @@ async fn record(api: &Api<StatefulSet>, admitted: &Admitted) {
             .await
         {
             Ok(_) => return,
-            // Gone or replaced (the uid no longer matches): nothing to record on.
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+            // Gone or replaced (the uid no longer matches): nothing to record on. Any other
+            // conflict is retried like any failure.
+            Err(kube::Error::Api(e))
+                if e.code == 404
+                    || (e.code == 409 && e.message.contains("UID in precondition")) =>
+            {
                 tracing::info!(
                     statefulset = %admitted.name, namespace = %admitted.namespace, error = %e,
                     "the StatefulSet is gone or was replaced; its downscale time is not recorded"

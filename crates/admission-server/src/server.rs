@@ -212,6 +212,12 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
     }
     // `Some` for a downscale: the start of every no-downscale/prepare-downscale message.
     let downscale = crate::webhooks::downscale_prefix(review);
+    // The downscales admitted but not yet recorded, taken before the cluster is read: an entry
+    // is dropped only after its time was written, so either it is here or the read below
+    // already shows the written time. Taken after the read, a time written in between would
+    // be in neither.
+    let pending = (webhook == Webhook::PrepareDownscale && app.zone_tracker.is_none())
+        .then(|| app.pending_downscales.in_namespace(&namespace));
     let state = match read_state(app, webhook, review, downscale.is_some()).await {
         Ok(state) => state,
         // Fail closed: a decision on a partial read (no pods listed, say) would skip the very
@@ -303,8 +309,8 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
             .observe_eviction(reason, decision.code.unwrap_or(200));
         return decision;
     }
-    if webhook == Webhook::PrepareDownscale && app.zone_tracker.is_none() {
-        cluster.pending_downscales = app.pending_downscales.in_namespace(&namespace);
+    if let Some(pending) = pending {
+        cluster.pending_downscales = pending;
     }
     let decision = decide(webhook, review, &cluster, jiff::Timestamp::now());
     if webhook == Webhook::PrepareDownscale
@@ -611,7 +617,10 @@ async fn prepare(
                 .unwrap_or_default()
                 .to_string(),
             replicas,
-            at: jiff::Timestamp::now(),
+            // Whole seconds, as the annotation has it: a decision counting the remembered
+            // time must agree with one (the operator's) reading the written one.
+            at: jiff::Timestamp::from_second(jiff::Timestamp::now().as_second())
+                .unwrap_or_else(|_| jiff::Timestamp::now()),
         },
     );
     decision
