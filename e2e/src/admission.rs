@@ -40,6 +40,24 @@ pub async fn register(
     register_yaml(client, ns, kind, &configuration_name(ns, path), &yaml).await
 }
 
+/// The prepare-downscale webhook of the server on `port`, for StatefulSet updates and their
+/// `/scale` in `ns` (see [`register`]).
+pub async fn register_prepare_downscale(
+    client: &kube::Client,
+    ns: &str,
+    port: u16,
+) -> Result<DeleteOnDrop> {
+    register(
+        client,
+        ns,
+        "MutatingWebhookConfiguration",
+        port,
+        "/admission/prepare-downscale",
+        crate::support::STATEFULSET_UPDATE_RULES,
+    )
+    .await
+}
+
 /// The pod-eviction webhook of the server on `port`, for evictions in `ns` (see [`register`]).
 pub async fn register_pod_eviction(
     client: &kube::Client,
@@ -116,19 +134,14 @@ pub fn kubectl_scale(ns: &str, name: &str, replicas: u32) -> Result<std::process
 /// at `tls` (an address of 127.0.0.1, covered by its certificate), pods called through the
 /// stand-in at `pods`.
 pub fn namespace_args<'a>(ns: &'a str, tls: &'a str, pods: &'a str) -> Vec<&'a str> {
-    vec![
-        "--lease-namespace",
-        ns,
-        "--watch-namespace",
-        ns,
-        "--leader-elect=false",
-        "--tls-address",
-        tls,
+    let mut args = crate::services::admission_webhook_args(ns, tls);
+    args.extend([
         "--tls-extra-names",
         "127.0.0.1",
         "--pod-address-override",
         pods,
-    ]
+    ]);
+    args
 }
 
 /// Starts the admission-webhook as its chart identity, talking to the API through a

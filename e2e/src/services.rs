@@ -549,14 +549,11 @@ pub fn start_layer_service_with_env(
 
 /// Starts the admission-webhook binary for a test: its own admin port, Leases in `ns`, no
 /// leader election, serving TLS at `tls_address`, then `extra` flags.
-pub fn start_admission_webhook(
-    ns: &str,
-    tls_address: &str,
-    extra: &[&str],
-) -> Result<ServiceProcess> {
-    // Scoped to the test's namespace: the undo loop of prepare-downscale then never calls
-    // pods of a test running beside (through this server's stand-in address).
-    let mut args = vec![
+/// The admission-webhook's arguments for test namespace `ns`, serving TLS at `tls_address`,
+/// without leader election. Scoped to the namespace: the undo loop of prepare-downscale then
+/// never calls pods of a test running beside (through this server's stand-in address).
+pub fn admission_webhook_args<'a>(ns: &'a str, tls_address: &'a str) -> Vec<&'a str> {
+    vec![
         "--lease-namespace",
         ns,
         "--watch-namespace",
@@ -564,7 +561,15 @@ pub fn start_admission_webhook(
         "--leader-elect=false",
         "--tls-address",
         tls_address,
-    ];
+    ]
+}
+
+pub fn start_admission_webhook(
+    ns: &str,
+    tls_address: &str,
+    extra: &[&str],
+) -> Result<ServiceProcess> {
+    let mut args = admission_webhook_args(ns, tls_address);
     args.extend_from_slice(extra);
     start_service(
         "admission-webhook",

@@ -386,8 +386,9 @@ pub async fn apply_upstream_crd(client: &Client, file: &str) -> Result<()> {
     Ok(())
 }
 
-/// Waits up to 90 s until StatefulSet `name` runs exactly `replicas` ready pods (its pods are
-/// labelled `name=<name>`) and its status caught up.
+/// Waits up to 90 s until StatefulSet `name` runs exactly `replicas` ready pods, none on its
+/// way out (its pods are labelled `name=<name>`), and its status caught up: as many ready and
+/// available, the current generation observed.
 pub async fn stateful_set_settled(
     client: &kube::Client,
     ns: &str,
@@ -410,9 +411,11 @@ pub async fn stateful_set_settled(
                 .count();
             let sts = sets.get(name).await?;
             let status = sts.status.unwrap_or_default();
+            let want = Some(replicas as i32);
             Ok((list.items.len() == replicas
                 && ready == replicas
-                && status.ready_replicas == Some(replicas as i32)
+                && status.ready_replicas == want
+                && status.available_replicas == want
                 && status.observed_generation == sts.metadata.generation)
                 .then_some(()))
         },

@@ -23,13 +23,12 @@ use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
-use strata_e2e::admission::{namespace_args, register};
+use strata_e2e::admission::{namespace_args, register_prepare_downscale};
 use strata_e2e::plane::free_port;
 use strata_e2e::pod_endpoints::{Answer, PodEndpoints};
 use strata_e2e::services::{ServiceProcess, start_service};
 use strata_e2e::support::{
-    STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually,
-    stateful_set_settled,
+    TestNamespace, apply_shipped_crd, apply_yaml, cluster, eventually, stateful_set_settled,
 };
 
 /// The minimum time between zone downscales the zones are labelled with.
@@ -205,15 +204,7 @@ async fn an_hpa_downscales_zone_a_without_conflict_and_the_other_zones_follow_a_
     let mut args = namespace_args(&ns.name, &tls, &pods.address);
     args.extend(["--pod-timeout", "2s"]);
     let _webhook = start_service("admission-webhook", cluster().kubeconfig(), &args)?;
-    let _hook = register(
-        &client,
-        &ns.name,
-        "MutatingWebhookConfiguration",
-        port,
-        "/admission/prepare-downscale",
-        STATEFULSET_UPDATE_RULES,
-    )
-    .await?;
+    let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
     let prepared = r#", grafana.com/prepare-downscale: "true""#;
     let endpoint = r#""grafana.com/prepare-downscale-http-path": ingester/prepare-shutdown, "grafana.com/prepare-downscale-http-port": "80""#;
     for (z, leader) in [("a", None), ("b", Some("a")), ("c", Some("b"))] {

@@ -13,14 +13,15 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use strata_e2e::admission::{kubectl_scale, namespace_args, register, start_behind_faults};
+use strata_e2e::admission::{
+    kubectl_scale, namespace_args, register_prepare_downscale, start_behind_faults,
+};
 use strata_e2e::fault_proxy::{FaultProxy, Faults};
 use strata_e2e::plane::{FAKE_READY_LABEL, free_port};
 use strata_e2e::pod_endpoints::{Answer, PodEndpoints};
 use strata_e2e::services::{ServiceProcess, start_service};
 use strata_e2e::support::{
-    DeleteOnDrop, STATEFULSET_UPDATE_RULES, TestNamespace, apply_yaml, cluster, eventually,
-    pod_ready, stateful_set_settled,
+    DeleteOnDrop, TestNamespace, apply_yaml, cluster, eventually, pod_ready, stateful_set_settled,
 };
 
 const MARK: &str = "strata.dev/prepared-for-downscale";
@@ -118,15 +119,7 @@ async fn setup(prefix: &str, faults: Option<Faults>, zones: &[(&str, u32, &str)]
             (server, Some(proxy))
         }
     };
-    let hook = register(
-        &client,
-        &ns.name,
-        "MutatingWebhookConfiguration",
-        port,
-        "/admission/prepare-downscale",
-        STATEFULSET_UPDATE_RULES,
-    )
-    .await?;
+    let hook = register_prepare_downscale(&client, &ns.name, port).await?;
     for (name, replicas, policy) in zones {
         apply_yaml(&client, &ns.name, &zone(name, *replicas, policy)).await?;
     }

@@ -278,15 +278,7 @@ async fn register_prepare_downscale(
     ns: &str,
     port: u16,
 ) -> Result<DeleteOnDrop> {
-    let hook = register(
-        client,
-        ns,
-        "MutatingWebhookConfiguration",
-        port,
-        "/admission/prepare-downscale",
-        STATEFULSET_UPDATE_RULES,
-    )
-    .await?;
+    let hook = strata_e2e::admission::register_prepare_downscale(client, ns, port).await?;
     apply_yaml(
         client,
         ns,
@@ -303,32 +295,7 @@ async fn register_prepare_downscale(
 /// exist, so a pod still being replaced would be skipped, and few status writes then race the
 /// downscale.
 async fn store_settled(client: &kube::Client, ns: &str, replicas: usize) -> Result<()> {
-    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), ns);
-    let sets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
-    eventually(
-        &format!("{replicas} store pods ready and settled"),
-        Duration::from_secs(60),
-        || async {
-            let list = pods
-                .list(&kube::api::ListParams::default().labels("name=store"))
-                .await?;
-            let ready = list
-                .items
-                .iter()
-                .filter(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
-                .count();
-            let sts = sets.get("store").await?;
-            let status = sts.status.unwrap_or_default();
-            let want = Some(replicas as i32);
-            Ok((list.items.len() == replicas
-                && ready == replicas
-                && status.ready_replicas == want
-                && status.available_replicas == want
-                && status.observed_generation == sts.metadata.generation)
-                .then_some(()))
-        },
-    )
-    .await
+    strata_e2e::support::stateful_set_settled(client, ns, "store", replicas).await
 }
 
 async fn prepare_downscale(zone_tracker: bool) -> Result<()> {

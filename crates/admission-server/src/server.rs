@@ -528,7 +528,8 @@ async fn prepare_detached(
 /// to undo (retried until they answer, see [`prepared::undo_now`]). Then records the
 /// downscale time: in zone-tracker mode in the ConfigMap as it was read (`tracked`:
 /// `Some(None)` when it did not exist), a failed record being a denial with the same undo;
-/// otherwise on the StatefulSet once the downscale has landed ([`downscale_record`]). `abandoned` says the request was already answered (deadline passed): then nothing is
+/// otherwise on the StatefulSet once the downscale has landed ([`downscale_record`]).
+/// `abandoned` says the request was already answered (deadline passed): then nothing is
 /// recorded and the undo loop decides.
 async fn prepare(
     app: &App,

@@ -67,7 +67,7 @@ pub struct CommonArgs {
     pub identity: Option<String>,
 
     /// Watch only these namespaces (repeat the flag, or separate with commas); empty or unset
-    /// watches all namespaces. Services that act in one namespace refuse more than one.
+    /// watches all namespaces.
     #[arg(long, env = "WATCH_NAMESPACE", value_delimiter = ',', action = clap::ArgAction::Append)]
     pub watch_namespace: Vec<String>,
 
@@ -103,22 +103,6 @@ impl CommonArgs {
             }
         }
         out
-    }
-
-    /// The one namespace to watch, `None` meaning all namespaces; an error when several are
-    /// given, for services that act in one namespace only.
-    pub fn watch_namespace(&self) -> Result<Option<&str>> {
-        match self.watch_namespaces().as_slice() {
-            [] => Ok(None),
-            [one] => Ok(Some(one)),
-            many => Err(Error::InvalidFlag {
-                flag: "--watch-namespace",
-                reason: format!(
-                    "this service watches one namespace or all of them, not {}",
-                    many.join(", ")
-                ),
-            }),
-        }
     }
 
     /// The namespace that holds the leader Lease.
@@ -329,7 +313,7 @@ mod tests {
             args.lease_name.as_deref(),
             Some("b-layer-controller-leader")
         );
-        assert_eq!(args.watch_namespace().unwrap(), Some("mimir"));
+        assert_eq!(args.watch_namespaces(), vec!["mimir"]);
         assert_eq!(args.context.as_deref(), Some("kind-dev"));
         assert!(args.identity().starts_with("pod-0-"));
         assert_ne!(
@@ -342,7 +326,6 @@ mod tests {
     #[test]
     fn empty_watch_namespace_means_all() {
         let args = parse(&["--watch-namespace", ""]).unwrap();
-        assert_eq!(args.watch_namespace().unwrap(), None);
         assert!(args.watch_namespaces().is_empty());
     }
 
@@ -357,11 +340,6 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(args.watch_namespaces(), vec!["mimir", "loki", "tempo"]);
-        let err = args.watch_namespace().unwrap_err().to_string();
-        assert!(
-            err.contains("--watch-namespace") && err.contains("mimir, loki, tempo"),
-            "{err}"
-        );
     }
 
     #[test]

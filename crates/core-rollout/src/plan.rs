@@ -495,6 +495,8 @@ fn adjust_replicas(
             return (Some(change(sts, desired)), errors);
         }
     }
+    // Whose turn it is to go down, the same for every zone of the group.
+    let turn = mirrored_downscale_turn(members, observed, now);
     for sts in members {
         let reference = match mirrored_reference(sts, observed) {
             None => continue,
@@ -513,15 +515,15 @@ fn adjust_replicas(
             // One zone of the group goes down at a time, each at least the group's
             // minimum time after the previous one (grafana/rollout-operator#303: the anchor
             // scales every mirroring zone down at once).
-            match mirrored_downscale_turn(members, observed, now) {
+            match &turn {
                 Turn::Go(zone) if zone == name(sts) => {}
                 Turn::Go(_) | Turn::NoneDown => continue,
                 Turn::Wait(wait) => {
-                    plan.recheck(wait);
+                    plan.recheck(*wait);
                     continue;
                 }
                 Turn::Invalid(e) => {
-                    errors.push(e);
+                    errors.push(e.clone());
                     continue;
                 }
             }
@@ -776,6 +778,25 @@ pub fn delayed_downscale_calls(
     settled: &dyn Fn(&str) -> bool,
     now: Timestamp,
 ) -> Vec<DelayedCalls> {
+    // Only the zone whose turn it is gets prepared: the others' pods would otherwise sit
+    // prepared (and, for an ingester, read-only) for every zone's delay and minimum time.
+    let mut groups: BTreeMap<Option<&str>, Vec<&StatefulSet>> = BTreeMap::new();
+    for sts in &observed.stateful_sets {
+        groups
+            .entry(label(&sts.metadata.labels, keys::ROLLOUT_GROUP))
+            .or_default()
+            .push(sts);
+    }
+    let turns: Vec<String> = groups
+        .into_values()
+        .filter_map(|mut members| {
+            members.sort_by(|a, b| name(a).cmp(name(b)));
+            match mirrored_downscale_turn(&members, observed, now) {
+                Turn::Go(zone) => Some(zone),
+                _ => None,
+            }
+        })
+        .collect();
     let mut out = Vec::new();
     for sts in &observed.stateful_sets {
         // A bad annotation is reported by the planner when it matters (a downscale).
@@ -808,19 +829,7 @@ pub fn delayed_downscale_calls(
             stateful_set: key.clone(),
             ..DelayedCalls::default()
         };
-        // Only the zone whose turn it is gets prepared: the others' pods would otherwise sit
-        // prepared (and, for an ingester, read-only) for every zone's delay and minimum time.
-        let turn = || {
-            let group = label(&sts.metadata.labels, keys::ROLLOUT_GROUP);
-            let mut members: Vec<&StatefulSet> = observed
-                .stateful_sets
-                .iter()
-                .filter(|s| label(&s.metadata.labels, keys::ROLLOUT_GROUP) == group)
-                .collect();
-            members.sort_by(|a, b| name(a).cmp(name(b)));
-            mirrored_downscale_turn(&members, observed, now) == Turn::Go(name(sts).to_string())
-        };
-        let keep = if desired < current && turn() {
+        let keep = if desired < current && turns.iter().any(|zone| zone == name(sts)) {
             for (pod, url) in (desired.max(0)..current).map(url_of) {
                 match url {
                     Ok(url) => calls.prepare.push((pod, url)),
