@@ -1048,11 +1048,113 @@ same run, as above.
 PY
 }
 
+# A node drain's eviction storm through kube-apiserver (#55 item 3) with the pod-eviction
+# webhook of Strata's rollout-operator and, when its binary is given
+# (`ANCHOR_ROLLOUT_OPERATOR_BIN`), of the anchor's, both started with the anchor's command line
+# at its defaults; each run on a fresh plane (kwok nodes: the storm is about the webhook, not
+# the pods), alternating. Correctness is judged from outside both binaries (answers, a watch
+# of the pods); the binary's API requests come from kube-apiserver's audit log.
+drain_bench() {
+  local anchor="${ANCHOR_ROLLOUT_OPERATOR_BIN:-}" runs="${BENCH_DRAIN_RUNS:-$RUNS}" who bin
+  local whos="strata"
+  [[ -n "$anchor" ]] && whos="strata anchor"
+  echo "bench: drain storm ($whos)" >&2
+  cargo build --release -p rollout-operator >&2
+  cargo build -p strata-e2e --bins --example drain_bench >&2
+  for who in $whos; do : > "$work/drain-$who.jsonl"; done
+  for _ in $(seq 1 "$runs"); do
+    for who in $whos; do
+      if [[ "$who" == strata ]]; then bin="$target/release/rollout-operator"; else bin="$anchor"; fi
+      env WEBHOOK_BIN="$bin" STRATA_BIN_DIR="$target/debug" STRATA_PLANE_REAL_NODE=0 \
+        scripts/with-plane.sh "$target/debug/examples/drain_bench" \
+        | tail -n 1 >> "$work/drain-$who.jsonl"
+    done
+  done
+  local anchor_sum=""
+  [[ -n "$anchor" ]] && anchor_sum="$(sha256sum "$anchor" | cut -c1-12)"
+  python3 - "$work" "$runs" "$anchor_sum" <<'PY'
+import json, sys, datetime
+sys.path.insert(0, "bench"); import docs_section
+work, runs_n, anchor_sum = sys.argv[1], sys.argv[2], sys.argv[3]
+whos = ["strata"] + (["anchor"] if anchor_sum else [])
+side = {who: [json.loads(l) for l in open(f"{work}/drain-{who}.jsonl") if l.strip()] for who in whos}
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+def answers(r):
+    return ", ".join(f"{code}: {n}" for code, n in sorted(r["answers"].items()))
+def requests(r):
+    top = sorted(r["api_requests_by"].items(), key=lambda kv: -kv[1])[:4]
+    return ", ".join(f"{k} {v}" for k, v in top)
+rows = []
+for who in whos:
+    label = "Strata" if who == "strata" else "anchor"
+    for i, r in enumerate(side[who]):
+        breaches = "; ".join(r["breaches"]) or "none"
+        rows.append(f"| {label}, run {i + 1} | {r['evicted']}/{r['pods']} | {r['seconds']:.1f} s | {r['evictions']} ({r['evictions_per_second']:.0f}/s) | "
+                    f"{answers(r)} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms | {r['max_ms']:.0f} ms | {r['api_requests']} ({r['api_requests_per_second']:.1f}/s): {requests(r)} | "
+                    f"{r['server_cpu_seconds']:.1f} s | {r['peak_rss_kib']/1024:.0f} MiB | {breaches} |")
+def figures(who):
+    rs = side[who]
+    return {
+        "evicted": median([r["evicted"] for r in rs]), "pods": rs[0]["pods"],
+        "seconds": median([r["seconds"] for r in rs]),
+        "rate": median([r["evictions_per_second"] for r in rs]),
+        "p99": median([r["p99_ms"] for r in rs]),
+        "api": median([r["api_requests_per_second"] for r in rs]),
+        "unexpected": sum(r["unexpected"] for r in rs),
+        "breaches": sum(len(r["breaches"]) for r in rs),
+    }
+s = figures("strata")
+lines = [f"- **Strata: {s['evicted']}/{s['pods']} pods evicted in {s['seconds']:.1f} s at {s['rate']:.0f} evictions/s, "
+         f"review p99 {s['p99']:.1f} ms, {s['api']:.1f} API requests/s, {s['unexpected']} answers other than 201/429, "
+         f"{s['breaches']} budget breaches** (medians over the runs; totals for the last two)."]
+if anchor_sum:
+    a = figures("anchor")
+    ratio = s["p99"] / a["p99"] if a["p99"] else float("nan")
+    lines.append(f"- **anchor: {a['evicted']}/{a['pods']} pods evicted in {a['seconds']:.1f} s at {a['rate']:.0f} evictions/s, "
+                 f"review p99 {a['p99']:.1f} ms, {a['api']:.1f} API requests/s, {a['unexpected']} answers other than 201/429, "
+                 f"{a['breaches']} budget breaches**; p99 Strata / anchor = {ratio:.2f} (an answer the anchor gives fast is "
+                 f"mostly a refusal it could not decide: see its answers).")
+    anchor_text = (f"the anchor's binary (sha256 {anchor_sum}…, built by hand outside this repository from its source, "
+                   "github.com/grafana/rollout-operator)")
+else:
+    anchor_text = "the anchor not measured (no `ANCHOR_ROLLOUT_OPERATOR_BIN`)"
+r0 = side["strata"][0]
+docs_section.write("drain", f"""
+## Drain storm: pod evictions through kube-apiserver, beside the anchor
+
+Command: `ANCHOR_ROLLOUT_OPERATOR_BIN=<path> make bench` (this part alone:
+`ANCHOR_ROLLOUT_OPERATOR_BIN=<path> BENCH_ONLY=drain bench/run.sh`); {runs_n} runs each,
+{datetime.date.today().isoformat()}, Strata's release `rollout-operator` and {anchor_text}, each started with
+**the anchor's command line at its defaults** (`-kubernetes.namespace`, `-server-tls.enabled=true`,
+`-server-tls.port`, `-server-tls.self-signed-cert.dns-name=localhost`; so both keep the anchor's
+client-side limit of 5 requests/s per API group, burst 10) as a ServiceAccount of its own, on a fresh
+local control plane per run, alternating. kube-apiserver calls the binary's `/admission/pod-eviction`
+(a ValidatingWebhookConfiguration, the CA injected by the binary itself). The storm
+(`e2e/examples/drain_bench.rs`): {r0['groups']} zone-aware groups of three zones × {r0['pods'] // r0['groups'] // 3} pods
+({r0['pods']} pods on kwok nodes), one ZoneAwarePodDisruptionBudget each (`maxUnavailable: 1`); every pod evicted
+at once, each refusal retried {r0['retry_ms']} ms later, until each pod was evicted once or {r0['limit_s']} s passed. Latency is
+each eviction call as its caller saw it (the webhook's review included); "API requests" are the binary's own
+requests to kube-apiserver during the storm, counted from kube-apiserver's audit log; budget breaches come
+from the driver's own watch of the pods (a zone with two pods unavailable at once, or a group with two zones).
+
+| binary | evicted | storm | evictions | answers | p50 | p99 | max | binary's API requests | CPU | peak RSS | budget breaches |
+|---|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---|
+{chr(10).join(rows)}
+
+{chr(10).join(lines)}
+""")
+print("bench: drain: " + " / ".join(lines), file=sys.stderr)
+PY
+}
+
 case "${BENCH_ONLY:-}" in
   fleet) fleet_bench; exit 0 ;;
   fleet-rollback) fleet_rollback_bench; exit 0 ;;
   fleet-large) fleet_large_bench; exit 0 ;;
   anchor) anchor_bench; exit 0 ;;
+  drain) drain_bench; exit 0 ;;
   layers) layers_bench; exit 0 ;;
   rollout) rollout_bench; exit 0 ;;
   webhook) webhook_bench; exit 0 ;;
@@ -1290,4 +1392,5 @@ if [[ "${BENCH_ONLY:-}" != core-status ]]; then
   rollout_bench
   webhook_bench
   anchor_bench
+  drain_bench
 fi

@@ -60,8 +60,28 @@ pub fn spawn_anchor_style(
     ns: &str,
     extra: &[&str],
 ) -> Result<(ServiceProcess, std::net::SocketAddr)> {
+    spawn_anchor_style_as(variable, ns, cluster().kubeconfig(), extra)
+}
+
+/// [`spawn_anchor_style`] acting as whoever `kubeconfig` names (a ServiceAccount's token, so
+/// that kube-apiserver's audit log tells the binary's requests from the driver's).
+pub fn spawn_anchor_style_as(
+    variable: &str,
+    ns: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<(ServiceProcess, std::net::SocketAddr)> {
     let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
-    let kubeconfig = cluster().kubeconfig();
+    spawn_binary_anchor_style(Path::new(&binary), ns, kubeconfig, extra)
+}
+
+/// [`spawn_anchor_style_as`] for the binary at `binary`.
+pub fn spawn_binary_anchor_style(
+    binary: &Path,
+    ns: &str,
+    kubeconfig: &Path,
+    extra: &[&str],
+) -> Result<(ServiceProcess, std::net::SocketAddr)> {
     let server = crate::support::kubeconfig_server(kubeconfig)?;
     let port = free_port()?;
     let args = [
@@ -74,7 +94,7 @@ pub fn spawn_anchor_style(
     let mut all: Vec<&str> = args.iter().map(String::as_str).collect();
     all.extend_from_slice(extra);
     let process = ServiceProcess::spawn_plain_blocking(
-        Path::new(&binary),
+        binary,
         &all,
         &std::env::temp_dir().join("strata-bench-logs"),
     )?;

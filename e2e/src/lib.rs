@@ -14,6 +14,7 @@
 //! - [`demo`]: the guided tour of `make demo` / `make demo-check`;
 //! - [`chart`]: the Helm chart and the files generated from it (values table, schema, manifests);
 //! - [`bench`]: what the `make bench` drivers share (the measured process, percentiles);
+//! - [`drain`]: a node drain's eviction storm, for the e2e scenario and its benchmark;
 //! - [`rollout_watch`]: a rollout checked on every pod event, for the fault-injection tests;
 //! - [`fault_proxy`]: a proxy in front of kube-apiserver that answers some writes with 429 or
 //!   409, for the fault-injection tests.
@@ -23,6 +24,7 @@ pub mod bench;
 pub mod chart;
 pub mod deletion_watch;
 pub mod demo;
+pub mod drain;
 pub mod fault_proxy;
 pub mod flux;
 pub mod git;

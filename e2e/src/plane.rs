@@ -1019,6 +1019,32 @@ pub fn pod_deletions(log: &Path) -> Result<Vec<PodDeletion>> {
     Ok(deletions)
 }
 
+/// Every change of a StatefulSet's `/scale` in `ns` an audit log written under
+/// [`AUDIT_POLICY`] holds, as (user agent, verb, name, response code): who rescaled what, and
+/// whether it was answered with a conflict.
+pub fn scale_writes(log: &Path, ns: &str) -> Result<Vec<(String, String, String, i64)>> {
+    let text = fs::read_to_string(log).with_context(|| log.display().to_string())?;
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| {
+            e["objectRef"]["resource"] == "statefulsets"
+                && e["objectRef"]["subresource"] == "scale"
+                && e["objectRef"]["namespace"] == ns
+                && e["stage"] == "ResponseComplete"
+        })
+        .map(|e| {
+            let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+            (
+                text(&e["userAgent"]),
+                text(&e["verb"]),
+                text(&e["objectRef"]["name"]),
+                e["responseStatus"]["code"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
 /// The last `lines` lines of a file, for error messages.
 pub fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();

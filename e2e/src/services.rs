@@ -268,6 +268,18 @@ fn rbac_values(service: &str, args: &[&str]) -> Result<Vec<String>> {
     let mut sets = crate::release::alone(service);
     match service {
         "rollout-operator" => {
+            // Namespaces chosen by label: the label as the chart's selector (equality only
+            // here); which namespaces it may write in is a value of the test's own.
+            if let Some(selector) = flag(args, "--watch-namespace-selector") {
+                let (key, value) = selector
+                    .split_once('=')
+                    .filter(|(k, _)| !k.contains('.'))
+                    .context("a test's --watch-namespace-selector is one `key=value` (no dots)")?;
+                sets.push(format!(
+                    "rolloutOperator.watchNamespaceSelector.matchLabels.{key}={value}"
+                ));
+                return Ok(sets);
+            }
             // The chart's rollout-operator manages the namespaces it lists, a Role in each.
             let watch = flag(args, "--watch-namespace").context(
                 "the chart's rollout-operator watches the namespaces it lists: pass --watch-namespace",

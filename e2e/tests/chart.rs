@@ -288,12 +288,15 @@ fn webhooks_guard_only_opted_in_namespaces_with_the_chosen_failure_policy() {
 /// prepare-downscale outside zone-tracker mode; in zone-tracker mode the named ConfigMap only.
 #[test]
 fn the_webhook_may_write_only_what_its_mode_records() {
-    let rules = |set: &[&str]| -> Vec<Value> {
+    let rendered = |set: &[&str]| -> Vec<Value> {
         let args: Vec<String> = set
             .iter()
             .flat_map(|s| ["--set".to_string(), s.to_string()])
             .collect();
-        let objs = template(&args);
+        template(&args)
+    };
+    let rules = |set: &[&str]| -> Vec<Value> {
+        let objs = rendered(set);
         let role = objs
             .iter()
             .find(|o| {
@@ -331,25 +334,40 @@ fn the_webhook_may_write_only_what_its_mode_records() {
         patches(&rules(&[])),
         "prepare-downscale records on the StatefulSet"
     );
-    assert!(!patches(&rules(&[
+    // Pod eviction records its evictions on the budget's holder StatefulSet too.
+    assert!(patches(&rules(&[
         "admissionWebhook.webhooks.prepareDownscale.enabled=false"
     ])));
-    let zone = rules(&[
+    assert!(!patches(&rules(&[
+        "admissionWebhook.webhooks.prepareDownscale.enabled=false",
+        "admissionWebhook.webhooks.podEviction.enabled=false",
+    ])));
+    let zone_set = [
         "admissionWebhook.useZoneTracker=true",
         "admissionWebhook.zoneTrackerConfigMapName=zones",
-    ]);
+        "admissionWebhook.webhooks.podEviction.enabled=false",
+    ];
+    let zone = rules(&zone_set);
     assert!(
         !patches(&zone),
         "zone-tracker mode records in the ConfigMap instead"
     );
-    let mut config_maps = verbs_on(&zone, "configmaps");
+    // The trackers of every namespace live in the release namespace: no ConfigMap rights
+    // cluster-wide, get/create/update in a Role there.
+    assert!(verbs_on(&zone, "configmaps").is_empty(), "{zone:?}");
+    let objs = rendered(&zone_set);
+    let role = objs
+        .iter()
+        .find(|o| o["kind"] == "Role" && o["metadata"]["name"] == "admission-webhook")
+        .unwrap();
+    let mut config_maps = verbs_on(role["rules"].as_array().unwrap(), "configmaps");
     config_maps.sort_by(|a, b| a.0.cmp(&b.0));
     assert_eq!(
         config_maps,
         vec![
             ("create".to_string(), None),
-            ("get".to_string(), Some(serde_json::json!(["zones"]))),
-            ("update".to_string(), Some(serde_json::json!(["zones"]))),
+            ("get".to_string(), None),
+            ("update".to_string(), None),
         ]
     );
     let objs = template(&[
@@ -1328,37 +1346,7 @@ fn a_list_of_rollout_namespaces_gets_a_role_in_each_and_the_webhooks_follow_it()
             );
         }
     }
-    let deletes_pods = |rules: &Value| {
-        rules.as_array().into_iter().flatten().any(|r| {
-            let has = |key: &str, want: &str| {
-                r[key]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|v| v == want || v == "*")
-            };
-            has("resources", "pods") && has("verbs", "delete")
-        })
-    };
-    let rollout_bindings: Vec<&str> = objs
-        .iter()
-        .filter(|o| o["kind"] == "ClusterRoleBinding")
-        .filter(|o| {
-            o["subjects"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|s| s["name"] == "rollout-operator")
-        })
-        .filter_map(|o| o["roleRef"]["name"].as_str())
-        .collect();
-    for role in objs.iter().filter(|o| o["kind"] == "ClusterRole") {
-        let name = role["metadata"]["name"].as_str().unwrap_or_default();
-        assert!(
-            !(rollout_bindings.contains(&name) && deletes_pods(&role["rules"])),
-            "ClusterRole {name} lets the rollout-operator delete pods cluster-wide"
-        );
-    }
+    no_pod_deletion_cluster_wide(&objs);
     let server = container_args(&objs, "admission-webhook");
     for webhook in [
         "no-downscale",
@@ -1394,6 +1382,116 @@ fn a_list_of_rollout_namespaces_gets_a_role_in_each_and_the_webhooks_follow_it()
                     && e["values"] == serde_json::json!(["mimir", "loki"])),
             "{}: {expressions}",
             config["metadata"]["name"]
+        );
+    }
+}
+
+/// No ClusterRole bound to the rollout-operator cluster-wide lets it delete pods.
+fn no_pod_deletion_cluster_wide(objs: &[Value]) {
+    let deletes_pods = |rules: &Value| {
+        rules.as_array().into_iter().flatten().any(|r| {
+            let has = |key: &str, want: &str| {
+                r[key]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|v| v == want || v == "*")
+            };
+            has("resources", "pods") && has("verbs", "delete")
+        })
+    };
+    let rollout_bindings: Vec<&str> = objs
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRoleBinding")
+        .filter(|o| {
+            o["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == "rollout-operator")
+        })
+        .filter_map(|o| o["roleRef"]["name"].as_str())
+        .collect();
+    for role in objs.iter().filter(|o| o["kind"] == "ClusterRole") {
+        let name = role["metadata"]["name"].as_str().unwrap_or_default();
+        assert!(
+            !(rollout_bindings.contains(&name) && deletes_pods(&role["rules"])),
+            "ClusterRole {name} lets the rollout-operator delete pods cluster-wide"
+        );
+    }
+}
+
+/// Namespaces chosen by label: the operator's flag is the selector's text, it reads
+/// cluster-wide, writes only where a RoleBinding of the namespace role says (each listed
+/// namespace), and the rollout webhooks select the same labels.
+#[test]
+fn a_namespace_selector_reads_cluster_wide_writes_where_bound_and_the_webhooks_follow_it() {
+    let objs = template(&[
+        "--set".into(),
+        "rolloutOperator.watchNamespaceSelector.matchLabels.team=obs".into(),
+        "--set".into(),
+        "rolloutOperator.watchNamespaceSelector.matchExpressions[0].key=tier".into(),
+        "--set".into(),
+        "rolloutOperator.watchNamespaceSelector.matchExpressions[0].operator=NotIn".into(),
+        "--set".into(),
+        "rolloutOperator.watchNamespaceSelector.matchExpressions[0].values={dev}".into(),
+        "--set".into(),
+        "rolloutOperator.watchNamespaces={mimir}".into(),
+    ]);
+    let args = container_args(&objs, "rollout-operator");
+    assert!(
+        args.contains(&"--watch-namespace-selector=team=obs,tier notin (dev)".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        !args.iter().any(|a| a.starts_with("--watch-namespace=")),
+        "{args:?}"
+    );
+    no_pod_deletion_cluster_wide(&objs);
+    assert!(
+        objs.iter().any(|o| o["kind"] == "ClusterRoleBinding"
+            && o["roleRef"]["name"] == "strata-rollout-operator-reader"),
+        "the reader role is not bound"
+    );
+    let binding = objs
+        .iter()
+        .find(|o| o["kind"] == "RoleBinding" && o["metadata"]["namespace"] == "mimir")
+        .expect("a RoleBinding in mimir");
+    assert_eq!(
+        binding["roleRef"],
+        serde_json::json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "strata-rollout-operator-namespace"})
+    );
+    assert!(
+        !objs
+            .iter()
+            .any(|o| o["kind"] == "Role" && o["metadata"]["namespace"] == "mimir"),
+        "a Role besides the namespace role"
+    );
+    let server = container_args(&objs, "admission-webhook");
+    let flag = server
+        .iter()
+        .find(|a| a.starts_with("--namespace-selector=pod-eviction="))
+        .unwrap_or_else(|| panic!("no selector for pod-eviction: {server:?}"));
+    assert!(flag.ends_with("team in (obs),tier notin (dev)"), "{flag}");
+    let config = objs
+        .iter()
+        .find(|o| {
+            o["kind"] == "ValidatingWebhookConfiguration"
+                && o["metadata"]["name"] == "pod-eviction-strata-system"
+        })
+        .expect("the pod-eviction configuration");
+    let expressions = &config["webhooks"][0]["namespaceSelector"]["matchExpressions"];
+    for want in [
+        serde_json::json!({"key": "team", "operator": "In", "values": ["obs"]}),
+        serde_json::json!({"key": "tier", "operator": "NotIn", "values": ["dev"]}),
+    ] {
+        assert!(
+            expressions
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| *e == want),
+            "{want} missing: {expressions}"
         );
     }
 }

@@ -22,7 +22,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Event;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
 use strata_e2e::admission::{namespace_args, register_prepare_downscale};
 use strata_e2e::plane::free_port;
 use strata_e2e::pod_endpoints::{Answer, PodEndpoints};
@@ -163,33 +163,12 @@ async fn hpa_events(client: &kube::Client, ns: &str) -> Result<Vec<(String, Stri
         .collect())
 }
 
-/// Every change of a StatefulSet's `/scale` in `ns` the API server recorded, as (user agent,
-/// verb, name, response code).
+/// Every change of a StatefulSet's `/scale` in `ns` the API server recorded.
 fn scale_writes(ns: &str) -> Result<Vec<(String, String, String, i64)>> {
     let audit = cluster()
         .audit_log()
         .context("the plane's audit log (this test needs the local plane)")?;
-    Ok(std::fs::read_to_string(audit)?
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|e| {
-            e["objectRef"]["resource"] == "statefulsets"
-                && e["objectRef"]["subresource"] == "scale"
-                && e["objectRef"]["namespace"] == ns
-                && e["stage"] == "ResponseComplete"
-        })
-        .map(|e| {
-            (
-                e["userAgent"].as_str().unwrap_or_default().to_string(),
-                e["verb"].as_str().unwrap_or_default().to_string(),
-                e["objectRef"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                e["responseStatus"]["code"].as_i64().unwrap_or_default(),
-            )
-        })
-        .collect())
+    strata_e2e::plane::scale_writes(&audit, ns)
 }
 
 /// HPA on zone a; zones b and c follow it (b → a, c → b); every zone runs prepare-downscale.

@@ -818,6 +818,116 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
     Ok(())
 }
 
+/// Zone `zone` of [`ingester_zone`] (2 real pods), labelled with a 10 s minimum time between
+/// zone downscales, following `leader` when given.
+fn following_zone(zone: &str, leader: Option<&str>) -> String {
+    let yaml = ingester_zone(zone, 2, "1", "none").replace(
+        r#"labels: {rollout-group: ingester, grafana.com/prepare-downscale: "true"}"#,
+        r#"labels: {rollout-group: ingester, grafana.com/prepare-downscale: "true", grafana.com/min-time-between-zones-downscale: 10s}"#,
+    );
+    match leader {
+        Some(leader) => yaml.replace(
+            "  annotations:\n",
+            &format!(
+                "  annotations:\n    grafana.com/rollout-downscale-leader: ingester-zone-{leader}\n"
+            ),
+        ),
+        None => yaml,
+    }
+}
+
+/// #303 on real pods (#55 items 1 and 4): a HorizontalPodAutoscaler on zone a, driven by
+/// kube-controller-manager, downscales it through the in-cluster prepare-downscale webhook
+/// without a conflict; the in-cluster operator then takes zones b and c down one minimum time
+/// apart, and kubelet stops the pods that go. Raised again, the HPA's upscale is followed at
+/// once and the new pods become Ready by kubelet's probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_hpa_steps_real_zones_down_one_window_apart() -> Result<()> {
+    let _one_release = serial().await;
+    let client = client().await;
+    let group = node_namespace(&client, "ic-hpa", &[WEBHOOK_OPT_IN]).await?;
+    let ns = group.name.clone();
+    let release = Release::install(&client, &[]).await?;
+    release.upgrade(&[&format!("rolloutOperator.watchNamespaces={{{ns}}}")])?;
+    release
+        .wait_available(&client, Duration::from_secs(120))
+        .await?;
+    for (zone, leader) in [("a", None), ("b", Some("a")), ("c", Some("b"))] {
+        apply_yaml(&client, &ns, &following_zone(zone, leader)).await?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let ready = |want: usize| {
+        let pods = pods.clone();
+        async move {
+            let list = pods.list(&ListParams::default()).await?.items;
+            let up = list.iter().filter(|p| rollout_watch::up(p)).count();
+            Ok((up == want && list.len() == want).then_some(()))
+        }
+    };
+    eventually("six pods Ready by kubelet", Duration::from_secs(90), || {
+        ready(6)
+    })
+    .await?;
+    let hpa = |min: i32, max: i32| {
+        format!(
+            "apiVersion: autoscaling/v2\nkind: HorizontalPodAutoscaler\nmetadata: {{name: ingester}}\nspec:\n  scaleTargetRef: {{apiVersion: apps/v1, kind: StatefulSet, name: ingester-zone-a}}\n  minReplicas: {min}\n  maxReplicas: {max}\n  metrics:\n  - type: Resource\n    resource: {{name: cpu, target: {{type: Utilization, averageUtilization: 80}}}}\n"
+        )
+    };
+    // Bounds move the HPA (the plane has no metrics API): max 1 scales zone a down to 1.
+    apply_yaml(&client, &ns, &hpa(1, 1)).await?;
+    let sets: Api<k8s_openapi::api::apps::v1::StatefulSet> = Api::namespaced(client.clone(), &ns);
+    let mut down: BTreeMap<&str, std::time::Instant> = BTreeMap::new();
+    let started = std::time::Instant::now();
+    while down.len() < 3 {
+        ensure!(
+            started.elapsed() < Duration::from_secs(120),
+            "only zones {:?} went down to 1\n{}",
+            down.keys().collect::<Vec<_>>(),
+            release.logs("rollout-operator", 30)
+        );
+        for zone in ["a", "b", "c"] {
+            if !down.contains_key(zone) {
+                let sts = sets.get(&format!("ingester-zone-{zone}")).await?;
+                if sts.spec.and_then(|s| s.replicas) == Some(1) {
+                    down.insert(zone, std::time::Instant::now());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The window is whole seconds on the annotation: up to 1 s sooner, plus this loop's polls.
+    let least = Duration::from_millis(8500);
+    for (before, after) in [("a", "b"), ("b", "c")] {
+        let gap = down[after].saturating_duration_since(down[before]);
+        ensure!(
+            gap >= least,
+            "zone {after} followed zone {before} after {gap:?}, less than the 10 s window"
+        );
+    }
+    eventually("three pods, each Ready", Duration::from_secs(90), || {
+        ready(3)
+    })
+    .await?;
+    let audit = cluster().audit_log().context("the plane's audit log")?;
+    let writes = strata_e2e::plane::scale_writes(&audit, &ns)?;
+    ensure!(
+        writes.iter().any(
+            |(agent, _, name, _)| agent.contains("horizontal-pod-autoscaler")
+                && name == "ingester-zone-a"
+        ),
+        "no /scale write by the HPA: {writes:?}"
+    );
+    let conflicts: Vec<_> = writes.iter().filter(|w| w.3 == 409).collect();
+    ensure!(
+        conflicts.is_empty(),
+        "/scale writes answered 409: {conflicts:?}"
+    );
+    // Up again: the followers follow at once, and kubelet readies the new pods.
+    apply_yaml(&client, &ns, &hpa(2, 2)).await?;
+    eventually("six pods Ready again", Duration::from_secs(60), || ready(6)).await?;
+    Ok(())
+}
+
 /// The pod holding `service`'s leader Lease (the holder identity is `<pod>-<suffix>`).
 async fn leader_pod(client: &Client, release: &Release, service: &str) -> Result<Option<String>> {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> =

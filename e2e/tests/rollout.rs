@@ -951,6 +951,121 @@ async fn pod_uids(client: &kube::Client, ns: &str) -> Result<BTreeMap<String, St
         .collect())
 }
 
+/// The three zones of group `ingester` on image `:1`, Ready, in each of `namespaces`; their
+/// revisions by namespace.
+async fn ready_groups(
+    client: &kube::Client,
+    namespaces: &[&str],
+) -> Result<BTreeMap<String, BTreeMap<String, String>>> {
+    let none = BTreeMap::new();
+    let mut old = BTreeMap::new();
+    for ns in namespaces {
+        for zone in ZONES {
+            apply_yaml(
+                client,
+                ns,
+                &zone_yaml(zone, "example.invalid/ingester:1", false),
+            )
+            .await?;
+        }
+        eventually(
+            &format!("9 ready pods in {ns}"),
+            Duration::from_secs(60),
+            || async {
+                let s = snapshot(client, ns, &none).await?;
+                Ok(s.values()
+                    .all(|(nr, up)| *nr == 0 && *up == 3)
+                    .then_some(()))
+            },
+        )
+        .await?;
+        let revisions = eventually("revisions published", Duration::from_secs(30), || async {
+            let r = revisions(client, ns).await?;
+            Ok(r.values().all(|v| !v.is_empty()).then_some(r))
+        })
+        .await?;
+        old.insert(ns.to_string(), revisions);
+    }
+    Ok(old)
+}
+
+/// Moves every zone of `namespaces` to image `:2`.
+async fn change_templates(client: &kube::Client, namespaces: &[&str]) -> Result<()> {
+    for ns in namespaces {
+        for zone in ZONES {
+            apply_yaml(
+                client,
+                ns,
+                &zone_yaml(zone, "example.invalid/ingester:2", false),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the group of each of `namespaces` rolled; fails if at any look two zones of
+/// one group were down at once.
+async fn all_rolled(
+    client: &kube::Client,
+    namespaces: &[&str],
+    old: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<()> {
+    let busiest = std::sync::atomic::AtomicUsize::new(0);
+    eventually("the groups rolled", Duration::from_secs(180), || async {
+        let mut done = true;
+        for ns in namespaces {
+            let s = snapshot(client, ns, &old[*ns]).await?;
+            let down = s.values().filter(|(nr, _)| *nr > 0).count();
+            busiest.fetch_max(down, std::sync::atomic::Ordering::Relaxed);
+            done &= s.values().all(|(nr, up)| *nr == 0 && *up == 3);
+        }
+        Ok(done.then_some(()))
+    })
+    .await?;
+    let busiest = busiest.into_inner();
+    anyhow::ensure!(
+        busiest <= 1,
+        "{busiest} zones of one group were down at once"
+    );
+    Ok(())
+}
+
+/// The namespace the operator must leave alone: the same pods as `before`, none updated.
+async fn untouched(
+    client: &kube::Client,
+    ns: &str,
+    before: &BTreeMap<String, String>,
+    old: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Result<()> {
+    anyhow::ensure!(
+        &pod_uids(client, ns).await? == before,
+        "pods of {ns} replaced"
+    );
+    let s = snapshot(client, ns, &old[ns]).await?;
+    anyhow::ensure!(s.values().all(|(_, up)| *up == 0), "{ns} updated: {s:?}");
+    Ok(())
+}
+
+/// Each namespace's group series are named by namespace; `absent` appears in none.
+async fn metrics_by_namespace(
+    operator: &ServiceProcess,
+    present: &[&str],
+    absent: &str,
+) -> Result<()> {
+    let (200, body) = http_get(operator.admin.unwrap(), "/metrics").await? else {
+        anyhow::bail!("no metrics");
+    };
+    for ns in present {
+        let series = format!(
+            "rollout_operator_group_reconciles_total{{rollout_group=\"ingester\",namespace=\"{ns}\"}}"
+        );
+        anyhow::ensure!(body.contains(&series), "{series} missing");
+    }
+    anyhow::ensure!(!body.contains(absent), "metrics name {absent}");
+    Ok(())
+}
+
 /// One install, many namespaces (#55 item 2): one operator given two namespaces rolls the
 /// three-zone group of each at once, one zone at a time per group; a third namespace with the
 /// same group, not listed, is never touched; its group metrics name each group's namespace.
@@ -962,41 +1077,13 @@ async fn one_operator_rolls_every_listed_namespace_and_touches_no_other() -> Res
         TestNamespace::create(&client, "multi-b").await?,
     ];
     let unlisted = TestNamespace::create(&client, "multi-x").await?;
-    let all: Vec<&str> = listed
-        .iter()
-        .chain([&unlisted])
-        .map(|ns| ns.name.as_str())
-        .collect();
-    let none = BTreeMap::new();
-    let mut old = BTreeMap::new();
-    for ns in &all {
-        for zone in ZONES {
-            apply_yaml(
-                &client,
-                ns,
-                &zone_yaml(zone, "example.invalid/ingester:1", false),
-            )
-            .await?;
-        }
-        eventually(
-            &format!("9 ready pods in {ns}"),
-            Duration::from_secs(60),
-            || async {
-                let s = snapshot(&client, ns, &none).await?;
-                Ok(s.values()
-                    .all(|(nr, up)| *nr == 0 && *up == 3)
-                    .then_some(()))
-            },
-        )
-        .await?;
-        let revisions = eventually("revisions published", Duration::from_secs(30), || async {
-            let r = revisions(&client, ns).await?;
-            Ok(r.values().all(|v| !v.is_empty()).then_some(r))
-        })
-        .await?;
-        old.insert(ns.to_string(), revisions);
-    }
-    let untouched = pod_uids(&client, &unlisted.name).await?;
+    let names = [
+        listed[0].name.as_str(),
+        listed[1].name.as_str(),
+        unlisted.name.as_str(),
+    ];
+    let old = ready_groups(&client, &names).await?;
+    let before = pod_uids(&client, &unlisted.name).await?;
     let watch = format!("{},{}", listed[0].name, listed[1].name);
     let operator = start_service(
         "rollout-operator",
@@ -1009,52 +1096,75 @@ async fn one_operator_rolls_every_listed_namespace_and_touches_no_other() -> Res
             "--leader-elect=false",
         ],
     )?;
-    for ns in &all {
-        for zone in ZONES {
-            apply_yaml(
-                &client,
+    change_templates(&client, &names).await?;
+    all_rolled(&client, &names[..2], &old).await?;
+    untouched(&client, &unlisted.name, &before, &old).await?;
+    metrics_by_namespace(&operator, &names[..2], &unlisted.name).await
+}
+
+/// Namespaces chosen by label (`--watch-namespace-selector`, #55 item 2): the operator rolls
+/// the groups of the labelled namespaces and leaves an unlabelled one alone — though the chart
+/// granted it the same rights there, so the selector is what holds it back; labelled later,
+/// that namespace's group is rolled too.
+#[tokio::test]
+async fn a_namespace_selector_picks_where_the_operator_acts_and_follows_new_labels() -> Result<()> {
+    let client = cluster().client().await?;
+    let labelled = [
+        TestNamespace::create(&client, "select-a").await?,
+        TestNamespace::create(&client, "select-b").await?,
+    ];
+    let later = TestNamespace::create(&client, "select-x").await?;
+    let names = [
+        labelled[0].name.as_str(),
+        labelled[1].name.as_str(),
+        later.name.as_str(),
+    ];
+    // A value of this test's own: other tests' namespaces never match.
+    let value = labelled[0].name.clone();
+    let label = |ns: &str| {
+        cluster()
+            .kubectl()
+            .args([
+                "label",
+                "namespace",
                 ns,
-                &zone_yaml(zone, "example.invalid/ingester:2", false),
-            )
-            .await?;
-        }
-    }
-    // Each listed group finishes; at every look, at most one zone of a group is down.
-    let busiest = std::sync::atomic::AtomicUsize::new(0);
-    eventually("both groups rolled", Duration::from_secs(180), || async {
-        let mut done = true;
-        for ns in &listed {
-            let s = snapshot(&client, &ns.name, &old[&ns.name]).await?;
-            let down = s.values().filter(|(nr, _)| *nr > 0).count();
-            busiest.fetch_max(down, std::sync::atomic::Ordering::Relaxed);
-            done &= s.values().all(|(nr, up)| *nr == 0 && *up == 3);
-        }
-        Ok(done.then_some(()))
-    })
-    .await?;
-    let busiest = busiest.into_inner();
-    assert!(
-        busiest <= 1,
-        "{busiest} zones of one group were down at once"
-    );
-    // The namespace not listed: the same pods, still on the old revision.
-    assert_eq!(pod_uids(&client, &unlisted.name).await?, untouched);
-    let s = snapshot(&client, &unlisted.name, &old[&unlisted.name]).await?;
-    assert!(s.values().all(|(_, up)| *up == 0), "{s:?}");
-    let (200, body) = http_get(operator.admin.unwrap(), "/metrics").await? else {
-        anyhow::bail!("no metrics");
+                &format!("strata-e2e/rollouts={value}"),
+            ])
+            .output()
     };
-    for ns in &listed {
-        let series = format!(
-            "rollout_operator_group_reconciles_total{{rollout_group=\"ingester\",namespace=\"{}\"}}",
-            ns.name
-        );
-        assert!(body.contains(&series), "{series} missing");
+    for ns in &names[..2] {
+        anyhow::ensure!(label(ns)?.status.success(), "labelling {ns}");
     }
-    assert!(
-        !body.contains(&unlisted.name),
-        "metrics name the unlisted namespace"
+    let old = ready_groups(&client, &names).await?;
+    let before = pod_uids(&client, &later.name).await?;
+    let selector = format!("strata-e2e/rollouts={value}");
+    let bound = format!("rolloutOperator.watchNamespaces={{{}}}", names.join(","));
+    let args = [
+        "--watch-namespace-selector",
+        selector.as_str(),
+        "--lease-namespace",
+        names[0],
+        "--leader-elect=false",
+    ];
+    let kubeconfig = strata_e2e::services::chart_identity_with(
+        cluster().kubeconfig(),
+        "rollout-operator",
+        &args,
+        &[bound.as_str()],
+    )?;
+    let operator =
+        strata_e2e::services::start_service_with("rollout-operator", &kubeconfig, &args)?;
+    change_templates(&client, &names).await?;
+    all_rolled(&client, &names[..2], &old).await?;
+    untouched(&client, &later.name, &before, &old).await?;
+    metrics_by_namespace(&operator, &names[..2], &later.name).await?;
+    // Labelled now: its group is rolled without anything else changing.
+    anyhow::ensure!(
+        label(&later.name)?.status.success(),
+        "labelling {}",
+        later.name
     );
+    all_rolled(&client, &names[2..], &old).await?;
     Ok(())
 }
 

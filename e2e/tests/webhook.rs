@@ -298,6 +298,20 @@ async fn store_settled(client: &kube::Client, ns: &str, replicas: usize) -> Resu
     strata_e2e::support::stateful_set_settled(client, ns, "store", replicas).await
 }
 
+/// Scales StatefulSet `store` of `ns` to `replicas`, retried until prepare-downscale admits it.
+async fn downscaled_through_the_webhook(ns: &str, replicas: u32) -> Result<()> {
+    eventually("downscale prepared", Duration::from_secs(30), || async {
+        let out = kubectl_scale(ns, "store", replicas)?;
+        anyhow::ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(Some(()))
+    })
+    .await
+}
+
 async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, if zone_tracker { "zones" } else { "prepare" }).await?;
@@ -309,16 +323,7 @@ async fn prepare_downscale(zone_tracker: bool) -> Result<()> {
     }
     let _server = start(&ns.name, port, &args)?;
     let _hook = register_prepare_downscale(&client, &ns.name, port).await?;
-    eventually("downscale prepared", Duration::from_secs(30), || async {
-        let out = kubectl_scale(&ns.name, "store", 1)?;
-        anyhow::ensure!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(Some(()))
-    })
-    .await?;
+    downscaled_through_the_webhook(&ns.name, 1).await?;
     let made = pods.posts.load(Ordering::SeqCst);
     let api: Api<StatefulSet> = Api::namespaced(client.clone(), &ns.name);
     let stamp = if zone_tracker {
@@ -1026,5 +1031,93 @@ async fn no_downscale_guards_deployments_and_replicasets_through_scale() -> Resu
             String::from_utf8_lossy(&up.stderr)
         );
     }
+    Ok(())
+}
+
+/// In zone-tracker mode the tracker lives in the server's own namespace, whatever namespace
+/// the StatefulSet is in (#55: one install acting in many namespaces may write ConfigMaps only
+/// in its own): a downscale in another namespace is recorded in
+/// `rollout-operator-zone-tracker-<namespace>` there, and nothing is written where the
+/// StatefulSet lives (the chart's identity could not: its ConfigMap rights are a Role in its
+/// own namespace). Multi-threaded: the stand-in pods answer while the test waits on kubectl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zone_tracker_of_another_namespace_lives_in_the_servers_own() -> Result<()> {
+    let client = cluster().client().await?;
+    let home = TestNamespace::create(&client, "tracker-home").await?;
+    let ns = TestNamespace::create(&client, "tracker-sts").await?;
+    let pods = StandInPods::start(Duration::ZERO).await?;
+    let port = free_port()?;
+    let tls = format!("127.0.0.1:{port}");
+    let _server = strata_e2e::services::start_service(
+        "admission-webhook",
+        cluster().kubeconfig(),
+        &[
+            "--lease-namespace",
+            &home.name,
+            "--leader-elect=false",
+            "--tls-address",
+            &tls,
+            "--tls-extra-names",
+            "127.0.0.1",
+            "--pod-address-override",
+            &pods.address,
+            "--use-zone-tracker",
+        ],
+    )?;
+    // Named and labelled for the server's namespace (the only configuration it may inject
+    // into), acting in the StatefulSet's.
+    let kind = "MutatingWebhookConfiguration";
+    let path = "/admission/prepare-downscale";
+    let yaml = configuration(kind, &home.name, port, path, STATEFULSET_UPDATE_RULES).replace(
+        &format!("kubernetes.io/metadata.name: {}}}", home.name),
+        &format!("kubernetes.io/metadata.name: {}}}", ns.name),
+    );
+    assert!(yaml.contains(&ns.name), "{yaml}");
+    let _hook = register_yaml(
+        &client,
+        &home.name,
+        kind,
+        &configuration_name(&home.name, path),
+        &yaml,
+    )
+    .await?;
+    apply_yaml(
+        &client,
+        &ns.name,
+        &stateful_set("store", r#""grafana.com/prepare-downscale": "true""#, r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#),
+    )
+    .await?;
+    store_settled(&client, &ns.name, 3).await?;
+    downscaled_through_the_webhook(&ns.name, 2).await?;
+    assert!(
+        pods.posts.load(Ordering::SeqCst) >= 1,
+        "no pod was prepared"
+    );
+    let maps = |namespace: &str| -> Api<k8s_openapi::api::core::v1::ConfigMap> {
+        Api::namespaced(client.clone(), namespace)
+    };
+    let tracker = maps(&home.name)
+        .get(&format!("rollout-operator-zone-tracker-{}", ns.name))
+        .await?;
+    let data = tracker.data.unwrap_or_default();
+    assert_eq!(
+        data.keys().collect::<Vec<_>>(),
+        ["store"],
+        "the tracker holds the downscaled StatefulSet: {data:?}"
+    );
+    let elsewhere = maps(&ns.name)
+        .get_opt("rollout-operator-zone-tracker")
+        .await?;
+    assert!(
+        elsewhere.is_none(),
+        "a tracker was written in the StatefulSet's namespace: {elsewhere:?}"
+    );
+    assert!(
+        maps(&home.name)
+            .get_opt("rollout-operator-zone-tracker")
+            .await?
+            .is_none(),
+        "the server's own namespace's tracker holds only its own StatefulSets"
+    );
     Ok(())
 }

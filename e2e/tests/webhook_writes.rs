@@ -227,8 +227,9 @@ async fn the_webhook_account_writes_only_its_own_marks_certificate_and_tracker()
     Ok(())
 }
 
-/// With the zone tracker (`useZoneTracker`), the webhook's account may create ConfigMaps in any
-/// namespace (RBAC cannot name what is created): the policy keeps it to the tracker.
+/// With the zone tracker (`useZoneTracker`), the webhook's account may create ConfigMaps in its
+/// own namespace only (where the trackers of every namespace live), and RBAC cannot name what
+/// is created: the policy keeps it to the trackers' names.
 #[tokio::test]
 async fn the_zone_tracker_is_the_only_config_map_the_webhook_account_writes() -> Result<()> {
     let client = cluster().client().await?;
@@ -256,12 +257,26 @@ async fn the_zone_tracker_is_the_only_config_map_the_webhook_account_writes() ->
     .await?;
     ensure!(
         message.contains(&format!(
-            "may write only the zone-tracker ConfigMap rollout-operator-zone-tracker, not ConfigMap {ns}/other"
+            "may write only the zone-tracker ConfigMaps {ns}/rollout-operator-zone-tracker and {ns}/rollout-operator-zone-tracker-<namespace>, not ConfigMap {ns}/other"
         )),
         "{message}"
     );
-    maps.create(&create, &map("rollout-operator-zone-tracker")?)
+    for name in [
+        "rollout-operator-zone-tracker",
+        "rollout-operator-zone-tracker-loki",
+    ] {
+        maps.create(&create, &map(name)?)
+            .await
+            .with_context(|| format!("the webhook writes the zone tracker {name}"))?;
+    }
+    // Nowhere else: the ConfigMap rights are a Role in its own namespace.
+    let elsewhere: Api<ConfigMap> = Api::namespaced(kube_client(&kubeconfig).await?, "default");
+    match elsewhere
+        .create(&create, &map("rollout-operator-zone-tracker")?)
         .await
-        .context("the webhook writes the zone tracker")?;
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => anyhow::bail!("a tracker created outside its namespace: {other:?}"),
+    }
     Ok(())
 }

@@ -59,9 +59,12 @@ pub async fn release(client: &Client, namespace: &str, record: &Recorded) -> Res
 }
 
 /// Decides `pod`'s eviction against the budget *and* every eviction recorded by anyone, and
-/// records it when allowed. `observed` is the namespace as just listed (reused for the first
-/// attempt); `own_recent` are pods this caller deleted itself and may not see recorded yet.
-/// Pods no budget covers are allowed without a record.
+/// records it when allowed. `observed` is the namespace as listed or watched; the record's
+/// write is guarded by the holder's resourceVersion, so when another eviction was recorded
+/// since (or `observed` is behind) the write conflicts and the decision is made again on
+/// the holder read fresh. `own_recent` are pods this caller deleted itself and may not see
+/// recorded yet. Pods no budget covers are allowed without a record. Returns the holder as the
+/// record's write left it, if one was written.
 pub async fn claim(
     client: &Client,
     namespace: &str,
@@ -69,18 +72,18 @@ pub async fn claim(
     mut observed: Observed,
     override_max: Option<i64>,
     own_recent: &[String],
-) -> Result<Claimed, Refusal> {
+) -> Result<(Claimed, Option<StatefulSet>), Refusal> {
     let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let unrecorded = |allowed| Claimed {
-        allowed,
-        record: None,
+    let unrecorded = |allowed| {
+        (
+            Claimed {
+                allowed,
+                record: None,
+            },
+            None,
+        )
     };
-    for attempt in 0..ATTEMPTS {
-        if attempt > 0 {
-            observed = list(client, namespace)
-                .await
-                .map_err(Refusal::Unavailable)?;
-        }
+    for _ in 0..ATTEMPTS {
         let zpdbs: Vec<Zpdb> = observed
             .zpdbs
             .iter()
@@ -115,8 +118,16 @@ pub async fn claim(
         evicted.extend(own_recent.iter().cloned());
         evicted.retain(|p| p != pod_name);
         observed.recently_evicted = evicted;
-        let allowed =
-            zpdb::decide(&pod, &observed, &zpdbs, override_max, now).map_err(Refusal::Denied)?;
+        let allowed = zpdb::decide(&pod, &observed, &zpdbs, override_max, now);
+        tracing::debug!(
+            pod = pod_name,
+            holder = name(&holder),
+            resource_version = ?holder.metadata.resource_version,
+            recently_evicted = ?observed.recently_evicted,
+            allowed = allowed.is_ok(),
+            "eviction decided against the recorded evictions"
+        );
+        let allowed = allowed.map_err(Refusal::Denied)?;
         let patch = record_patch(&holder, &budget.name, pod_name, now);
         match sts_api
             .patch(
@@ -126,8 +137,8 @@ pub async fn claim(
             )
             .await
         {
-            Ok(_) => {
-                return Ok(Claimed {
+            Ok(patched) => {
+                let claimed = Claimed {
                     allowed,
                     record: Some(Recorded {
                         holder: name(&holder).to_string(),
@@ -135,9 +146,20 @@ pub async fn claim(
                         pod: pod_name.to_string(),
                         at: now,
                     }),
-                });
+                };
+                return Ok((claimed, Some(patched)));
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => continue,
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                // Only the holder is read again: its record is what the write raced with.
+                let fresh = sts_api.get_opt(name(&holder)).await.map_err(|e| {
+                    Refusal::Unavailable(format!("reading StatefulSet {}: {e}", name(&holder)))
+                })?;
+                observed
+                    .stateful_sets
+                    .retain(|s| s.metadata.name != holder.metadata.name);
+                observed.stateful_sets.extend(fresh);
+                continue;
+            }
             Err(e) => {
                 return Err(Refusal::Unavailable(format!(
                     "recording the eviction on StatefulSet {}: {e}",

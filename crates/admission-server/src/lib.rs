@@ -10,6 +10,7 @@
 pub mod cert_files;
 pub mod certs;
 pub mod downscale_record;
+pub mod eviction_cache;
 pub mod evictions;
 pub mod idle;
 pub mod inject;
@@ -110,7 +111,9 @@ pub struct WebhookArgs {
     /// it. Without the flag such layers are admitted unasked (the chart always sets it).
     #[arg(long, value_parser = webhooks::parse_controller_account)]
     pub layer_controller_service_account: Option<core_layers::objects::ActingAccount>,
-    /// Name of the zone-tracker ConfigMap, in the StatefulSet's namespace.
+    /// Name of the zone-tracker ConfigMap, kept in the server's own namespace (the lease
+    /// namespace): StatefulSets of that namespace are tracked in it, those of another
+    /// namespace `NS` in `<name>-NS` beside it.
     #[arg(long, default_value = "rollout-operator-zone-tracker", value_parser = non_empty)]
     pub zone_tracker_config_map_name: String,
     /// Inject the self-managed CA into the webhook configurations labelled for it
@@ -342,7 +345,10 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         client,
         zone_tracker: args
             .use_zone_tracker
-            .then(|| args.zone_tracker_config_map_name.clone()),
+            .then(|| core_admission::webhooks::ZoneTrackerPlace {
+                namespace: namespace.clone(),
+                name: args.zone_tracker_config_map_name.clone(),
+            }),
         http: ctx.pod_http(args.pod_timeout, args.pod_address_override.clone()),
         http_metrics: ctx.http_metrics.clone(),
         metrics: metrics.clone(),
@@ -356,6 +362,7 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
         namespace_selectors: namespace_selectors(&args.namespace_selector).unwrap_or_default(),
         layers: Default::default(),
         pending_downscales: Default::default(),
+        eviction_cache: Default::default(),
     });
     tracing::info!(address = %args.tls_address, "admission server listening");
     // The server outlives the shutdown signal by --shutdown-delay (see the flag), not ready

@@ -49,8 +49,8 @@ pub struct App {
     pub client: Client,
     /// Pod calls (with the test-only address override, if any).
     pub http: PodHttp,
-    /// Zone-tracker mode: the ConfigMap holding downscale times.
-    pub zone_tracker: Option<String>,
+    /// Zone-tracker mode: where the ConfigMaps holding downscale times live.
+    pub zone_tracker: Option<core_admission::webhooks::ZoneTrackerPlace>,
     pub metrics: Metrics,
     /// Decision deadline ([`handler_timeout`]); past it the request is denied with code 500.
     pub handler_timeout: Duration,
@@ -62,9 +62,11 @@ pub struct App {
     pub namespace_selectors: BTreeMap<Webhook, LabelSelector>,
     /// Every AddonsLayer, from a watch the first layer review starts (an install without the
     /// CRD never watches it).
-    pub layers: tokio::sync::OnceCell<Store<DynamicObject>>,
+    pub layers: tokio::sync::OnceCell<(Store<DynamicObject>, tokio::sync::watch::Receiver<bool>)>,
     /// Downscales admitted whose time is not recorded on their StatefulSet yet.
     pub pending_downscales: downscale_record::PendingDownscales,
+    /// What eviction decisions read, from watches.
+    pub eviction_cache: crate::eviction_cache::EvictionCache,
 }
 
 /// How long a layer review waits for the layer cache's first full list before it is answered
@@ -263,21 +265,23 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         }
     }
     let mut tracked = None;
-    if let Some(config_map) = &app.zone_tracker
+    if let Some(place) = &app.zone_tracker
         && webhook == Webhook::PrepareDownscale
         && let Some(prefix) = &downscale
     {
-        let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), &namespace);
-        match api.get_opt(config_map).await {
+        let config_map = place.config_map_for(&namespace);
+        let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), &place.namespace);
+        match api.get_opt(&config_map).await {
             Ok(found) => {
                 cluster.zone_tracker = Some(ZoneTracker {
-                    config_map: config_map.clone(),
+                    namespace: place.namespace.clone(),
+                    config_map,
                     data: found.as_ref().map(|c| c.data.clone().unwrap_or_default()),
                 });
                 tracked = Some(found);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "reading the zone-tracker ConfigMap failed");
+                tracing::warn!(error = %e, config_map = %format!("{}/{config_map}", place.namespace), "reading the zone-tracker ConfigMap failed");
                 return Decision::deny(format!(
                     "{prefix} is not allowed because reading the zone ConfigMap failed."
                 ));
@@ -288,11 +292,21 @@ async fn review_live(app: &App, webhook: Webhook, review: &Review) -> Decision {
         let (decision, reason) =
             crate::webhooks::pod_eviction_with_reason(review, &cluster, jiff::Timestamp::now());
         let (decision, reason) = if decision.allowed {
-            // Allowed on what was listed; now decided again against every eviction recorded
+            // Allowed on what was read; now decided again against every eviction recorded
             // by anyone, and recorded, so concurrent evictions cannot both use one budget.
+            // This server's claims in a namespace go one at a time, each deciding on the
+            // holders as its predecessors' writes left them: a burst of reviews for one budget
+            // then costs one write for the eviction allowed, not a conflict and a re-read for
+            // each of the others (under a client-side rate limit those queue until
+            // kube-apiserver gives up on the webhook).
             let pod = review.field("name");
+            let mut claims = app.eviction_cache.claims(&namespace).await;
+            claims.overlay(&mut cluster.state.stateful_sets);
             match evictions::claim(&app.client, &namespace, pod, cluster.state, None, &[]).await {
-                Ok(_) => (decision, reason),
+                Ok((_, written)) => {
+                    claims.wrote(written);
+                    (decision, reason)
+                }
                 Err(refusal) => {
                     let denial = refusal.into_denial();
                     (
@@ -384,8 +398,14 @@ async fn read_state(
                 .map_err(|e| format!("listing the pods of {namespace} failed: {e}"))?
                 .items;
         }
-        // The same fresh read the eviction claim decides on (pods, StatefulSets, ZPDBs).
-        Webhook::PodEviction => state = evictions::list(&app.client, namespace).await?,
+        // Pods, StatefulSets and budgets from the namespace's watches, or read fresh while
+        // they cannot be trusted (see `eviction_cache`).
+        Webhook::PodEviction => {
+            state = match app.eviction_cache.observed(&app.client, namespace).await {
+                Some(watched) => watched,
+                None => evictions::list(&app.client, namespace).await?,
+            }
+        }
         Webhook::ZpdbValidation => {}
         Webhook::AddonsLayerValidation => {
             // Every layer (a dependency cycle through a layer left out would pass), from the
@@ -420,20 +440,24 @@ async fn namespace_selected(
 
 /// The AddonsLayer cache, started on first use and awaited until it holds the first list.
 async fn layer_cache(app: &App) -> Result<&Store<DynamicObject>, String> {
-    let store = app
+    let (store, listed) = app
         .layers
         .get_or_init(|| async { watch_layers(app.client.clone()) })
         .await;
-    match tokio::time::timeout(LAYER_CACHE_WAIT, store.wait_until_ready()).await {
-        Ok(Ok(())) => Ok(store),
+    let mut listed = listed.clone();
+    match tokio::time::timeout(LAYER_CACHE_WAIT, listed.wait_for(|done| *done)).await {
+        Ok(Ok(_)) => Ok(store),
         _ => Err(format!(
             "the AddonsLayer cache holds no full list yet (watching AddonsLayers: see the server's log) after {LAYER_CACHE_WAIT:?}"
         )),
     }
 }
 
-/// Watches every AddonsLayer into a store, for as long as the process runs.
-fn watch_layers(client: Client) -> Store<DynamicObject> {
+/// Watches every AddonsLayer into a store, for as long as the process runs; the receiver
+/// turns true once the first list is in. (Reviews wait on it rather than on the store: a
+/// store's readiness wakes only the last of several waiters, so the other reviews of a burst
+/// would sit out the whole wait and be answered 500.)
+fn watch_layers(client: Client) -> (Store<DynamicObject>, tokio::sync::watch::Receiver<bool>) {
     let ar = ApiResource::erase::<core_layers::crd::AddonsLayer>(&());
     let writer = reflector::store::Writer::new(ar.clone());
     let reader = writer.as_reader();
@@ -448,7 +472,14 @@ fn watch_layers(client: Client) -> Store<DynamicObject> {
         }
         std::future::ready(())
     }));
-    reader
+    let (done, listed) = tokio::sync::watch::channel(false);
+    let store = reader.clone();
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            let _ = done.send(true);
+        }
+    });
+    (reader, listed)
 }
 
 /// Asks the API server (a SubjectAccessReview) whether the user who sent `review` may
@@ -590,11 +621,15 @@ async fn prepare(
             failed.join(", ")
         ));
     }
-    if let (Some(tracked), Some(config_map)) = (tracked, &app.zone_tracker) {
-        if let Err(e) = record_in_zone_tracker(app, review, config_map, tracked).await {
-            tracing::warn!(error = %e, "recording the downscale in the zone ConfigMap failed");
+    if let (Some(tracked), Some(place)) = (tracked, &app.zone_tracker) {
+        if let Err(e) = record_in_zone_tracker(app, review, place, tracked).await {
+            let config_map = format!("{}/{}", place.namespace, place.config_map_for(namespace));
+            tracing::warn!(error = %e, %config_map, "recording the downscale in the zone ConfigMap failed");
             prepared::undo_now(app, &pods).await;
-            return denied("setting downscale timestamp in the zone ConfigMap failed.");
+            // The anchor's sentence first (users match on it), then which ConfigMap and why.
+            return denied(&format!(
+                "setting downscale timestamp in the zone ConfigMap failed. ConfigMap {config_map}: {e}"
+            ));
         }
         return decision;
     }
@@ -636,10 +671,11 @@ async fn prepare(
 async fn record_in_zone_tracker(
     app: &App,
     review: &Review,
-    config_map: &str,
+    place: &core_admission::webhooks::ZoneTrackerPlace,
     tracked: Option<ConfigMap>,
 ) -> Result<(), kube::Error> {
-    let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), review.field("namespace"));
+    let config_map = &place.config_map_for(review.field("namespace"));
+    let api: Api<ConfigMap> = Api::namespaced(app.client.clone(), &place.namespace);
     let entry = ZoneTracker::entry(jiff::Timestamp::now());
     match tracked {
         Some(mut existing) => {

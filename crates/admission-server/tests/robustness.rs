@@ -31,6 +31,7 @@ fn app() -> Arc<App> {
         namespace_selectors: Default::default(),
         layers: Default::default(),
         pending_downscales: Default::default(),
+        eviction_cache: Default::default(),
     })
 }
 

@@ -257,10 +257,37 @@ impl Cluster {
     }
 }
 
+/// Where the zone-tracker ConfigMaps live: all in the server's own namespace, so one server
+/// acting in many namespaces needs no right to write ConfigMaps in any of them. A StatefulSet
+/// of that namespace is tracked in the ConfigMap named by the flag (the anchor's one-namespace
+/// install, unchanged); one of namespace `ns` in `<name>-<ns>` beside it. Namespace names are
+/// DNS labels, so no two namespaces share a ConfigMap, and a contended write only ever holds
+/// back downscales of its own namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneTrackerPlace {
+    /// The server's own namespace.
+    pub namespace: String,
+    /// `--zone-tracker-config-map-name`.
+    pub name: String,
+}
+
+impl ZoneTrackerPlace {
+    /// The ConfigMap tracking the StatefulSets of `namespace`.
+    pub fn config_map_for(&self, namespace: &str) -> String {
+        if namespace == self.namespace {
+            self.name.clone()
+        } else {
+            format!("{}-{namespace}", self.name)
+        }
+    }
+}
+
 /// The zone-tracker ConfigMap as read: one data key per StatefulSet name, each value
 /// `{"lastDownscaled":"<RFC 3339>"}` (the anchor's format).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ZoneTracker {
+    /// Its namespace (see [`ZoneTrackerPlace`]) and name.
+    pub namespace: String,
     pub config_map: String,
     /// `None` when the ConfigMap does not exist yet.
     pub data: Option<BTreeMap<String, String>>,
@@ -868,13 +895,14 @@ pub fn prepare_downscale(review: &Review, cluster: &Cluster, now: Timestamp) -> 
         // FIX (a Grafana operator bug): a new ConfigMap holds only this entry; the anchor seeds
         // every zone with "now", which blocks the first downscale of every other zone.
         Some(tracker) => format!(
-            "{} configmaps/{} in {namespace}: {name}={}",
+            "{} configmaps/{} in {}: {name}={}",
             if tracker.data.is_some() {
                 "UPDATE"
             } else {
                 "CREATE"
             },
             tracker.config_map,
+            tracker.namespace,
             ZoneTracker::entry(now)
         ),
         // Written once the downscale has landed, never while the request is in flight: a

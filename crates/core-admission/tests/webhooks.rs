@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use core_admission::review::Review;
-use core_admission::webhooks::{Cluster, Webhook, decide};
+use core_admission::webhooks::{Cluster, Webhook, ZoneTrackerPlace, decide};
 use core_rollout::observed::Observed;
 use jiff::Timestamp;
 use serde_json::{Value, json};
@@ -1016,8 +1016,14 @@ fn prepare_downscale_with_the_zone_tracker() {
         let mut cluster = Cluster::new(
             Observed::from_documents("state", state.into_iter().enumerate().collect()).unwrap(),
         );
+        // The server runs in its own namespace, not in the StatefulSet's.
+        let place = ZoneTrackerPlace {
+            namespace: "strata-system".into(),
+            name: "rollout-operator-zone-tracker".into(),
+        };
         cluster.zone_tracker = Some(ZoneTracker {
-            config_map: "rollout-operator-zone-tracker".into(),
+            namespace: place.namespace.clone(),
+            config_map: place.config_map_for("mimir"),
             data: data.map(|d| {
                 d.into_iter()
                     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -1037,7 +1043,7 @@ fn prepare_downscale_with_the_zone_tracker() {
     assert!(allowed.allowed, "{allowed:?}");
     assert_eq!(
         allowed.side_effects.last().unwrap(),
-        r#"CREATE configmaps/rollout-operator-zone-tracker in mimir: ingester-zone-a={"lastDownscaled":"2026-01-01T12:00:00Z"}"#
+        r#"CREATE configmaps/rollout-operator-zone-tracker-mimir in strata-system: ingester-zone-a={"lastDownscaled":"2026-01-01T12:00:00Z"}"#
     );
     // No entry for the sibling: skipped. An old entry: allowed; the map is updated.
     for data in [
@@ -1053,7 +1059,7 @@ fn prepare_downscale_with_the_zone_tracker() {
         let decision = decide_with(Some(data));
         assert!(decision.allowed, "{decision:?}");
         assert!(decision.side_effects.last().unwrap().starts_with(
-            "UPDATE configmaps/rollout-operator-zone-tracker in mimir: ingester-zone-a="
+            "UPDATE configmaps/rollout-operator-zone-tracker-mimir in strata-system: ingester-zone-a="
         ));
     }
     // A recent entry denies with the anchor's message; a malformed one too.
@@ -1419,5 +1425,22 @@ fn the_controller_account_flag_is_namespace_slash_name() {
             ),
             (got, want) => panic!("{value:?}: got {got:?}, want {want:?}"),
         }
+    }
+}
+
+/// The zone tracker of the server's own namespace keeps the flag's name (the anchor's
+/// one-namespace install); every other namespace's is its own ConfigMap beside it.
+#[test]
+fn each_namespace_is_tracked_in_its_own_config_map_in_the_servers_namespace() {
+    let place = ZoneTrackerPlace {
+        namespace: "mimir".into(),
+        name: "rollout-operator-zone-tracker".into(),
+    };
+    for (namespace, expected) in [
+        ("mimir", "rollout-operator-zone-tracker"),
+        ("loki", "rollout-operator-zone-tracker-loki"),
+        ("tempo-prod", "rollout-operator-zone-tracker-tempo-prod"),
+    ] {
+        assert_eq!(place.config_map_for(namespace), expected, "{namespace}");
     }
 }

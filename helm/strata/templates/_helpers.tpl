@@ -508,9 +508,62 @@ array; empty unless it is enabled and lists them. The admission-webhook's rollou
 (no-downscale, prepare-downscale, pod-eviction, zpdb-validation) then select only these.
 */}}
 {{- define "strata.rolloutNamespaces" -}}
-{{- if and .Values.rolloutOperator.enabled .Values.rolloutOperator.watchNamespaces -}}
-{{- .Values.rolloutOperator.watchNamespaces | uniq | toJson -}}
+{{- $r := .Values.rolloutOperator -}}
+{{- $out := list -}}
+{{- if $r.enabled -}}
+{{- with $r.watchNamespaceSelector -}}
+{{- range $key, $value := (.matchLabels | default dict) }}{{ $out = append $out (dict "key" $key "operator" "In" "values" (list $value)) }}{{ end -}}
+{{- range (.matchExpressions | default list) }}{{ $out = append $out . }}{{ end -}}
 {{- else -}}
-[]
+{{- with $r.watchNamespaces }}{{ $out = append $out (dict "key" "kubernetes.io/metadata.name" "operator" "In" "values" (uniq .)) }}{{ end -}}
 {{- end -}}
+{{- end -}}
+{{- $out | toJson -}}
+{{- end }}
+
+{{- /* A LabelSelector (matchLabels, matchExpressions) written as a selector flag's text
+(`k=v,k in (a,b),k notin (c),k,!k`); `what` names it in the error for an unknown operator. */}}
+{{- define "strata.selectorText" -}}
+{{- $terms := list -}}
+{{- range $label, $value := (.selector.matchLabels | default dict) }}{{ $terms = append $terms (printf "%s=%s" $label $value) }}{{ end -}}
+{{- range (.selector.matchExpressions | default list) -}}
+{{- if eq .operator "In" }}{{ $terms = append $terms (printf "%s in (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "NotIn" }}{{ $terms = append $terms (printf "%s notin (%s)" .key (join "," .values)) -}}
+{{- else if eq .operator "Exists" }}{{ $terms = append $terms .key -}}
+{{- else if eq .operator "DoesNotExist" }}{{ $terms = append $terms (printf "!%s" .key) -}}
+{{- else }}{{ fail (printf "%s: operator %q is not In, NotIn, Exists or DoesNotExist" $.what .operator) -}}
+{{- end -}}
+{{- end -}}
+{{- join "," $terms -}}
+{{- end }}
+
+{{- /* What the rollout-operator does in each namespace it acts in (its Role, or in
+selector mode the ClusterRole bound per namespace). */}}
+{{- define "strata.rolloutOperatorRules" -}}
+# Watch rollout groups; scale followers and mirrors.
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, watch, patch]
+# Advance status.currentRevision once a zone is rolled.
+- apiGroups: [apps]
+  resources: [statefulsets/status]
+  verbs: [update]
+# Delete outdated pods; record grafana.com/ready-time on pods covered by a ZPDB.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, delete, patch]
+# Zone-aware disruption budgets (read even when the webhooks run elsewhere).
+- apiGroups: [rollout-operator.grafana.com]
+  resources: [zoneawarepoddisruptionbudgets]
+  verbs: [list, watch]
+# Mirroring replicas from ReplicaTemplates.
+- apiGroups: [rollout-operator.grafana.com]
+  resources: [replicatemplates/scale]
+  verbs: [get]
+- apiGroups: [rollout-operator.grafana.com]
+  resources: [replicatemplates/status]
+  verbs: [patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
 {{- end }}

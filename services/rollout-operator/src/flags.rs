@@ -166,7 +166,7 @@ pub enum FlagError {
     /// The Grafana flag means exactly one namespace; another namespace flag beside it would
     /// silently widen or contradict it.
     #[error(
-        "-kubernetes.namespace={anchor} conflicts with {strata}: give the Grafana flag alone (one namespace), or --watch-namespace alone (one or more)"
+        "-kubernetes.namespace={anchor} conflicts with {strata}: give the Grafana flag alone (one namespace), or --watch-namespace alone (one or more), or --watch-namespace-selector alone"
     )]
     ConflictingNamespaces { anchor: String, strata: String },
     #[error("invalid value {value:?} for flag -{flag}: {reason}")]
@@ -246,11 +246,11 @@ pub fn translate(args: Vec<String>) -> Result<Translated, FlagError> {
     let Some(namespace) = namespace.filter(|n| !n.is_empty()) else {
         return Err(FlagError::NamespaceRequired);
     };
-    if let Some(strata) = out
-        .args
-        .iter()
-        .find(|a| *a == "--watch-namespace" || a.starts_with("--watch-namespace="))
-    {
+    if let Some(strata) = out.args.iter().find(|a| {
+        ["--watch-namespace", "--watch-namespace-selector"]
+            .iter()
+            .any(|f| *a == f || a.starts_with(&format!("{f}=")))
+    }) {
         return Err(FlagError::ConflictingNamespaces {
             anchor: namespace,
             strata: strata.clone(),
@@ -348,9 +348,12 @@ pub fn go_parse_bool(value: &str) -> Option<bool> {
 /// The anchor's level applies to the operator's own logs; libraries stay at warnings, as the
 /// anchor's client libraries log separately from its level.
 fn log_filter(level: &str) -> String {
+    // The webhooks this process serves log from the admission-server and core-admission
+    // crates (named `admission_webhook` here until 2026-11-29, which silenced them).
     let crates = [
         "rollout_operator",
-        "admission_webhook",
+        "admission_server",
+        "core_admission",
         "core_k8s",
         "core_rollout",
     ];
@@ -391,6 +394,11 @@ mod tests {
         assert!(t.anchor_style);
         assert!(t.warnings.is_empty(), "{:?}", t.warnings);
         let debug = log_filter("debug");
+        // The webhooks served in this process log at the anchor's level too.
+        assert!(
+            debug.contains(",admission_server=debug,core_admission=debug,"),
+            "{debug}"
+        );
         assert_eq!(
             t.args,
             vec![
@@ -526,6 +534,8 @@ mod tests {
         for strata in [
             &["--watch-namespace", "loki"][..],
             &["--watch-namespace=loki"][..],
+            &["--watch-namespace-selector", "team=mimir"][..],
+            &["--watch-namespace-selector=team=mimir"][..],
         ] {
             let mut given = vec!["-kubernetes.namespace=mimir"];
             given.extend_from_slice(strata);
@@ -541,7 +551,7 @@ mod tests {
         let e = run(&["-kubernetes.namespace=mimir", "--watch-namespace=loki"]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "-kubernetes.namespace=mimir conflicts with --watch-namespace=loki: give the Grafana flag alone (one namespace), or --watch-namespace alone (one or more)"
+            "-kubernetes.namespace=mimir conflicts with --watch-namespace=loki: give the Grafana flag alone (one namespace), or --watch-namespace alone (one or more), or --watch-namespace-selector alone"
         );
     }
 

@@ -9,6 +9,7 @@ pub mod flags;
 pub mod metrics;
 pub mod ready_time;
 pub mod reconcile;
+pub mod scope;
 
 pub use core_rollout::{crd, keys, observed, plan, zpdb};
 
@@ -36,6 +37,18 @@ pub struct PodArgs {
     /// `-zpdb.pod-ready-annotation-patch-timeout`).
     #[arg(long, default_value = "5s", value_parser = core_k8s::args::parse_duration)]
     pub ready_time_patch_timeout: std::time::Duration,
+}
+
+/// Where the operator acts, beyond `--watch-namespace`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ScopeArgs {
+    /// Act only in namespaces whose labels match this selector (e.g.
+    /// `strata.dev/rollouts=enabled`), followed as namespaces are labelled and unlabelled.
+    /// Objects are then watched in every namespace; the operator needs list and watch
+    /// cluster-wide and its write rights in each selected namespace. Not with
+    /// `--watch-namespace` (or the anchor's `-kubernetes.namespace`).
+    #[arg(long, value_parser = core_k8s::labels::parse_flag)]
+    pub watch_namespace_selector: Option<core_k8s::labels::LabelSelector>,
 }
 
 /// Compatibility mode: the anchor's webhooks served from this process (`-server-tls.enabled`
@@ -125,11 +138,22 @@ pub async fn run(
     args: core_k8s::CommonArgs,
     pods: PodArgs,
     compat: CompatArgs,
+    scope: ScopeArgs,
 ) -> core_k8s::Result<()> {
+    let selector = scope.watch_namespace_selector.filter(|s| !s.is_empty());
+    if let (Some(selector), [first, ..]) = (&selector, args.watch_namespaces().as_slice()) {
+        return Err(core_k8s::Error::InvalidFlag {
+            flag: "--watch-namespace-selector",
+            reason: format!(
+                "{:?} and --watch-namespace {first:?} both choose the namespaces: give one",
+                selector.as_str()
+            ),
+        });
+    }
     check_namespaces_exist(&args).await?;
     let mut registry = Registry::default();
     let mut metrics = metrics::Metrics::register(&mut registry);
-    metrics.namespace_label = args.watch_namespaces().len() != 1;
+    metrics.namespace_label = selector.is_some() || args.watch_namespaces().len() != 1;
     let webhooks = compat.serve_webhooks.then(|| {
         (
             compat.webhook_args(&pods),
@@ -137,7 +161,7 @@ pub async fn run(
         )
     });
     core_k8s::runtime::run_service(SERVICE, args, registry, |ctx| async move {
-        let controller = reconcile::run(ctx.clone(), metrics, pods);
+        let controller = reconcile::run(ctx.clone(), metrics, pods, selector);
         let webhooks = async {
             if let Some((args, metrics)) = webhooks {
                 admission_server::serve_webhooks(ctx.clone(), args, metrics).await;

@@ -12,6 +12,8 @@ struct Args {
     pods: rollout_operator::PodArgs,
     #[command(flatten)]
     compat: rollout_operator::CompatArgs,
+    #[command(flatten)]
+    scope: rollout_operator::ScopeArgs,
 }
 
 #[tokio::main]
@@ -29,6 +31,6 @@ async fn main() -> anyhow::Result<()> {
     for warning in translated.warnings {
         eprintln!("rollout-operator: {warning}");
     }
-    rollout_operator::run(args.common, args.pods, args.compat).await?;
+    rollout_operator::run(args.common, args.pods, args.compat, args.scope).await?;
     Ok(())
 }

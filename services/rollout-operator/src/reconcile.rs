@@ -172,7 +172,12 @@ struct State {
 }
 
 /// Runs the rollout controller until shutdown.
-pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) {
+pub async fn run(
+    ctx: Arc<Context>,
+    metrics: Metrics,
+    pod_args: crate::PodArgs,
+    selector: Option<core_k8s::labels::LabelSelector>,
+) {
     let (dirty_tx, mut dirty_rx) = mpsc::unbounded_channel::<GroupKey>();
 
     let (sts_stores, sts_stream) = watch_scoped(
@@ -214,6 +219,24 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         zpdb_resource: zpdb_resource.clone(),
     };
 
+    // With a namespace selector: a namespace that starts to match has its groups reconciled
+    // at once.
+    let scope = match &selector {
+        None => crate::scope::Scope::Watched,
+        Some(selector) => {
+            let (tx, sts) = (dirty_tx.clone(), stores.stateful_sets.clone());
+            crate::scope::follow(ctx.client.clone(), selector, move |namespace| {
+                for sts in sts.state() {
+                    if sts.namespace().as_deref() == Some(namespace)
+                        && let Some(group) = group_of(&sts)
+                    {
+                        let _ = tx.send(group);
+                    }
+                }
+            })
+        }
+    };
+
     let stop = ctx.shutdown.clone();
     {
         let tx = dirty_tx.clone();
@@ -246,9 +269,9 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         pod_args.ready_time_patch_timeout,
     ));
     let track_ready_time = {
-        let ctx = ctx.clone();
+        let (ctx, scope) = (ctx.clone(), scope.clone());
         move |pod: &Pod, budgets: &[(Option<String>, crate::zpdb::Zpdb)]| {
-            if !ctx.leadership.is_leader() {
+            if !ctx.leadership.is_leader() || !scope.allows(&pod.namespace().unwrap_or_default()) {
                 return;
             }
             let scoped = ready_time::in_scope(pod, budgets);
@@ -365,6 +388,8 @@ pub async fn run(ctx: Arc<Context>, metrics: Metrics, pod_args: crate::PodArgs) 
         if !ctx.leadership.is_leader() {
             continue;
         }
+        // Outside the selected namespaces nothing is touched (`--watch-namespace-selector`).
+        dirty.retain(|group| scope.allows(&group.namespace));
         for group in dirty {
             if let Some(after) = reconcile_group(&ctx, &metrics, &stores, &mut state, &group).await
             {
@@ -826,7 +851,7 @@ async fn execute(
             )
             .await
             {
-                Ok(claim) => {
+                Ok((claim, _)) => {
                     metrics.zpdb.observe_eviction(claim.allowed.reason(), 200);
                     claimed = claim.record;
                 }
