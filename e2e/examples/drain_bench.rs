@@ -111,16 +111,15 @@ async fn main() -> Result<()> {
     let tls_port = format!("-server-tls.port={port}");
     // kube-apiserver calls `https://localhost:<port>`: the certificate each binary issues
     // itself names `localhost` (its `-server-tls.self-signed-cert.dns-name`).
-    let (server, admin) = spawn_anchor_style_as(
-        "WEBHOOK_BIN",
-        &ns,
-        &kubeconfig,
-        &[
-            "-server-tls.enabled=true",
-            &tls_port,
-            "-server-tls.self-signed-cert.dns-name=localhost",
-        ],
-    )?;
+    // `BENCH_DRAIN_ARGS`: more of the anchor's flags for both binaries (space-separated).
+    let more = std::env::var("BENCH_DRAIN_ARGS").unwrap_or_default();
+    let mut args = vec![
+        "-server-tls.enabled=true",
+        tls_port.as_str(),
+        "-server-tls.self-signed-cert.dns-name=localhost",
+    ];
+    args.extend(more.split_whitespace());
+    let (server, admin) = spawn_anchor_style_as("WEBHOOK_BIN", &ns, &kubeconfig, &args)?;
     eventually("webhook ready", Duration::from_secs(60), || async {
         Ok(matches!(http_get(admin, "/ready").await, Ok((200, _))).then_some(()))
     })
@@ -157,7 +156,7 @@ async fn main() -> Result<()> {
         "seconds": seconds,
         "evictions_per_second": out.calls() as f64 / seconds,
         "answers": out.answers,
-        "unexpected": out.unexpected().len(),
+        "unexpected": out.unexpected().iter().map(|(_, n)| n).sum::<usize>(),
         "p50_ms": percentile(l, 0.5),
         "p99_ms": percentile(l, 0.99),
         "max_ms": percentile(l, 1.0),
@@ -169,6 +168,7 @@ async fn main() -> Result<()> {
         "peak_rss_kib": peak_rss,
         "retry_ms": retry.as_millis() as u64,
         "limit_s": limit.as_secs(),
+        "args": more,
     });
     println!("{result}");
     if !worst.breaches().is_empty() || out.evicted != fleet.pods() {
