@@ -612,8 +612,9 @@ spec:
     )
 }
 
-/// The in-cluster rollout-operator rolls a three-zone group of real pods one zone at a time,
-/// each zone only once the previous one's new pods are Ready by kubelet; the in-cluster
+/// The in-cluster rollout-operator, given two namespaces, rolls the three-zone group of real
+/// pods in each at the same time, one zone at a time per group, each zone only once the
+/// previous one's new pods are Ready by kubelet (#55 item 4); the in-cluster
 /// prepare-downscale webhook calls the pods going away at their own addresses, and tells them
 /// to undo when the downscale is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -623,8 +624,9 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
     let group = node_namespace(&client, "ic-rollout", &[WEBHOOK_OPT_IN]).await?;
     let ns = group.name.clone();
     // A second namespace the operator also manages (#55 item 2): the real image given a list,
-    // a Role in each namespace, the webhooks selecting both. Nothing runs there.
-    let other = TestNamespace::create(&client, "ic-rollout-other").await?;
+    // a Role in each namespace, the webhooks selecting both; its group, on real pods too, is
+    // rolled at the same time as the first one's.
+    let other = node_namespace(&client, "ic-rollout-other", &[WEBHOOK_OPT_IN]).await?;
     let release = Release::install(&client, &[]).await?;
     release.upgrade(&[&format!(
         "rolloutOperator.watchNamespaces={{{ns},{}}}",
@@ -634,68 +636,91 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
         .wait_available(&client, Duration::from_secs(120))
         .await?;
     let zones = ["a", "b", "c"];
-    for zone in zones {
-        apply_yaml(
-            &client,
-            &ns,
-            &ingester_zone(zone, 2, "1", "ingester-zone-b-1"),
-        )
-        .await?;
-    }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let all_ready = |want: usize| {
-        let pods = pods.clone();
-        async move {
-            let list = pods.list(&ListParams::default()).await?.items;
-            let up = list.iter().filter(|p| rollout_watch::up(p)).count();
-            Ok((up == want && list.len() == want).then_some(list))
+    let both = [ns.clone(), other.name.clone()];
+    for namespace in &both {
+        for zone in zones {
+            apply_yaml(
+                &client,
+                namespace,
+                &ingester_zone(zone, 2, "1", "ingester-zone-b-1"),
+            )
+            .await?;
         }
+    }
+    let pods_of = |namespace: &str| -> Api<Pod> { Api::namespaced(client.clone(), namespace) };
+    let pods = pods_of(&ns);
+    let all_ready = |pods: Api<Pod>, want: usize| async move {
+        let list = pods.list(&ListParams::default()).await?.items;
+        let up = list.iter().filter(|p| rollout_watch::up(p)).count();
+        Ok((up == want && list.len() == want).then_some(list))
     };
-    let before = eventually(
-        "six ingester pods Ready by kubelet",
-        Duration::from_secs(90),
-        || all_ready(6),
-    )
-    .await?;
-    let old: BTreeSet<String> = before
-        .iter()
-        .filter_map(|p| p.labels().get("controller-revision-hash").cloned())
-        .collect();
-
-    // A new version of every zone: the operator deletes old pods zone by zone.
-    let watch = rollout_watch::watch_rollout(pods.clone(), "ingester", &["a", "b", "c"], 2);
-    for zone in zones {
-        apply_yaml(
-            &client,
-            &ns,
-            &ingester_zone(zone, 2, "2", "ingester-zone-b-1"),
+    let mut old: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for namespace in &both {
+        let before = eventually(
+            &format!("six ingester pods Ready by kubelet in {namespace}"),
+            Duration::from_secs(90),
+            || all_ready(pods_of(namespace), 6),
         )
         .await?;
-    }
-    let finished = rollout_watch::rollout_finished(&pods, &old, 6, Duration::from_secs(180)).await;
-    let seen = watch.finish().await?;
-    if let Err(e) = finished {
-        bail!(
-            "{e:#}
-{}",
-            release.logs("rollout-operator", 30)
+        old.insert(
+            namespace.clone(),
+            before
+                .iter()
+                .filter_map(|p| p.labels().get("controller-revision-hash").cloned())
+                .collect(),
         );
     }
-    ensure!(seen.violations.is_empty(), "{:?}", seen.violations);
-    ensure!(
-        seen.most_zones_down == 1,
-        "zones down at once: {}",
-        seen.most_zones_down
-    );
+
+    // A new version of every zone of both groups: the operator deletes old pods zone by zone,
+    // in each namespace at once.
+    let watches: Vec<_> = both
+        .iter()
+        .map(|namespace| {
+            rollout_watch::watch_rollout(pods_of(namespace), "ingester", &["a", "b", "c"], 2)
+        })
+        .collect();
+    for namespace in &both {
+        for zone in zones {
+            apply_yaml(
+                &client,
+                namespace,
+                &ingester_zone(zone, 2, "2", "ingester-zone-b-1"),
+            )
+            .await?;
+        }
+    }
     let audit = cluster().audit_log().context("the plane's audit log")?;
-    let summary = rollout_watch::judge_operator_deletions(
-        &strata_e2e::plane::pod_deletions(&audit)?,
-        &ns,
-        "ingester",
-        &old,
-        6,
-    )?;
-    eprintln!("rollout: {summary}");
+    for (namespace, watch) in both.iter().zip(watches) {
+        let finished = rollout_watch::rollout_finished(
+            &pods_of(namespace),
+            &old[namespace],
+            6,
+            Duration::from_secs(180),
+        )
+        .await;
+        let seen = watch.finish().await?;
+        if let Err(e) = finished {
+            bail!(
+                "{namespace}: {e:#}
+{}",
+                release.logs("rollout-operator", 30)
+            );
+        }
+        ensure!(seen.violations.is_empty(), "{namespace}: {:?}", seen.violations);
+        ensure!(
+            seen.most_zones_down == 1,
+            "{namespace}: zones down at once: {}",
+            seen.most_zones_down
+        );
+        let summary = rollout_watch::judge_operator_deletions(
+            &strata_e2e::plane::pod_deletions(&audit)?,
+            namespace,
+            "ingester",
+            &old[namespace],
+            6,
+        )?;
+        eprintln!("rollout of {namespace}: {summary}");
+    }
 
     // A downscale: the pod going away is called at its IP before the downscale is admitted.
     let going = pods.get("ingester-zone-a-1").await?;
