@@ -53,7 +53,9 @@ async fn an_eviction_storm_never_exceeds_a_zone_budget_and_every_refusal_is_a_42
 async fn an_eviction_storm_at_the_anchors_client_limit_is_answered_in_time() -> Result<()> {
     let client = cluster().client().await?;
     let ns = TestNamespace::create(&client, "drain-compat").await?;
-    let fleet = Fleet::new(3, 4);
+    // 72 pods: enough callers that three reads per review at 5 requests/s would outlast
+    // kube-apiserver's 10 s call (36 did not: the reads queued ~7 s and were answered).
+    let fleet = Fleet::new(6, 4);
     fleet.create(&client, &ns.name).await?;
     let port = free_port()?;
     let tls_port = format!("-server-tls.port={port}");

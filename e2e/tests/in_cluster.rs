@@ -706,7 +706,11 @@ async fn the_rollout_operator_rolls_real_pods_zone_by_zone() -> Result<()> {
                 release.logs("rollout-operator", 30)
             );
         }
-        ensure!(seen.violations.is_empty(), "{namespace}: {:?}", seen.violations);
+        ensure!(
+            seen.violations.is_empty(),
+            "{namespace}: {:?}",
+            seen.violations
+        );
         ensure!(
             seen.most_zones_down == 1,
             "{namespace}: zones down at once: {}",
