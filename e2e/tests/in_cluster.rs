@@ -22,7 +22,7 @@ use strata_e2e::in_cluster::{
 };
 use strata_e2e::node::NODE_NAME;
 use strata_e2e::rollout_watch;
-use strata_e2e::support::{TestNamespace, apply_yaml, cluster, eventually};
+use strata_e2e::support::{apply_yaml, cluster, eventually};
 
 async fn client() -> Client {
     cluster().client().await.expect("client")
