@@ -22,8 +22,10 @@ use std::io::{Read as _, Seek as _};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
-use strata_e2e::bench::{cpu_ticks, percentile, rss_kib, spawn_anchor_style_as};
-use strata_e2e::drain::{Fleet, Watch, register_localhost, storm, webhook_serving};
+use strata_e2e::bench::{
+    cpu_ticks, measured_binary, percentile, rss_kib, spawn_binary_anchor_style,
+};
+use strata_e2e::drain::{Fleet, Watch, storm, webhook_serving};
 use strata_e2e::plane::free_port;
 use strata_e2e::support::{
     TestNamespace, cluster, eventually, http_get, service_account_kubeconfig,
@@ -119,13 +121,14 @@ async fn main() -> Result<()> {
         "-server-tls.self-signed-cert.dns-name=localhost",
     ];
     args.extend(more.split_whitespace());
-    let (server, admin) = spawn_anchor_style_as("WEBHOOK_BIN", &ns, &kubeconfig, &args)?;
+    let (server, admin) =
+        spawn_binary_anchor_style(&measured_binary("WEBHOOK_BIN")?, &ns, &kubeconfig, &args)?;
     eventually("webhook ready", Duration::from_secs(60), || async {
         Ok(matches!(http_get(admin, "/ready").await, Ok((200, _))).then_some(()))
     })
     .await
     .with_context(|| server.logs())?;
-    let _hook = register_localhost(&client, &ns, port)
+    let _hook = strata_e2e::admission::register_pod_eviction_at(&client, &ns, "localhost", port)
         .await
         .with_context(|| server.logs())?;
     webhook_serving(&client, &ns)

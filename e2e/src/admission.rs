@@ -17,12 +17,25 @@ pub fn configuration_name(ns: &str, path: &str) -> String {
 /// A webhook configuration for `path` of the server on `port`, labelled for CA injection,
 /// created without a caBundle, named as the chart names it.
 pub fn configuration(kind: &str, ns: &str, port: u16, path: &str, rules: &str) -> String {
+    configuration_at(kind, ns, "127.0.0.1", port, path, rules)
+}
+
+/// [`configuration`] for a server kube-apiserver reaches as `host` (the name its certificate
+/// carries).
+fn configuration_at(
+    kind: &str,
+    ns: &str,
+    host: &str,
+    port: u16,
+    path: &str,
+    rules: &str,
+) -> String {
     webhook_configuration(
         kind,
         &configuration_name(ns, path),
         ns,
         path.trim_start_matches("/admission/"),
-        &format!("{{url: \"https://127.0.0.1:{port}{path}\"}}"),
+        &format!("{{url: \"https://{host}:{port}{path}\"}}"),
         rules,
     )
 }
@@ -36,7 +49,20 @@ pub async fn register(
     path: &str,
     rules: &str,
 ) -> Result<DeleteOnDrop> {
-    let yaml = configuration(kind, ns, port, path, rules);
+    register_at(client, ns, kind, "127.0.0.1", port, path, rules).await
+}
+
+/// [`register`] for a server kube-apiserver reaches as `host`.
+async fn register_at(
+    client: &kube::Client,
+    ns: &str,
+    kind: &str,
+    host: &str,
+    port: u16,
+    path: &str,
+    rules: &str,
+) -> Result<DeleteOnDrop> {
+    let yaml = configuration_at(kind, ns, host, port, path, rules);
     register_yaml(client, ns, kind, &configuration_name(ns, path), &yaml).await
 }
 
@@ -58,20 +84,35 @@ pub async fn register_prepare_downscale(
     .await
 }
 
+/// Pod evictions, as webhook rules.
+const POD_EVICTION_RULES: &str = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
+
 /// The pod-eviction webhook of the server on `port`, for evictions in `ns` (see [`register`]).
 pub async fn register_pod_eviction(
     client: &kube::Client,
     ns: &str,
     port: u16,
 ) -> Result<DeleteOnDrop> {
-    let rules = "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]";
-    register(
+    register_pod_eviction_at(client, ns, "127.0.0.1", port).await
+}
+
+/// [`register_pod_eviction`] for a server kube-apiserver reaches as `host` (`localhost` for
+/// the anchor and the drop-in, whose self-issued certificate names one DNS name:
+/// `-server-tls.self-signed-cert.dns-name`).
+pub async fn register_pod_eviction_at(
+    client: &kube::Client,
+    ns: &str,
+    host: &str,
+    port: u16,
+) -> Result<DeleteOnDrop> {
+    register_at(
         client,
         ns,
         "ValidatingWebhookConfiguration",
+        host,
         port,
         "/admission/pod-eviction",
-        rules,
+        POD_EVICTION_RULES,
     )
     .await
 }

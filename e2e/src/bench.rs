@@ -29,14 +29,14 @@ pub fn spawn_measured_with(
     args: &[&str],
     values: &[&str],
 ) -> Result<ServiceProcess> {
-    let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
+    let binary = measured_binary(variable)?;
     let kubeconfig =
         crate::services::chart_identity_with(cluster().kubeconfig(), service, args, values)?;
     let admin = format!("127.0.0.1:{}", free_port()?);
     let mut all = vec!["--admin-address", admin.as_str()];
     all.extend_from_slice(args);
     ServiceProcess::spawn_blocking(
-        Path::new(&binary),
+        &binary,
         &kubeconfig,
         &all,
         &std::env::temp_dir().join("strata-bench-logs"),
@@ -60,22 +60,24 @@ pub fn spawn_anchor_style(
     ns: &str,
     extra: &[&str],
 ) -> Result<(ServiceProcess, std::net::SocketAddr)> {
-    spawn_anchor_style_as(variable, ns, cluster().kubeconfig(), extra)
+    spawn_binary_anchor_style(
+        &measured_binary(variable)?,
+        ns,
+        cluster().kubeconfig(),
+        extra,
+    )
 }
 
-/// [`spawn_anchor_style`] acting as whoever `kubeconfig` names (a ServiceAccount's token, so
-/// that kube-apiserver's audit log tells the binary's requests from the driver's).
-pub fn spawn_anchor_style_as(
-    variable: &str,
-    ns: &str,
-    kubeconfig: &Path,
-    extra: &[&str],
-) -> Result<(ServiceProcess, std::net::SocketAddr)> {
-    let binary = std::env::var(variable).with_context(|| format!("${variable} is not set"))?;
-    spawn_binary_anchor_style(Path::new(&binary), ns, kubeconfig, extra)
+/// The measured binary: the path in `$variable`.
+pub fn measured_binary(variable: &str) -> Result<std::path::PathBuf> {
+    Ok(std::env::var(variable)
+        .with_context(|| format!("${variable} is not set"))?
+        .into())
 }
 
-/// [`spawn_anchor_style_as`] for the binary at `binary`.
+/// [`spawn_anchor_style`] for the binary at `binary`, acting as whoever `kubeconfig` names (a
+/// ServiceAccount's token, say, so that kube-apiserver's audit log tells the binary's requests
+/// from the driver's).
 pub fn spawn_binary_anchor_style(
     binary: &Path,
     ns: &str,

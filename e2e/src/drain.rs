@@ -202,28 +202,6 @@ impl Drop for Watch {
     }
 }
 
-/// Registers the pod-eviction webhook of a server on `https://localhost:<port>` for `ns`,
-/// labelled for the CA injection of a server in `ns` (the anchor's and the drop-in's: their
-/// self-issued certificate names `localhost` with `-server-tls.self-signed-cert.dns-name`).
-pub async fn register_localhost(
-    client: &kube::Client,
-    ns: &str,
-    port: u16,
-) -> Result<crate::support::DeleteOnDrop> {
-    let path = "/admission/pod-eviction";
-    let name = crate::admission::configuration_name(ns, path);
-    let yaml = crate::support::webhook_configuration(
-        "ValidatingWebhookConfiguration",
-        &name,
-        ns,
-        "pod-eviction",
-        &format!("{{url: \"https://localhost:{port}{path}\"}}"),
-        "  - apiGroups: [\"\"]\n    apiVersions: [v1]\n    operations: [CREATE]\n    resources: [pods/eviction]",
-    );
-    crate::admission::register_yaml(client, ns, "ValidatingWebhookConfiguration", &name, &yaml)
-        .await
-}
-
 /// Waits until the webhook registered for evictions in `ns` answers (an eviction of a pod that
 /// does not exist is refused by the webhook itself, not failed by kube-apiserver's call to it).
 pub async fn webhook_serving(client: &kube::Client, ns: &str) -> Result<()> {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
 use strata_e2e::admission::{namespace_args, register_pod_eviction};
-use strata_e2e::drain::{Fleet, Watch, register_localhost, storm, webhook_serving};
+use strata_e2e::drain::{Fleet, Watch, storm, webhook_serving};
 use strata_e2e::plane::free_port;
 use strata_e2e::services::start_service;
 use strata_e2e::support::{TestNamespace, cluster};
@@ -69,9 +69,10 @@ async fn an_eviction_storm_at_the_anchors_client_limit_is_answered_in_time() -> 
             "-server-tls.self-signed-cert.dns-name=localhost",
         ],
     )?;
-    let _hook = register_localhost(&client, &ns.name, port)
-        .await
-        .with_context(|| server.logs())?;
+    let _hook =
+        strata_e2e::admission::register_pod_eviction_at(&client, &ns.name, "localhost", port)
+            .await
+            .with_context(|| server.logs())?;
     webhook_serving(&client, &ns.name)
         .await
         .with_context(|| server.logs())?;

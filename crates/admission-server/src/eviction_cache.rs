@@ -21,11 +21,11 @@ use futures::StreamExt as _;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
-use kube::core::ApiResource;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 
+use core_k8s::controller::when_synced;
 use core_rollout::observed::Observed;
 
 /// How long the first review of a namespace waits for its watches' first lists before it
@@ -39,10 +39,9 @@ struct Namespace {
     zpdbs: Store<DynamicObject>,
     /// Per watch: its last event was not an error.
     healthy: [Arc<AtomicBool>; 3],
-    /// True once every watch has listed. (Each review waits on this, not on the stores:
-    /// a store's readiness wakes only the last of several waiters, so concurrent reviews
-    /// would sit out their whole wait.)
-    listed: tokio::sync::watch::Receiver<bool>,
+    /// Per watch: true once it has listed (see `core_k8s::controller::when_synced`: a
+    /// store's own readiness wakes only the last of several waiting reviews).
+    listed: [tokio::sync::watch::Receiver<bool>; 3],
 }
 
 impl Namespace {
@@ -142,12 +141,17 @@ impl EvictionCache {
                 .or_insert_with(|| Arc::new(watch(client, namespace)))
                 .clone()
         };
-        let mut listed = watched.listed.clone();
-        let wait = tokio::time::timeout(FIRST_LIST_WAIT, listed.wait_for(|done| *done)).await;
-        if !matches!(wait, Ok(Ok(_))) || !watched.trusted() {
+        let all_listed = async {
+            for mut listed in watched.listed.clone() {
+                listed.wait_for(|done| *done).await.ok()?;
+            }
+            Some(())
+        };
+        let wait = tokio::time::timeout(FIRST_LIST_WAIT, all_listed).await;
+        if !matches!(wait, Ok(Some(()))) || !watched.trusted() {
             return None;
         }
-        let ar = zpdb_resource();
+        let ar = crate::evictions::zpdb_resource();
         tracing::debug!(
             %namespace,
             pods = watched.pods.len(),
@@ -174,10 +178,6 @@ impl EvictionCache {
     }
 }
 
-fn zpdb_resource() -> ApiResource {
-    ApiResource::erase::<core_rollout::crd::ZoneAwarePodDisruptionBudget>(&())
-}
-
 /// Starts the three watches of `namespace`, for as long as the process runs.
 fn watch(client: &Client, namespace: &str) -> Namespace {
     let healthy: [Arc<AtomicBool>; 3] = Default::default();
@@ -193,26 +193,18 @@ fn watch(client: &Client, namespace: &str) -> Namespace {
         healthy[1].clone(),
         namespace,
     );
-    let ar = zpdb_resource();
+    let ar = crate::evictions::zpdb_resource();
     let zpdbs = reflect(
         Api::<DynamicObject>::namespaced_with(client.clone(), namespace, &ar),
         ar,
         healthy[2].clone(),
         namespace,
     );
-    let (done, listed) = tokio::sync::watch::channel(false);
-    let stores = (pods.clone(), stateful_sets.clone(), zpdbs.clone());
-    tokio::spawn(async move {
-        let (pods, stateful_sets, zpdbs) = stores;
-        let all = async {
-            pods.wait_until_ready().await?;
-            stateful_sets.wait_until_ready().await?;
-            zpdbs.wait_until_ready().await
-        };
-        if all.await.is_ok() {
-            let _ = done.send(true);
-        }
-    });
+    let listed = [
+        when_synced(pods.clone()),
+        when_synced(stateful_sets.clone()),
+        when_synced(zpdbs.clone()),
+    ];
     Namespace {
         pods,
         stateful_sets,

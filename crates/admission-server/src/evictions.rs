@@ -173,11 +173,16 @@ pub async fn claim(
     )))
 }
 
+/// ZoneAwarePodDisruptionBudgets, read as dynamic objects (the CRD may not be installed).
+pub fn zpdb_resource() -> ApiResource {
+    ApiResource::erase::<core_rollout::crd::ZoneAwarePodDisruptionBudget>(&())
+}
+
 /// Pods, StatefulSets and ZPDBs of `namespace`, read fresh.
 pub async fn list(client: &Client, namespace: &str) -> Result<Observed, String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let sts: Api<StatefulSet> = Api::namespaced(client.clone(), namespace);
-    let ar = ApiResource::erase::<core_rollout::crd::ZoneAwarePodDisruptionBudget>(&());
+    let ar = zpdb_resource();
     let zpdbs: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
     let lp = ListParams::default();
     let (pods, sts, zpdbs) = tokio::join!(pods.list(&lp), sts.list(&lp), zpdbs.list(&lp));

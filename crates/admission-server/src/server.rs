@@ -454,9 +454,8 @@ async fn layer_cache(app: &App) -> Result<&Store<DynamicObject>, String> {
 }
 
 /// Watches every AddonsLayer into a store, for as long as the process runs; the receiver
-/// turns true once the first list is in. (Reviews wait on it rather than on the store: a
-/// store's readiness wakes only the last of several waiters, so the other reviews of a burst
-/// would sit out the whole wait and be answered 500.)
+/// turns true once the first list is in (`when_synced`: reviews waiting on the store itself
+/// would all but one sit out the whole wait, and be answered 500).
 fn watch_layers(client: Client) -> (Store<DynamicObject>, tokio::sync::watch::Receiver<bool>) {
     let ar = ApiResource::erase::<core_layers::crd::AddonsLayer>(&());
     let writer = reflector::store::Writer::new(ar.clone());
@@ -472,13 +471,7 @@ fn watch_layers(client: Client) -> (Store<DynamicObject>, tokio::sync::watch::Re
         }
         std::future::ready(())
     }));
-    let (done, listed) = tokio::sync::watch::channel(false);
-    let store = reader.clone();
-    tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            let _ = done.send(true);
-        }
-    });
+    let listed = core_k8s::controller::when_synced(reader.clone());
     (reader, listed)
 }
 

@@ -31,24 +31,48 @@ impl ReconcileError for crate::Error {
 }
 
 /// Registers `cache` with the readiness endpoint and marks it ready once `store` has synced.
-///
-/// kube's store readiness signal wakes only its most recent waiter, and a kube `Controller`
-/// waits on it too; re-polling with a short timeout sees the memoised value instead of hanging.
 pub fn report_when_synced<K>(readiness: &crate::admin::Readiness, cache: &str, store: Store<K>)
 where
     K: Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone + Send + Sync,
 {
     let ready = readiness.register(cache.to_string());
+    let mut synced = when_synced(store);
+    tokio::spawn(async move {
+        if synced.wait_for(|done| *done).await.is_ok() {
+            ready.ready();
+        }
+    });
+}
+
+/// A signal that turns true once `store` holds its first full list, which any number of
+/// tasks may await at once.
+///
+/// kube's own store readiness wakes only its most recent waiter (and a kube `Controller`
+/// waits on it too), so several tasks awaiting it directly all but one sit out whatever
+/// timeout they set. One task here re-polls it with a short timeout, which sees the memoised
+/// value instead of hanging, and publishes the result. The receiver never turns true when the
+/// store's writer is dropped before its first list.
+pub fn when_synced<K>(store: Store<K>) -> tokio::sync::watch::Receiver<bool>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + Hash + Clone + Send + Sync,
+{
+    let (synced, receiver) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         loop {
             match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
-                Ok(Ok(())) => return ready.ready(),
+                Ok(Ok(())) => {
+                    let _ = synced.send(true);
+                    return;
+                }
                 Ok(Err(_)) => return,
+                Err(_) if synced.is_closed() => return,
                 Err(_) => continue,
             }
         }
     });
+    receiver
 }
 
 /// Runs a controller for `K` until the runtime's shutdown token fires.

@@ -226,10 +226,8 @@ pub async fn run(
         Some(selector) => {
             let (tx, sts) = (dirty_tx.clone(), stores.stateful_sets.clone());
             crate::scope::follow(ctx.client.clone(), selector, move |namespace| {
-                for sts in sts.state() {
-                    if sts.namespace().as_deref() == Some(namespace)
-                        && let Some(group) = group_of(&sts)
-                    {
+                for group in groups_of(&sts) {
+                    if group.namespace == namespace {
                         let _ = tx.send(group);
                     }
                 }
@@ -439,8 +437,12 @@ fn drop_bookkeeping(metadata: &mut kube::api::ObjectMeta) {
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 fn all_groups(stores: &Stores) -> BTreeSet<GroupKey> {
-    stores
-        .stateful_sets
+    groups_of(&stores.stateful_sets)
+}
+
+/// Every rollout group the cached StatefulSets form.
+fn groups_of(stateful_sets: &ScopedStore<StatefulSet>) -> BTreeSet<GroupKey> {
+    stateful_sets
         .state()
         .iter()
         .filter_map(|s| group_of(s))
