@@ -841,6 +841,11 @@ async fn strict_layers_fail_fast_when_pods_cannot_start() -> Result<()> {
         .unwrap();
     assert_eq!(entry["status"], "Failed", "{entry}");
     assert_eq!(entry["reason"], "ImagePullBackOff", "{entry}");
+    // The promise is the failure grace (5 s), far inside the layer's 5 m timeout. The clock
+    // here starts before the layer exists, so the 5 s margin holds what precedes the grace:
+    // kube-controller-manager making the pod, kwok reporting its waiting reason, the health
+    // watch delivering it. A layer that waited for its timeout instead fails the 60 s wait
+    // above, whatever the margin.
     assert!(
         elapsed <= Duration::from_secs(5 + 5),
         "Failed after {elapsed:?}: beyond the grace (5s) + 5s"
@@ -1240,15 +1245,20 @@ spec:
     })
     .await;
     watched.with_context(logs)?;
-    // Settle, then count: one apply by the new shard, none after the move by the old one.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(applied(&shard_a, &mover_series).await?, 1.0, "{}", logs());
-    assert_eq!(
-        applied(&default_shard, &mover_series).await?,
-        0.0,
-        "{}",
-        logs()
-    );
+    // One apply by the new shard, none after the move by the old one: counted now, and again
+    // after `stray`'s relabelling below (seconds later, two more observed reports), so that a
+    // late second apply by either shard shows without a settling sleep.
+    let one_apply_of_mover = async || -> Result<()> {
+        assert_eq!(applied(&shard_a, &mover_series).await?, 1.0, "{}", logs());
+        assert_eq!(
+            applied(&default_shard, &mover_series).await?,
+            0.0,
+            "{}",
+            logs()
+        );
+        Ok(())
+    };
+    one_apply_of_mover().await?;
     assert_eq!(state_of(&client, &mover).await, "Deployed");
     observed(0.0, 3.0).await.with_context(logs)?;
 
@@ -1268,6 +1278,7 @@ spec:
     .await
     .with_context(logs)?;
     observed(0.0, 4.0).await.with_context(logs)?;
+    one_apply_of_mover().await?;
 
     // Teardown while both shards run.
     for layer in ["stray", "app", "mover", "base"] {
@@ -1384,8 +1395,18 @@ async fn a_waiting_layer_rereads_only_the_objects_that_changed() -> Result<()> {
     let layer = format!("{ns}-quiet");
     let status = wait_state(&client, &layer, "Applying", Duration::from_secs(30)).await?;
     assert_eq!(inventory_names(&status).len(), 4, "{status}");
-    // The ServiceAccount watch the registration started has listed (its LIST and WATCH are
-    // GETs of the collection) before the layer is woken.
+    // The ServiceAccount watch the registration started is live before the layer is woken:
+    // its LIST and then its WATCH are GETs of the collection, each counted when its response
+    // headers arrive, and the WATCH is only sent once the LIST's end has been handed to the
+    // wake-ups (which marks the kind live). The LIST comes in pages of 500 (kube's watcher).
+    let all_accounts: Api<ServiceAccount> = Api::all(client.clone());
+    let pages = all_accounts
+        .list_metadata(&Default::default())
+        .await?
+        .items
+        .len()
+        / 500
+        + 1;
     eventually(
         "the ServiceAccount watch",
         Duration::from_secs(20),
@@ -1399,11 +1420,10 @@ async fn a_waiting_layer_rereads_only_the_objects_that_changed() -> Result<()> {
                     ],
                 )
                 .await?;
-            Ok((collection >= 1.0).then_some(()))
+            Ok((collection >= pages as f64 + 1.0).then_some(()))
         },
     )
     .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let before = account_gets().await?;
     ready("quiet").await?;
     let status = wait_state(&client, &layer, "Deployed", Duration::from_secs(15)).await?;
@@ -1506,7 +1526,8 @@ async fn a_waiting_layer_judges_its_deployment_from_the_watch() -> Result<()> {
 /// Deployment, a ConfigMap and a ServiceAccount; each revision changes only the Deployment.
 /// Once the controller has applied them while watching their kinds (the second revision), a
 /// third leaves the ServiceAccount as it stands, but re-applies the ConfigMap that a user edited
-/// in between: the edit is undone, as every apply undoes it.
+/// in between (once the ConfigMap watch has shown the edit): the edit is undone, as every
+/// apply undoes it.
 #[tokio::test]
 async fn a_new_revision_applies_only_the_objects_it_changes() -> Result<()> {
     use strata_e2e::flux::configmap_layer;
@@ -1514,7 +1535,7 @@ async fn a_new_revision_applies_only_the_objects_it_changes() -> Result<()> {
     let ns = TestNamespace::create(&client, "unchanged").await?;
     let ns = ns.name.clone();
     install_layer_crds(&client, &ns).await?;
-    let controller = start_layer_service("layer-controller", &ns, &[])?;
+    let controller = start_layer_service("layer-controller", &ns, &["--health-poll", "1h"])?;
     let layer = format!("{ns}-app");
     let by_layer = format!("layer=\"{layer}\"");
     let by_layer = [by_layer.as_str()];
@@ -1545,8 +1566,18 @@ spec:
                 ),
             ),
         ];
-        configmap_layer(&ns, "app", "10m", &files)
+        // Every revision has the gate below as a prerequisite (open until r3).
+        format!(
+            "{}  prereqs:\n    objects:\n    - {{apiVersion: v1, kind: ConfigMap, name: gate, namespace: {ns}, readyExpr: \"dep.data.ready == 'yes'\"}}\n",
+            configmap_layer(&ns, "app", "10m", &files)
+        )
     };
+    let gate = |ready: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{ready: \"{ready}\"}}\n"
+        )
+    };
+    apply_yaml(&client, &ns, &gate("yes")).await?;
     let deploy = |release: &'static str| {
         let (client, layer, yaml) = (client.clone(), layer.clone(), revision_of(release));
         let ns = ns.clone();
@@ -1569,7 +1600,29 @@ spec:
     // Applied while their kinds are watched (the first wait started the watches).
     deploy("r2").await?;
 
-    // A user edits the ConfigMap; the watch sees it before the next revision comes.
+    // A user edits the ConfigMap before the next revision applies, and the watch must have
+    // shown the edit by then. The gate closes, so r3 waits on it (read once, then known only
+    // from the ConfigMap watch: `--health-poll 1h` and the kind is live); it opens after the
+    // edit. Both changes come down the one ordered stream of ConfigMap events, so the gate's
+    // release, and with it r3's apply, comes after the watch showed the edit. (The layer's
+    // spec stays as it was: only the source changes, so no attempt can start before the
+    // gate is read.)
+    apply_yaml(&client, &ns, &gate("no")).await?;
+    let (applied_before, unchanged_before) = (applied().await?, unchanged().await?);
+    let before = layer_status(&client, &layer).await?;
+    apply_yaml(&client, &ns, &revision_of("r3")).await?;
+    eventually(
+        "r3 blocked by its gate",
+        Duration::from_secs(30),
+        || async {
+            let status = layer_status(&client, &layer).await?;
+            Ok(status["blockedBy"]
+                .to_string()
+                .contains("gate")
+                .then_some(()))
+        },
+    )
+    .await?;
     let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(client.clone(), &ns);
     configmaps
@@ -1579,10 +1632,17 @@ spec:
             &Patch::Merge(json!({"data": {"k": "edited"}})),
         )
         .await?;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-
-    let (applied_before, unchanged_before) = (applied().await?, unchanged().await?);
-    deploy("r3").await?;
+    apply_yaml(&client, &ns, &gate("yes")).await?;
+    eventually(
+        &format!("layer {layer} Deployed at r3"),
+        Duration::from_secs(60),
+        || async {
+            let status = layer_status(&client, &layer).await?;
+            let new = status["revision"] != before["revision"];
+            Ok((status["state"] == "Deployed" && new).then_some(()))
+        },
+    )
+    .await?;
     let sent = applied().await? - applied_before;
     let left = unchanged().await? - unchanged_before;
     assert_eq!(
@@ -1940,7 +2000,9 @@ spec:
     .await?;
     let held = format!("{ns}-held");
     assert_ne!(state_of(&client, &held).await, "Deployed");
-    // Absence over longer than the poll it replaced (5 s): not read again.
+    // Absence is the claim, so this is an observation window, not a wait for something to
+    // happen: longer than the 5 s poll it replaced, so a poll shows as a read within it. A
+    // slow machine only lengthens the window; it cannot make the check fail.
     let before = reads()?;
     tokio::time::sleep(Duration::from_secs(8)).await;
     assert_eq!(
@@ -2018,7 +2080,8 @@ async fn a_new_revision_replaces_the_attempt_in_flight() -> Result<()> {
         "{first} then {deployed}"
     );
     // The abandoned attempt's wait never reports: the layer stays Deployed at the new
-    // revision through several of its health re-checks (500 ms).
+    // revision through several of its health re-checks (500 ms). Absence is the claim: a
+    // 5 s observation window (ten re-checks), which a slow machine can only lengthen.
     for _ in 0..10 {
         let status = layer_status(&client, &layer).await?;
         assert_eq!(status["state"], "Deployed", "{status}");

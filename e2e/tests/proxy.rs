@@ -115,10 +115,13 @@ async fn api_artifacts_and_traces_go_through_the_proxy_unless_no_proxy() -> Resu
     // An OTLP "collector" that accepts connections: the tunnel to it is what is counted.
     let collector = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let collector_address = collector.local_addr()?.to_string();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = accepted.clone();
     tokio::spawn(async move {
         let mut open = Vec::new();
         while let Ok((stream, _)) = collector.accept().await {
             open.push(stream);
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
     });
     let api = api_server()?;
@@ -163,6 +166,7 @@ async fn api_artifacts_and_traces_go_through_the_proxy_unless_no_proxy() -> Resu
     // collector on loopback; the API server on loopback, or on the plane's bridge when it has
     // a real node), and nothing reaches the proxy.
     let before = proxy.seen().len();
+    let collector_connections = accepted.load(std::sync::atomic::Ordering::SeqCst);
     let (direct_layer, _) = layer_from_artifact(&client, &ns, &server, "direct").await?;
     let api_host = api.rsplit_once(':').map_or(api.as_str(), |(host, _)| host);
     let mut env = env.to_vec();
@@ -170,7 +174,17 @@ async fn api_artifacts_and_traces_go_through_the_proxy_unless_no_proxy() -> Resu
     let direct = controller(&ns, &env)?;
     deployed(&client, &direct_layer).await?;
     deployed(&client, &layer).await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Its API requests and the artifact were done by now; the traces are the last to go out:
+    // once the collector has a new connection, each kind of outbound connection has been made.
+    eventually(
+        "traces exported without the proxy",
+        Duration::from_secs(30),
+        || async {
+            let now = accepted.load(std::sync::atomic::Ordering::SeqCst);
+            Ok((now > collector_connections).then_some(()))
+        },
+    )
+    .await?;
     let after = proxy.seen();
     ensure!(
         after.len() == before,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use anyhow::{Result, ensure};
+use anyhow::{Context as _, Result, ensure};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use strata_e2e::flux::{
@@ -335,10 +335,6 @@ async fn a_layer_reads_its_flux_source_from_the_watch() -> Result<()> {
                     == Some(revision),
                 "{revision}: the artifact's ConfigMap"
             );
-            // A reconcile right after the controller's own status write, before its watch
-            // delivered that write, reads the layer afresh (rightly): pause as a real source
-            // would between revisions, so the count below sees the steady state.
-            tokio::time::sleep(Duration::from_secs(1)).await;
             Ok::<_, anyhow::Error>(())
         }
     };
@@ -374,24 +370,49 @@ async fn a_layer_reads_its_flux_source_from_the_watch() -> Result<()> {
         .await?;
         deployed_at(revision).await?;
     }
-    for _ in 0..2 {
+    // Requested reconciles: each request is an edit of the layer made after the controller's
+    // last write (the test saw that write), so the layer watch delivers the write before the
+    // request that triggers the reconcile, and the reconcile decides from the cache. A
+    // revision, by contrast, comes from the source's watch, another stream, and may start a
+    // reconcile before the layer watch delivered the previous status write: that one reads the
+    // layer afresh (rightly), so only this window's GETs of the layer are counted.
+    let requests_from = audit
+        .as_ref()
+        .map(|log| std::fs::metadata(log).map(|m| m.len()))
+        .transpose()?;
+    for _ in 0..4 {
         let status = reconciled(&client, &layer, Duration::from_secs(30)).await?;
         ensure!(status["revision"] == "rev-3", "{status}");
-        tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    match (audit, from) {
-        (Some(log), Some(from)) => {
+    match (audit, from, requests_from) {
+        (Some(log), Some(from), Some(requests_from)) => {
             use std::io::{Read, Seek};
             let mut file = std::fs::File::open(&log)?;
             file.seek(std::io::SeekFrom::Start(from))?;
             let mut text = String::new();
             file.read_to_string(&mut text)?;
             let user = format!("system:serviceaccount:{ns}:layer-controller");
-            let ours: Vec<serde_json::Value> = text
-                .lines()
-                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .filter(|e| e["user"]["username"] == user.as_str())
-                .collect();
+            let ours_in = |text: &str| -> Vec<serde_json::Value> {
+                text.lines()
+                    .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                    .filter(|e| e["user"]["username"] == user.as_str())
+                    .collect()
+            };
+            let ours = ours_in(&text);
+            let requests = usize::try_from(requests_from - from)?;
+            let during_requests = ours_in(
+                text.get(requests..)
+                    .context("the audit log's size before the requests is not a line's end")?,
+            );
+            // The window holds the controller's writes of the four requests' handling.
+            ensure!(
+                during_requests
+                    .iter()
+                    .filter(|e| e["objectRef"]["resource"] == "addonslayers")
+                    .count()
+                    >= 4,
+                "fewer than four requests of {user} on the layer while it handled four reconcile requests"
+            );
             // The log does hold this controller's requests of the window (its status writes).
             ensure!(
                 ours.iter()
@@ -403,14 +424,24 @@ async fn a_layer_reads_its_flux_source_from_the_watch() -> Result<()> {
                 .filter(|e| e["verb"] == "get" && e["objectRef"]["resource"] == "ocirepositories")
                 .collect();
             ensure!(gets.is_empty(), "the source was read with a GET: {gets:#?}");
-            // Nor is the layer read afresh at the start of each of its (at least four)
-            // reconciles: only while our last write of it is not in the cache yet.
-            let layer_gets = ours
-                .iter()
-                .filter(|e| e["verb"] == "get" && e["objectRef"]["resource"] == "addonslayers")
-                .count();
-            eprintln!("GETs of the layer by its controller since rev-1: {layer_gets}");
-            ensure!(layer_gets <= 1, "the layer was read {layer_gets} times");
+            // Nor is the layer read afresh at the start of a reconcile whose cache holds its
+            // last write: none in the four requested reconciles.
+            let layer_gets = |events: &[serde_json::Value]| {
+                events
+                    .iter()
+                    .filter(|e| e["verb"] == "get" && e["objectRef"]["resource"] == "addonslayers")
+                    .count()
+            };
+            eprintln!(
+                "GETs of the layer by its controller since rev-1: {}, during the requested reconciles: {}",
+                layer_gets(&ours),
+                layer_gets(&during_requests)
+            );
+            ensure!(
+                layer_gets(&during_requests) == 0,
+                "the layer was read {} times in four reconciles its cache was current for",
+                layer_gets(&during_requests)
+            );
         }
         _ => eprintln!("no audit log (not the local plane): the GETs are not counted"),
     }
