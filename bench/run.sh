@@ -987,8 +987,14 @@ fleet_rollback_bench() {
   local driver="$target/driver/examples/fleet_bench"
   local n qps
   n="${BENCH_FLEET_ROLLBACK_SIZE:-1000}"; qps="${BENCH_FLEET_ROLLBACK_QPS:-200}"
-  : > "$work/fleet-rollback.jsonl"
+  : > "$work/fleet-rollback.jsonl"; : > "$work/fleet-rollback-direct.jsonl"
+  # Each round: the plane alone (BENCH_FLEET_DIRECT, no deployer), then the layer-controller
+  # without and with rollback, each on a fresh plane: every row is divided by the plane alone
+  # measured in the same part (#56 item 1's method).
   for _ in $(seq 1 "$RUNS"); do
+    env STRATA_BIN_DIR="$target/debug" BENCH_FLEET_DIRECT=1 \
+      BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
+      scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-rollback-direct.jsonl"
     for rollback in "" 1; do
       env LAYER_CONTROLLER_BIN="$target/release/layer-controller" STRATA_BIN_DIR="$target/debug" \
         BENCH_FLEET_LAYERS="$n" STRATA_PLANE_CONTROLLER_MANAGER_QPS="$qps" \
@@ -996,21 +1002,28 @@ fleet_rollback_bench() {
         scripts/with-plane.sh "$driver" | tail -n 1 >> "$work/fleet-rollback.jsonl"
     done
   done
-  python3 - "$work/fleet-rollback.jsonl" "$RUNS" <<'PY'
+  python3 - "$work/fleet-rollback.jsonl" "$RUNS" "$work/fleet-rollback-direct.jsonl" <<'PY'
 import json, sys, datetime, statistics
 sys.path.insert(0, "bench"); import docs_section
-runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+from fleet_summary import load, plane_alone, ratio
+runs = load(sys.argv[1])
+alone = plane_alone(load(sys.argv[3]))
+def times(r, rnd):
+    x = ratio(r, alone, rnd)
+    t = r[f"{rnd}_to_all_deployed_seconds"]
+    return f"{t:.1f} s ({x:.2f}×)" if x is not None else f"{t:.1f} s (no plane-alone run)"
+def alone_text(rnd):
+    values = [f"{v[rnd]:.1f} s" for v in alone.values()]
+    return ", ".join(values) if values else "(no plane-alone run finished)"
 rows, medians = [], {}
 for on in (False, True):
     rs = [r for r in runs if bool(r.get("rollback")) == on]
     for r in rs:
-        c, cf = r["create_to_all_deployed_seconds"], r["create_floor_seconds"]
-        u, uf = r["upgrade_to_all_deployed_seconds"], r["upgrade_floor_seconds"]
         kept = (f"{r['kept_bytes_per_layer']:.0f} B ({r['kept_revision_secrets']} Secrets)"
                 if on else "—")
         req = r["requests_per_layer_create"]
-        rows.append(f"| {'on' if on else 'off'} | {r['layers']} | {r['controller_manager_qps']} | {c:.1f} s ({c/cf:.2f}×) "
-                    f"| {u:.1f} s ({u/uf:.2f}×) | {r['controller_peak_rss_kib']/1024:.1f} MiB "
+        rows.append(f"| {'on' if on else 'off'} | {r['layers']} | {r['controller_manager_qps']} | {times(r, 'create')} "
+                    f"| {times(r, 'upgrade')} | {r['controller_peak_rss_kib']/1024:.1f} MiB "
                     f"| {(r.get('cpu_seconds_create') or {}).get('layer-controller', 0.0):.1f} s "
                     f"| {req['GET']:.2f} / {req['PATCH']:.2f} | {kept} |")
     if rs:
@@ -1036,10 +1049,12 @@ rendered manifests are compressed and kept in the layer's Secret `strata-revisio
 before they are applied: one apply of that Secret per new attempt, and a GET of it only when
 the controller did not write it last itself (a restart, another leader). *Kept* is the
 Secrets' data per layer after the upgrade round (two revisions kept: the upgrade's and the
-create's), read from the API server. Ratios are to the kube-controller-manager floor of the
-same run, as above.
+create's), read from the API server. Ratios are to the plane alone (`BENCH_FLEET_DIRECT=1`: the
+driver applies every app's objects itself, no deployer), run {sys.argv[2]} time(s) in this part
+at the same size and client limit, each on a fresh plane: medians create
+{alone_text('create')}, upgrade {alone_text('upgrade')}.
 
-| rollback | layers | KCM QPS | create (floor ratio) | upgrade (floor ratio) | peak RSS | layer-controller CPU, create | its GET / PATCH per layer, create | kept per layer |
+| rollback | layers | KCM QPS | create (÷ plane alone) | upgrade (÷ plane alone) | peak RSS | layer-controller CPU, create | its GET / PATCH per layer, create | kept per layer |
 |---|---:|---:|---:|---:|---:|---:|---:|---:|
 {chr(10).join(rows)}
 

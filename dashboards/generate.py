@@ -14,6 +14,9 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 SERVICES = ["layer-controller", "drift-observer", "rollout-operator", "admission-webhook"]
 SEL = 'cluster=~"$cluster", namespace=~"$namespace"'
+# The services that call pods (prepare-downscale, delayed downscale): only they export the
+# pod-call metrics, so only their dashboards chart them.
+CALLS_PODS = ["rollout-operator", "admission-webhook"]
 # Where each alert's runbook lives: a section of docs/runbooks.md in the project's repository.
 REPOSITORY = next(line.split('"')[1] for line in (HERE.parent / "Cargo.toml").read_text().splitlines()
                   if line.startswith("repository = "))
@@ -32,8 +35,9 @@ MAY_BE_EMPTY = []
 # Series that exist only once something goes wrong, which the e2e scenario does not cause.
 NO_ERRORS = "only when a reconcile fails; the e2e scenario does not set out to make one fail"
 NO_THROTTLING = "only when the client-side limit or kube-apiserver throttles; the e2e scenario stays under both"
-NO_POD_CALLS = ("only for pod calls (prepare-downscale, delayed downscale), exercised by webhook.rs "
-                "and rollout.rs, not by the e2e scenario of observability.rs")
+NO_POD_CALLS = ("only for the rollout-operator's pod calls (delayed downscale), exercised by "
+                "rollout.rs, not by the e2e scenario of observability.rs (which drives the "
+                "admission-webhook's prepare-downscale calls)")
 
 
 # Every replica of every service exports its `<service>_build_info`: the variables list the
@@ -218,7 +222,12 @@ def http_rows(board, service):
         (f"sum by (method, path) (rate({api}_sum{{{SEL}}}[$__rate_interval])) / "
          f"sum by (method, path) (rate({api}_count{{{SEL}}}[$__rate_interval]))", "{{method}} {{path}}"),
     ], unit="s")
+    if service not in CALLS_PODS:
+        return
     pod = f"{p}_pod_http_client_request_duration_seconds"
+    # The e2e scenario makes the admission-webhook's calls (one refused for its cluster label,
+    # one answered); only the rollout-operator's panels may stay empty there.
+    excused = service != "admission-webhook"
     board.panel("Calls to pods", "HTTP calls to pods per second by path and status, and calls "
                 "refused for a wrong cluster validation label.", [
         (f"sum by (path, status_code) (rate({pod}_count{{{SEL}}}[$__rate_interval]))",
@@ -227,10 +236,11 @@ def http_rows(board, service):
          "wrong cluster label"),
     ], unit="reqps", may_be_empty={
         "A": (NO_POD_CALLS, f"{pod}_count > 0"),
-        "B": (NO_POD_CALLS, f"{p}_client_invalid_cluster_validation_label_requests_total > 0")})
+        "B": (NO_POD_CALLS, f"{p}_client_invalid_cluster_validation_label_requests_total > 0")}
+        if excused else None)
     board.panel("Pod call latency (p99)", "99th percentile of the time pods take to answer, by path.",
                 quantiles(pod, by="path"), unit="s",
-                may_be_empty={"A": (NO_POD_CALLS, f"{pod}_count > 0")})
+                may_be_empty={"A": (NO_POD_CALLS, f"{pod}_count > 0")} if excused else None)
 
 
 def overview():

@@ -109,8 +109,24 @@ fn registered() -> BTreeSet<String> {
         &mut registry,
     );
     zpdb.observe_eviction("denied", 429);
+    // Only the two services that call pods register their pod-call metrics.
+    let pod_calls = core_k8s::http_metrics::PodCallMetrics::register(
+        &metric_prefix("admission-webhook"),
+        &mut registry,
+    );
+    for calls in [&pod_calls, &rollout.pod_calls] {
+        calls.observe("/prepare-shutdown", "POST", Some(200), 0.01);
+        calls
+            .invalid_cluster_label
+            .get_or_create(&ClusterValidationLabels {
+                method: "POST".into(),
+                protocol: "http".into(),
+                request_cluster: "m".into(),
+            })
+            .inc();
+    }
     // In compatibility mode the rollout-operator serves the webhooks with its own ZPDB set.
-    let webhook = admission_server::metrics::Metrics::register(&mut registry, zpdb);
+    let webhook = admission_server::metrics::Metrics::register(&mut registry, zpdb, pod_calls);
     webhook.observe(
         admission_server::webhooks::Webhook::NoDownscale,
         admission_server::metrics::Outcome::allowed,
@@ -158,14 +174,6 @@ fn registered() -> BTreeSet<String> {
         http.request_bytes.get_or_create(&route).observe(0.0);
         http.response_bytes.get_or_create(&route).observe(10.0);
         http.inflight.get_or_create(&route).set(0);
-        http.observe_pod_call("/prepare-shutdown", "POST", Some(200), 0.01);
-        http.invalid_cluster_label
-            .get_or_create(&ClusterValidationLabels {
-                method: "POST".into(),
-                protocol: "http".into(),
-                request_cluster: "m".into(),
-            })
-            .inc();
     }
     families(&registry)
 }

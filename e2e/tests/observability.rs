@@ -1,7 +1,7 @@
 //! The dashboards and alerts against a real Prometheus. It scrapes the four services (and
 //! kube-apiserver) while they do what the dashboards show: a layer deployed with a dependent,
 //! one pruned object and one failing layer, a drift found and healed, a zone rollout, admission
-//! reviews. Then every query of every dashboard panel, its variables resolved, is evaluated:
+//! reviews, a prepare-downscale whose pod call is refused once for its cluster label. Then every query of every dashboard panel, its variables resolved, is evaluated:
 //! one that returns no series fails the test unless `dashboards/e2e-empty.tsv` (written by the
 //! generator) says why it may be empty here (series that exist only once something fails), and
 //! its witness query — series exactly when what the reason rules out did happen — is empty too,
@@ -12,6 +12,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, ensure};
@@ -19,7 +21,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::ListParams;
 use serde_json::Value;
-use strata_e2e::admission::register;
+use strata_e2e::admission::{kubectl_scale, register, register_prepare_downscale, stateful_set};
 use strata_e2e::chart::repo_root;
 use strata_e2e::flux::{
     configmap_layer, configmap_yaml, deployment_yaml, install_layer_crds, layer_status,
@@ -33,7 +35,7 @@ use strata_e2e::services::{
 };
 use strata_e2e::support::{
     STATEFULSET_UPDATE_RULES, TestNamespace, apply_shipped_crd, apply_yaml, cluster,
-    crds_established, eventually, kubeconfig_server, pod_ready, rollout_zone,
+    crds_established, eventually, kubeconfig_server, pod_ready, rollout_zone, stateful_set_settled,
 };
 
 /// `(dashboard uid, panel id, refId)` → (why that query may return nothing in this scenario,
@@ -155,10 +157,45 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
         &rollout_args,
     )?;
     let tls_port = free_port()?;
+    // The pods prepare-downscale calls, stood in for by a local server (the webhook's
+    // test-only `--pod-address-override`): its first call is refused as a cluster-validating
+    // server of another cluster refuses it (HTTP 511), every later one answered.
+    let pod_calls = Arc::new(AtomicUsize::new(0));
+    let pods_address = {
+        let calls = pod_calls.clone();
+        let app = axum::Router::new().route(
+            "/ingester/prepare-shutdown",
+            axum::routing::post(move || {
+                let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+                async move {
+                    if first {
+                        (
+                            axum::http::StatusCode::from_u16(511).unwrap_or_default(),
+                            r#"{"cluster_validation_error_message": "rejected request with wrong cluster validation label"}"#,
+                        )
+                    } else {
+                        (axum::http::StatusCode::OK, "{}")
+                    }
+                }
+            })
+            .delete(|| async { "{}" }),
+        );
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?.to_string();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        address
+    };
     let mut webhook = start_admission_webhook(
         &ns,
         &format!("127.0.0.1:{tls_port}"),
-        &["--tls-extra-names", "127.0.0.1"],
+        &[
+            "--tls-extra-names",
+            "127.0.0.1",
+            "--pod-address-override",
+            pods_address.as_str(),
+            "--cluster-validation-label",
+            "strata-e2e",
+        ],
     )?;
     let server = kubeconfig_server(c.kubeconfig())?;
     let pki = c.kubeconfig().parent().context("plane dir")?.join("pki");
@@ -376,6 +413,40 @@ async fn every_panel_has_data_and_alerts_fire_in_a_real_prometheus() -> Result<(
             .then_some(()))
     })
     .await?;
+
+    // Calls to pods: a StatefulSet that opts in to prepare-downscale is scaled down; the first
+    // attempt is denied (its pod refused the call for the cluster label), a later one passes.
+    let prepare_hook = register_prepare_downscale(&client, &ns, tls_port).await?;
+    apply_yaml(
+        &client,
+        &ns,
+        &stateful_set(
+            "store",
+            r#""grafana.com/prepare-downscale": "true""#,
+            r#""grafana.com/prepare-downscale-http-path": "ingester/prepare-shutdown", "grafana.com/prepare-downscale-http-port": "80""#,
+        ),
+    )
+    .await?;
+    stateful_set_settled(&client, &ns, "store", 3).await?;
+    eventually("a downscale prepared", Duration::from_secs(30), || async {
+        // Off the test's thread: the stand-in pods answer on this runtime meanwhile.
+        let namespace = ns.clone();
+        let out =
+            tokio::task::spawn_blocking(move || kubectl_scale(&namespace, "store", 2)).await??;
+        ensure!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(Some(()))
+    })
+    .await?;
+    ensure!(
+        pod_calls.load(Ordering::SeqCst) >= 2,
+        "the refused call and the answered one"
+    );
+    // Only the no-downscale webhook is left registered for the alerts below.
+    drop(prepare_hook);
 
     // Every panel query returns series, or says why it may not.
     for job in [

@@ -349,7 +349,11 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
                 namespace: namespace.clone(),
                 name: args.zone_tracker_config_map_name.clone(),
             }),
-        http: ctx.pod_http(args.pod_timeout, args.pod_address_override.clone()),
+        http: ctx.pod_http(
+            args.pod_timeout,
+            args.pod_address_override.clone(),
+            metrics.pod_calls.clone(),
+        ),
         http_metrics: ctx.http_metrics.clone(),
         metrics: metrics.clone(),
         handler_timeout: server::handler_timeout(args.request_timeout),
@@ -418,9 +422,10 @@ pub async fn serve_webhooks(ctx: Arc<Context>, args: WebhookArgs, metrics: metri
 pub async fn run(common: core_k8s::CommonArgs, args: WebhookArgs) -> core_k8s::Result<()> {
     namespace_selectors(&args.namespace_selector)?;
     let mut registry = Registry::default();
-    let zpdb =
-        metrics::ZpdbMetrics::register(&core_k8s::metrics::metric_prefix(SERVICE), &mut registry);
-    let metrics = metrics::Metrics::register(&mut registry, zpdb);
+    let prefix = core_k8s::metrics::metric_prefix(SERVICE);
+    let zpdb = metrics::ZpdbMetrics::register(&prefix, &mut registry);
+    let pod_calls = core_k8s::http_metrics::PodCallMetrics::register(&prefix, &mut registry);
+    let metrics = metrics::Metrics::register(&mut registry, zpdb, pod_calls);
     core_k8s::runtime::run_service(SERVICE, common, registry, |ctx| {
         serve_webhooks(ctx, args, metrics)
     })

@@ -54,6 +54,9 @@ pub struct Metrics {
     pub review_duration: Family<WebhookLabels, Histogram, fn() -> Histogram>,
     pub certificate_expiry: Gauge,
     pub zpdb: ZpdbMetrics,
+    /// The calls to pods (prepare-downscale), registered by the caller with `zpdb` (the
+    /// rollout-operator's delayed downscale calls pods too).
+    pub pod_calls: core_k8s::http_metrics::PodCallMetrics,
     pub failure_policy: Family<PolicyLabels, Gauge>,
     pub prepare_undo: Family<UndoLabels, Counter>,
     pub certificate_reloads: Family<ReloadLabels, Counter>,
@@ -124,6 +127,7 @@ impl Default for Metrics {
             review_duration: Family::new_with_constructor(duration_histogram),
             certificate_expiry: Gauge::default(),
             zpdb: ZpdbMetrics::default(),
+            pod_calls: core_k8s::http_metrics::PodCallMetrics::default(),
             failure_policy: Family::default(),
             prepare_undo: Family::default(),
             certificate_reloads: Family::default(),
@@ -132,11 +136,16 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Registers the server's metrics; `zpdb` is registered by the caller (the
-    /// rollout-operator counts its own deletions in it too).
-    pub fn register(registry: &mut Registry, zpdb: ZpdbMetrics) -> Self {
+    /// Registers the server's metrics; `zpdb` and `pod_calls` are registered by the caller
+    /// (the rollout-operator counts its own deletions and pod calls in them too).
+    pub fn register(
+        registry: &mut Registry,
+        zpdb: ZpdbMetrics,
+        pod_calls: core_k8s::http_metrics::PodCallMetrics,
+    ) -> Self {
         let metrics = Self {
             zpdb,
+            pod_calls,
             ..Self::default()
         };
         // No prefix: the name kube-state-metrics' custom-resource config gives it, which the

@@ -1,8 +1,9 @@
 //! Metrics of the HTTP servers a service runs (admin and, where there is one, the webhook
 //! server) and of its plain-HTTP calls to pods, with the Grafana rollout-operator's names,
 //! labels and buckets under the service's prefix: `<prefix>_request_duration_seconds`,
-//! `…_request_message_bytes`, `…_response_message_bytes`, `…_inflight_requests`,
-//! `…_pod_http_client_request_duration_seconds`.
+//! `…_request_message_bytes`, `…_response_message_bytes`, `…_inflight_requests`; and, only in
+//! the services that call pods ([`PodCallMetrics`]), `…_pod_http_client_request_duration_seconds`
+//! and `…_client_invalid_cluster_validation_label_requests_total`.
 
 use std::time::Instant;
 
@@ -52,10 +53,55 @@ pub struct HttpMetrics {
     pub request_bytes: Family<RouteLabels, Histogram, fn() -> Histogram>,
     pub response_bytes: Family<RouteLabels, Histogram, fn() -> Histogram>,
     pub inflight: Family<RouteLabels, Gauge>,
-    pub pod_request_duration: Family<RequestLabels, Histogram, fn() -> Histogram>,
+}
+
+/// The metrics of a service's calls to pods (prepare-downscale, delayed downscale), registered
+/// by the services that make such calls (the rollout-operator and the admission-webhook) and
+/// by no other: a service that never calls a pod exports no such series, and its dashboard
+/// has no panel for them.
+#[derive(Clone, Debug)]
+pub struct PodCallMetrics {
+    pub request_duration: Family<RequestLabels, Histogram, fn() -> Histogram>,
     /// Pod calls a cluster-validating server refused (HTTP 511): the pod belongs to another
     /// cluster than `--cluster-validation-label` says.
     pub invalid_cluster_label: Family<ClusterValidationLabels, Counter>,
+}
+
+impl Default for PodCallMetrics {
+    fn default() -> Self {
+        Self {
+            request_duration: Family::new_with_constructor(dskit_histogram),
+            invalid_cluster_label: Family::default(),
+        }
+    }
+}
+
+impl PodCallMetrics {
+    pub fn register(prefix: &str, registry: &mut Registry) -> Self {
+        let metrics = Self::default();
+        registry.register(
+            format!("{prefix}_pod_http_client_request_duration_seconds"),
+            "Time (in seconds) spent waiting for HTTP requests to pods",
+            metrics.request_duration.clone(),
+        );
+        registry.register(
+            format!("{prefix}_client_invalid_cluster_validation_label_requests"),
+            "Requests to pods rejected because of a cluster validation label mismatch",
+            metrics.invalid_cluster_label.clone(),
+        );
+        metrics
+    }
+
+    /// Records one call to a pod; `status` is `None` when no answer came.
+    pub fn observe(&self, path: &str, method: &str, status: Option<u16>, seconds: f64) {
+        self.request_duration
+            .get_or_create(&RequestLabels {
+                path: path.to_string(),
+                method: method.to_string(),
+                status_code: status.map_or_else(|| "error".to_string(), |s| s.to_string()),
+            })
+            .observe(seconds);
+    }
 }
 
 impl HttpMetrics {
@@ -65,8 +111,6 @@ impl HttpMetrics {
             request_bytes: Family::new_with_constructor(size_histogram),
             response_bytes: Family::new_with_constructor(size_histogram),
             inflight: Family::default(),
-            pod_request_duration: Family::new_with_constructor(dskit_histogram),
-            invalid_cluster_label: Family::default(),
         };
         registry.register(
             format!("{prefix}_request_duration_seconds"),
@@ -88,28 +132,7 @@ impl HttpMetrics {
             "Current number of inflight requests",
             metrics.inflight.clone(),
         );
-        registry.register(
-            format!("{prefix}_pod_http_client_request_duration_seconds"),
-            "Time (in seconds) spent waiting for HTTP requests to pods",
-            metrics.pod_request_duration.clone(),
-        );
-        registry.register(
-            format!("{prefix}_client_invalid_cluster_validation_label_requests"),
-            "Requests to pods rejected because of a cluster validation label mismatch",
-            metrics.invalid_cluster_label.clone(),
-        );
         metrics
-    }
-
-    /// Records one call to a pod; `status` is `None` when no answer came.
-    pub fn observe_pod_call(&self, path: &str, method: &str, status: Option<u16>, seconds: f64) {
-        self.pod_request_duration
-            .get_or_create(&RequestLabels {
-                path: path.to_string(),
-                method: method.to_string(),
-                status_code: status.map_or_else(|| "error".to_string(), |s| s.to_string()),
-            })
-            .observe(seconds);
     }
 }
 
@@ -231,7 +254,12 @@ mod tests {
                 .unwrap();
             router.clone().oneshot(request).await.unwrap();
         }
-        metrics.observe_pod_call("/prepare-shutdown", "POST", None, 0.2);
+        PodCallMetrics::register("svc", &mut registry).observe(
+            "/prepare-shutdown",
+            "POST",
+            None,
+            0.2,
+        );
         let text = crate::metrics::encode(&registry).unwrap();
         for line in [
             "svc_request_duration_seconds_count{method=\"POST\",route=\"admission_no_downscale\",status_code=\"200\",ws=\"false\"} 1",

@@ -11,7 +11,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use crate::http_metrics::{ClusterValidationLabels, HttpMetrics};
+use crate::http_metrics::{ClusterValidationLabels, PodCallMetrics};
 
 /// Most calls in flight at once (the anchor's cap).
 pub const MAX_IN_FLIGHT: usize = 32;
@@ -35,7 +35,7 @@ pub struct PodHttp {
     client: Client<HttpConnector, Empty<Bytes>>,
     timeout: Duration,
     address_override: Option<String>,
-    metrics: Option<HttpMetrics>,
+    metrics: Option<PodCallMetrics>,
     /// Sent as `X-Cluster` (`--cluster-validation-label`).
     cluster: Option<String>,
 }
@@ -63,7 +63,7 @@ impl PodHttp {
     }
 
     /// Times every call in `metrics` and sends `cluster` (if any) as the `X-Cluster` header.
-    pub fn instrumented(mut self, metrics: HttpMetrics, cluster: Option<String>) -> Self {
+    pub fn instrumented(mut self, metrics: PodCallMetrics, cluster: Option<String>) -> Self {
         self.metrics = Some(metrics);
         self.cluster = cluster.filter(|c| !c.is_empty());
         self
@@ -124,7 +124,7 @@ impl PodHttp {
             .and_then(|r| r.map_err(|e| format!("{method} {url}: {e}")));
         if let Some(metrics) = &self.metrics {
             let status = result.as_ref().ok().map(|r| r.status);
-            metrics.observe_pod_call(&path, method, status, started.elapsed().as_secs_f64());
+            metrics.observe(&path, method, status, started.elapsed().as_secs_f64());
         }
         let response = result?;
         // A cluster-validating server refuses callers from another cluster with 511.
@@ -337,7 +337,7 @@ mod tests {
         });
         tokio::spawn(async move { axum::serve(listener, app).await });
         let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = HttpMetrics::register("svc", &mut registry);
+        let metrics = PodCallMetrics::register("svc", &mut registry);
         let right = PodHttp::new(Duration::from_secs(2), None)
             .instrumented(metrics.clone(), Some("mimir".into()));
         let url = format!("http://{addr}/ingester/prepare-shutdown");

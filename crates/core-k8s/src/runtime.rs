@@ -379,17 +379,16 @@ impl Context {
             .get_or_make(user, || impersonating(&self.client, user))
     }
 
-    /// The HTTP client for pod endpoints, timed in this process's metrics and carrying
-    /// `--cluster-validation-label`.
+    /// The HTTP client for pod endpoints, timed in `metrics` (which the service registered:
+    /// only services that call pods have them) and carrying `--cluster-validation-label`.
     pub fn pod_http(
         &self,
         timeout: std::time::Duration,
         address_override: Option<String>,
+        metrics: crate::http_metrics::PodCallMetrics,
     ) -> crate::pod_http::PodHttp {
-        crate::pod_http::PodHttp::new(timeout, address_override).instrumented(
-            self.http_metrics.clone(),
-            self.args.cluster_validation_label.clone(),
-        )
+        crate::pod_http::PodHttp::new(timeout, address_override)
+            .instrumented(metrics, self.args.cluster_validation_label.clone())
     }
 
     /// One Api per namespace of `--watch-namespace` for a namespaced kind, or one for all

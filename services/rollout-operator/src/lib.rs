@@ -157,7 +157,11 @@ pub async fn run(
     let webhooks = compat.serve_webhooks.then(|| {
         (
             compat.webhook_args(&pods),
-            admission_server::metrics::Metrics::register(&mut registry, metrics.zpdb.clone()),
+            admission_server::metrics::Metrics::register(
+                &mut registry,
+                metrics.zpdb.clone(),
+                metrics.pod_calls.clone(),
+            ),
         )
     });
     core_k8s::runtime::run_service(SERVICE, args, registry, |ctx| async move {

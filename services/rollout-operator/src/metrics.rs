@@ -53,6 +53,9 @@ pub struct Metrics {
     /// The anchor's zone-aware budget metrics (`rollout_operator_zpdb_*`), shared with the
     /// webhooks this process serves in compatibility mode.
     pub zpdb: admission_server::metrics::ZpdbMetrics,
+    /// Calls to pods (delayed downscale), shared with the webhooks this process serves in
+    /// compatibility mode (prepare-downscale).
+    pub pod_calls: core_k8s::http_metrics::PodCallMetrics,
     /// ZPDB changes seen: `updated`, `ignored` (generation not newer), `invalid`, `deleted`,
     /// `delete-ignored` (the anchor's labels).
     pub zpdb_configurations_observed: Family<ResultLabels, Counter>,
@@ -80,6 +83,10 @@ impl Metrics {
             last_successful_group_reconcile: Family::default(),
             pods_deleted: Counter::default(),
             zpdb: admission_server::metrics::ZpdbMetrics::register(
+                &core_k8s::metrics::metric_prefix(crate::SERVICE),
+                registry,
+            ),
+            pod_calls: core_k8s::http_metrics::PodCallMetrics::register(
                 &core_k8s::metrics::metric_prefix(crate::SERVICE),
                 registry,
             ),

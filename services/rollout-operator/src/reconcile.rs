@@ -351,7 +351,11 @@ pub async fn run(
 
     let mut state = State {
         recent: RecentlyDeleted::default(),
-        pods: ctx.pod_http(pod_args.pod_timeout, pod_args.pod_address_override),
+        pods: ctx.pod_http(
+            pod_args.pod_timeout,
+            pod_args.pod_address_override,
+            metrics.pod_calls.clone(),
+        ),
         settled: HashSet::new(),
         delayed_decisions: HashMap::new(),
     };
