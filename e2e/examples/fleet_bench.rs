@@ -313,7 +313,9 @@ async fn floor_watch(
 }
 
 /// What kube-apiserver has served so far, by verb and resource (`apiserver_request_total`,
-/// every client together: the counter does not say who asked).
+/// every client together: the counter does not say who asked); answers other than 2xx by
+/// their code too (`APPLY deployments 429`): a request sent again after a throttled or failed
+/// attempt counts twice, and this tells such repeats from the deployer's own.
 async fn apiserver_requests(client: &kube::Client) -> Result<BTreeMap<String, f64>> {
     let request = http::Request::get("/metrics").body(Vec::new())?;
     let text = client.request_text(request).await?;
@@ -337,9 +339,13 @@ async fn apiserver_requests(client: &kube::Client) -> Result<BTreeMap<String, f6
             (r, s) if s.is_empty() => r,
             (r, s) => format!("{r}/{s}"),
         };
-        *by_call
-            .entry(format!("{} {resource}", label("verb")))
-            .or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
+        let code = label("code");
+        let call = if code.starts_with('2') || code.is_empty() {
+            format!("{} {resource}", label("verb"))
+        } else {
+            format!("{} {resource} {code}", label("verb"))
+        };
+        *by_call.entry(call).or_insert(0.0) += value.trim().parse::<f64>().unwrap_or(0.0);
     }
     Ok(by_call)
 }
