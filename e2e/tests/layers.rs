@@ -1578,12 +1578,10 @@ spec:
         )
     };
     apply_yaml(&client, &ns, &gate("yes")).await?;
-    let deploy = |release: &'static str| {
-        let (client, layer, yaml) = (client.clone(), layer.clone(), revision_of(release));
-        let ns = ns.clone();
+    // Until the layer is Deployed at another revision than in `before` (its status then).
+    let deployed_after = |release: &'static str, before: serde_json::Value| {
+        let (client, layer) = (client.clone(), layer.clone());
         async move {
-            let before = layer_status(&client, &layer).await.unwrap_or_default();
-            apply_yaml(&client, &ns, &yaml).await?;
             eventually(
                 &format!("layer {layer} Deployed at {release}"),
                 Duration::from_secs(60),
@@ -1594,6 +1592,16 @@ spec:
                 },
             )
             .await
+        }
+    };
+    let deploy = |release: &'static str| {
+        let (client, layer, yaml) = (client.clone(), layer.clone(), revision_of(release));
+        let ns = ns.clone();
+        let deployed_after = &deployed_after;
+        async move {
+            let before = layer_status(&client, &layer).await.unwrap_or_default();
+            apply_yaml(&client, &ns, &yaml).await?;
+            deployed_after(release, before).await
         }
     };
     deploy("r1").await?;
@@ -1633,16 +1641,7 @@ spec:
         )
         .await?;
     apply_yaml(&client, &ns, &gate("yes")).await?;
-    eventually(
-        &format!("layer {layer} Deployed at r3"),
-        Duration::from_secs(60),
-        || async {
-            let status = layer_status(&client, &layer).await?;
-            let new = status["revision"] != before["revision"];
-            Ok((status["state"] == "Deployed" && new).then_some(()))
-        },
-    )
-    .await?;
+    deployed_after("r3", before).await?;
     let sent = applied().await? - applied_before;
     let left = unchanged().await? - unchanged_before;
     assert_eq!(

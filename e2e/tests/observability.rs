@@ -1,13 +1,14 @@
 //! The dashboards and alerts against a real Prometheus. It scrapes the four services (and
 //! kube-apiserver) while they do what the dashboards show: a layer deployed with a dependent,
 //! one pruned object and one failing layer, a drift found and healed, a zone rollout, admission
-//! reviews, a prepare-downscale whose pod call is refused once for its cluster label. Then every query of every dashboard panel, its variables resolved, is evaluated:
-//! one that returns no series fails the test unless `dashboards/e2e-empty.tsv` (written by the
-//! generator) says why it may be empty here (series that exist only once something fails), and
-//! its witness query — series exactly when what the reason rules out did happen — is empty too,
-//! so a wrong query is never excused by a reason. Last, alerts are driven to fire for real
-//! (with every `for` set to 0 s): a failing layer, a webhook stopped under `failurePolicy: Fail`
-//! while kube-apiserver keeps calling it, and a service whose every replica is gone.
+//! reviews, a prepare-downscale whose pod call is refused once for its cluster label. Then every
+//! query of every dashboard panel, its variables resolved, is evaluated: one that returns no
+//! series fails the test unless `dashboards/e2e-empty.tsv` (written by the generator) says why
+//! it may be empty here (series that exist only once something fails), and its witness query —
+//! series exactly when what the reason rules out did happen — is empty too, so a wrong query is
+//! never excused by a reason. Last, alerts are driven to fire for real (with every `for` set to
+//! 0 s): a failing layer, a webhook stopped under `failurePolicy: Fail` while kube-apiserver
+//! keeps calling it, and a service whose every replica is gone.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail loudly by design
 
