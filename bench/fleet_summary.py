@@ -164,6 +164,20 @@ the same run; times are medians (ranges where they vary).
     docs_section.write("fleet-summary", body, "docs/scaling.md")
 
 
+def controller_flags(args):
+    # The flags a run gave the layer-controller beyond the ones every run passes (its selector,
+    # the source namespace, no leader election), as written in its result.
+    words, kept, skip = args.split(), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("--layer-selector", "--default-source-namespace"):
+            skip = True
+        elif w != "--leader-elect=false":
+            kept.append(w)
+    return " ".join(kept)
+
+
 def large(large_path, direct_path):
     runs, direct = load(large_path), load(direct_path)
     alone = plane_alone(direct)
@@ -184,6 +198,11 @@ def large(large_path, direct_path):
                     f"{(r['controller_peak_rss_kib'] - r['controller_idle_rss_kib']) / n:.1f} KiB per layer over "
                     f"{r['controller_idle_rss_kib'] / 1024:.0f} MiB idle; sockets: peak {r['controller_peak_sockets']}, "
                     f"{r['controller_sockets_at_end']} at the end.")
+        flags = controller_flags(r.get("controller_args", ""))
+        sent = [f"{r[k]:.2f} in the {rnd} round" for rnd, k in (("create", "applied_objects_per_layer_create"),
+                                                             ("upgrade", "applied_objects_per_layer_upgrade")) if k in r]
+        said.append(f"The layer-controller ran with {'`' + flags + '`' if flags else 'its default flags'}; "
+                    f"objects applied per layer (of 4): {', '.join(sent) if sent else 'not recorded'}.")
         cpu = r.get("cpu_seconds_create") or {}
         if cpu:
             by = ", ".join(f"{k} {v:.0f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]) if v >= 0.5)
@@ -203,8 +222,8 @@ def large(large_path, direct_path):
 
 Command: `BENCH_ONLY=fleet-large bench/run.sh` (`BENCH_FLEET_LARGE_SIZE`, default 10000;
 `BENCH_FLEET_LARGE_QPS`, default 200): one run of the plane alone and one of the
-layer-controller (release build, default flags, no drift-observer), each on a fresh plane,
-the apps as in the *fleet* section. Written by `bench/fleet_summary.py`.
+layer-controller (release build, no drift-observer; its flags are below), each on a fresh
+plane, the apps as in the *fleet* section. Written by `bench/fleet_summary.py`.
 
 | layers | KCM QPS | round | plane alone | layer-controller | its last Deployment applied | ÷ plane alone | controller CPU per layer |
 |---:|---:|---|---:|---:|---:|---:|---:|

@@ -781,6 +781,13 @@ def extra_flags(args):
         elif w != "--leader-elect=false":
             kept.append(w)
     return " ".join(kept)
+# The driver sets --sync-period to the layers' interval unless told otherwise; say so from the
+# flags each run really had.
+syncs = sorted({flag_value(a, '--sync-period', '1m') for a in args_seen})
+sync_text = (f" (`--sync-period` {', '.join(syncs)}: the layers' own `interval` is 1h, and the default "
+             "1m would re-apply in full, within one round, every layer deployed more than a minute "
+             "earlier, while Flux's Kustomizations here re-apply at their 60 m interval)"
+             if syncs and all(x != '1m' for x in syncs) else "")
 flags_text = "; ".join(sorted({
     f"`--concurrent` {flag_value(a, '--concurrent', '10')}, `--client-max-in-flight` {flag_value(a, '--client-max-in-flight', '32')}"
     + (f" (extra flags: `{extra_flags(a)}`)" if extra_flags(a) else "")
@@ -863,7 +870,7 @@ Command: `make bench` (this part alone: `BENCH_ONLY=fleet bench/run.sh`; sizes a
 limits from `BENCH_FLEET_SIZES="{sys.argv[4]}"` and `BENCH_FLEET_QPS="{sys.argv[3]}"`); {sys.argv[2]}
 run(s) per row, each on a fresh local control plane, {datetime.date.today().isoformat()}, the tree at
 {os.environ.get("STRATA_BENCH_COMMIT", "an unknown commit")}. Release
-controller, one replica per shard, {flags_text}; the driver
+controller, one replica per shard, {flags_text}{sync_text}; the driver
 (this benchmark's own process, on the same two cores) an optimized build. Per app: a namespace,
 its own OCIRepository (Flux's CRD; the artifact served by a local HTTP server, its status
 written as source-controller writes it), a ServiceAccount the layer acts as (impersonation)
