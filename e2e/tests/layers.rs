@@ -86,6 +86,51 @@ fn cm(ns: &str, name: &str) -> String {
     )
 }
 
+/// A ConfigMap `gate` in `ns` with `data.ready: <ready>`: a prerequisite the tests open
+/// ("yes") and close.
+fn gate_cm(ns: &str, ready: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{ready: \"{ready}\"}}\n"
+    )
+}
+
+/// A layer's `prereqs` (appended to its spec): the ConfigMap `gate` of [`gate_cm`], ready
+/// when open.
+fn gated(ns: &str) -> String {
+    format!(
+        "  prereqs:\n    objects:\n    - {{apiVersion: v1, kind: ConfigMap, name: gate, namespace: {ns}, readyExpr: \"dep.data.ready == 'yes'\"}}\n"
+    )
+}
+
+/// Until `layer` reports itself blocked by the ConfigMap `gate`.
+async fn wait_blocked_by_gate(client: &Client, layer: &str, what: &str) -> Result<()> {
+    eventually(what, Duration::from_secs(30), || async {
+        let status = layer_status(client, layer).await?;
+        Ok(status["blockedBy"]
+            .to_string()
+            .contains("gate")
+            .then_some(()))
+    })
+    .await
+}
+
+/// A user's edit of the ConfigMap `settings` in `ns` (`data.k: edited`, as another field
+/// manager); returns the ConfigMaps of `ns`.
+async fn edit_settings(
+    client: &Client,
+    ns: &str,
+) -> Result<Api<k8s_openapi::api::core::v1::ConfigMap>> {
+    let configmaps = Api::namespaced(client.clone(), ns);
+    configmaps
+        .patch(
+            "settings",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "edited"}})),
+        )
+        .await?;
+    Ok(configmaps)
+}
+
 fn deployment(ns: &str, name: &str, ready: bool) -> String {
     let fake = if ready {
         ""
@@ -1566,17 +1611,14 @@ spec:
                 ),
             ),
         ];
-        // Every revision has the gate below as a prerequisite (open until r3).
+        // Every revision has the gate as a prerequisite (open until r3).
         format!(
-            "{}  prereqs:\n    objects:\n    - {{apiVersion: v1, kind: ConfigMap, name: gate, namespace: {ns}, readyExpr: \"dep.data.ready == 'yes'\"}}\n",
-            configmap_layer(&ns, "app", "10m", &files)
+            "{}{}",
+            configmap_layer(&ns, "app", "10m", &files),
+            gated(&ns)
         )
     };
-    let gate = |ready: &str| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: gate, namespace: {ns}}}\ndata: {{ready: \"{ready}\"}}\n"
-        )
-    };
+    let gate = |ready: &str| gate_cm(&ns, ready);
     apply_yaml(&client, &ns, &gate("yes")).await?;
     // Until the layer is Deployed at another revision than in `before` (its status then).
     let deployed_after = |release: &'static str, before: serde_json::Value| {
@@ -1619,27 +1661,8 @@ spec:
     let (applied_before, unchanged_before) = (applied().await?, unchanged().await?);
     let before = layer_status(&client, &layer).await?;
     apply_yaml(&client, &ns, &revision_of("r3")).await?;
-    eventually(
-        "r3 blocked by its gate",
-        Duration::from_secs(30),
-        || async {
-            let status = layer_status(&client, &layer).await?;
-            Ok(status["blockedBy"]
-                .to_string()
-                .contains("gate")
-                .then_some(()))
-        },
-    )
-    .await?;
-    let configmaps: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(client.clone(), &ns);
-    configmaps
-        .patch(
-            "settings",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"data": {"k": "edited"}})),
-        )
-        .await?;
+    wait_blocked_by_gate(&client, &layer, "r3 blocked by its gate").await?;
+    let configmaps = edit_settings(&client, &ns).await?;
     apply_yaml(&client, &ns, &gate("yes")).await?;
     deployed_after("r3", before).await?;
     let sent = applied().await? - applied_before;
@@ -1660,6 +1683,106 @@ spec:
         Some("v"),
         "the edited ConfigMap was not applied again"
     );
+    cleanup(&client, &ns, &["app"], controller).await;
+    Ok(())
+}
+
+/// A Deployed layer's re-apply for `--sync-period` (1 s here) sends only the objects its
+/// watches do not know unchanged since this controller applied them: none while nobody edits
+/// them, the edited one after an edit (which it heals). Its own interval still sends every
+/// object (the account's rights and the admission chain asked again).
+#[tokio::test]
+async fn a_sync_re_apply_sends_only_what_changed() -> Result<()> {
+    use strata_e2e::flux::configmap_layer;
+    let client = cluster().client().await?;
+    let ns = TestNamespace::create(&client, "resync").await?;
+    let ns = ns.name.clone();
+    install_layer_crds(&client, &ns).await?;
+    let controller = start_layer_service(
+        "layer-controller",
+        &ns,
+        &["--health-poll", "1h", "--sync-period", "1s"],
+    )?;
+    let layer = format!("{ns}-app");
+    let by_layer = format!("layer=\"{layer}\"");
+    let by_layer = [by_layer.as_str()];
+    let applied = || controller.metric("layer_controller_applied_objects_total", &by_layer);
+    let unchanged = || controller.metric("layer_controller_unchanged_objects_total", &by_layer);
+    // Until `unchanged` has counted `syncs` more re-applies that left both ConfigMaps unsent.
+    let syncs_leaving_both = |syncs: f64| async move {
+        let from = unchanged().await?;
+        eventually(
+            &format!("{syncs} sync re-applies leaving both ConfigMaps unsent"),
+            Duration::from_secs(30),
+            || async { Ok((unchanged().await? >= from + 2.0 * syncs).then_some(())) },
+        )
+        .await
+    };
+    let gate = |ready: &str| gate_cm(&ns, ready);
+    // The layer first waits on a closed gate, which starts the ConfigMap watch: its own
+    // ConfigMaps are then applied while their kind is watched, and remembered as applied.
+    apply_yaml(&client, &ns, &gate("no")).await?;
+    let files = [
+        ("a.yaml", cm(&ns, "settings")),
+        ("b.yaml", cm(&ns, "extra")),
+    ];
+    let yaml = format!(
+        "{}{}",
+        configmap_layer(&ns, "app", "10m", &files),
+        gated(&ns)
+    );
+    apply_yaml(&client, &ns, &yaml).await?;
+    wait_blocked_by_gate(&client, &layer, "the layer blocked by its gate").await?;
+    apply_yaml(&client, &ns, &gate("yes")).await?;
+    wait_state(&client, &layer, "Deployed", Duration::from_secs(60)).await?;
+
+    // Nobody edits them: three syncs send nothing.
+    let sent = applied().await?;
+    syncs_leaving_both(3.0).await?;
+    assert_eq!(
+        applied().await? - sent,
+        0.0,
+        "a sync re-apply sent an object nobody changed since it was applied"
+    );
+
+    // A user edits one: the next sync sends it (healing the edit), and only it.
+    let configmaps = edit_settings(&client, &ns).await?;
+    eventually("the edit healed", Duration::from_secs(30), || async {
+        let settings = configmaps.get("settings").await?;
+        let k = settings.data.unwrap_or_default().get("k").cloned();
+        Ok((k.as_deref() == Some("v")).then_some(()))
+    })
+    .await?;
+    eventually(
+        "the healing apply counted",
+        Duration::from_secs(10),
+        || async { Ok((applied().await? > sent).then_some(())) },
+    )
+    .await?;
+    // Healed and remembered as applied: later syncs leave it unsent again.
+    syncs_leaving_both(2.0).await?;
+    assert_eq!(
+        applied().await? - sent,
+        1.0,
+        "expected the edited ConfigMap alone sent again"
+    );
+
+    // Its own interval (3 s now, a new attempt) sends every object, sync or not.
+    let layers: Api<AddonsLayer> = Api::all(client.clone());
+    layers
+        .patch(
+            &layer,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"interval": "3s"}})),
+        )
+        .await?;
+    let before = applied().await?;
+    eventually(
+        "two interval re-applies sending both ConfigMaps",
+        Duration::from_secs(30),
+        || async { Ok((applied().await? >= before + 4.0).then_some(())) },
+    )
+    .await?;
     cleanup(&client, &ns, &["app"], controller).await;
     Ok(())
 }

@@ -35,7 +35,10 @@ pub use self::readiness::{
     Outcome, compile_ready_expr, inventory_health, object_status, outcome, ready_by_expr,
     ready_reason,
 };
-pub use self::spec::{effective_interval, orphan_grace, spec_errors, timing, timing_or_default};
+pub use self::spec::{
+    effective_interval, orphan_grace, resync_sends_only_changed, spec_errors, timing,
+    timing_or_default,
+};
 pub use self::status::{KRAAN_HELMRELEASE_KIND, conditions, kraan_resources, state_since};
 pub use self::why::{WhyBlocker, WhyLayer, render_why, waiting_on, why};
 pub use crate::manifest::prepare_manifest;

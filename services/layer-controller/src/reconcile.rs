@@ -174,6 +174,10 @@ type Attempt = (String, Option<i64>);
 struct Memory {
     /// The attempt (revision, generation) last fully applied, and when.
     applied: Option<((String, Option<i64>), Instant)>,
+    /// When an apply last sent every object of the layer, none left out as unchanged: a
+    /// sync-period re-apply within the layer's interval since then sends only what changed
+    /// (see `plan::resync_sends_only_changed`).
+    all_sent: Option<Instant>,
     blocked_since: Option<Instant>,
     attempt_started: Option<Instant>,
     /// The attempt whose manifests were last kept for rollback, and what the Secret held

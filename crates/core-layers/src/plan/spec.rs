@@ -18,6 +18,25 @@ pub fn effective_interval(layer_interval: Duration, sync_period: Duration) -> Du
     }
 }
 
+/// Whether a Deployed layer's periodic re-apply of the same attempt may leave out the objects
+/// its watches know unchanged since this controller applied them exactly so: the re-apply is
+/// due to `sync_period`, not to the layer's own interval, which has not passed since every
+/// object was last sent (`since_all_sent`; `None`: not known, as after a restart). Kraan's
+/// sync period re-applies only what differs from the cluster (it reads every object to tell),
+/// and Flux re-applies at the interval alone; sending a thousand layers' unchanged objects
+/// every minute only makes kube-apiserver find, in full, that nothing changed. The interval
+/// still sends every object, so the account's rights and the admission chain are asked again
+/// at least that often.
+pub fn resync_sends_only_changed(
+    since_all_sent: Option<Duration>,
+    layer_interval: Duration,
+    sync_period: Duration,
+) -> bool {
+    since_all_sent.is_some_and(|ago| {
+        !sync_period.is_zero() && sync_period < layer_interval && ago < layer_interval
+    })
+}
+
 /// How long an object that left a layer waits, orphaned, for another layer to adopt it: the
 /// `--orphan-grace` flag when given, else the interval of the layer it left (Kraan).
 pub fn orphan_grace(flag: Option<Duration>, layer_interval: Duration) -> Duration {
@@ -260,6 +279,50 @@ mod tests {
             ("zero sync period: interval alone", s(300), s(0), s(300)),
         ] {
             assert_eq!(effective_interval(interval, sync), want, "{case}");
+        }
+        for (case, since_all_sent, interval, sync, want) in [
+            (
+                "a sync within the interval",
+                Some(s(90)),
+                s(300),
+                s(60),
+                true,
+            ),
+            (
+                "the interval has passed: every object",
+                Some(s(300)),
+                s(300),
+                s(60),
+                false,
+            ),
+            (
+                "never all sent (a restart): every object",
+                None,
+                s(300),
+                s(60),
+                false,
+            ),
+            (
+                "interval shorter than the sync period",
+                Some(s(5)),
+                s(10),
+                s(60),
+                false,
+            ),
+            (
+                "interval equal to the sync period",
+                Some(s(30)),
+                s(60),
+                s(60),
+                false,
+            ),
+            ("no sync period", Some(s(30)), s(300), s(0), false),
+        ] {
+            assert_eq!(
+                resync_sends_only_changed(since_all_sent, interval, sync),
+                want,
+                "{case}"
+            );
         }
         for (case, flag, interval, want) in [
             (

@@ -159,15 +159,29 @@ pub(super) async fn apply_layer(
     super::rollback::keep_revision(ctx, shared, layer, &revision, &manifests).await?;
 
     // A new attempt sends only the applies that change something (see
-    // `unchanged_since_applied`); a re-apply of the same attempt (the interval, a reconcile
-    // request, a retry after a failure) sends every one, so that the account's rights and the
-    // admission chain are asked again.
-    let skip_unchanged = !same_attempt && !requested && rules.is_kstatus();
+    // `unchanged_since_applied`), and so does a Deployed layer's re-apply for `--sync-period`
+    // while its own interval has not passed since every object was last sent. Any other
+    // re-apply of the same attempt (the interval, a reconcile request, a retry after a
+    // failure) sends every one, so that the account's rights and the admission chain are
+    // asked again.
+    let since_all_sent = lock(&shared.memory)
+        .get(&name)
+        .and_then(|m| m.all_sent)
+        .map(|at| at.elapsed());
+    let resync = same_attempt
+        && previous_state == state::DEPLOYED
+        && plan::resync_sends_only_changed(
+            since_all_sent,
+            plan::timing_or_default(layer).0,
+            shared.args.sync_period,
+        );
+    let skip_unchanged = (!same_attempt || resync) && !requested && rules.is_kstatus();
     // CRDs and Namespaces first, then the rest in kind order.
     let Staged {
         mut inventory,
         versions,
         failures,
+        left_unsent,
     } = apply_stages(
         &access,
         shared,
@@ -190,10 +204,14 @@ pub(super) async fn apply_layer(
         );
         return super::rollback::after_attempt(layer, ctx, shared, pass, interval, timeout).await;
     }
-    lock(&shared.memory)
-        .entry(name.clone())
-        .or_default()
-        .applied = Some((attempt_key, Instant::now()));
+    {
+        let mut memory = lock(&shared.memory);
+        let memory = memory.entry(name.clone()).or_default();
+        memory.applied = Some((attempt_key, Instant::now()));
+        if left_unsent == 0 {
+            memory.all_sent = Some(Instant::now());
+        }
+    }
 
     // Prune what left the layer, now that the whole desired set is applied.
     let prune_wait = prune_left(
@@ -419,11 +437,12 @@ pub(super) async fn claims(
 }
 
 /// What the staged apply left: the entries applied (or left unchanged), the versions they
-/// were judged at, and the failures.
+/// were judged at, the failures, and how many objects were left unsent as unchanged.
 pub(super) struct Staged {
     pub(super) inventory: Vec<InventoryEntry>,
     pub(super) versions: JudgedVersions,
     pub(super) failures: Vec<String>,
+    pub(super) left_unsent: usize,
 }
 
 /// Stage 1, CRDs and Namespaces, waited on (up to a minute) before anything that may need
@@ -453,10 +472,11 @@ pub(super) async fn apply_stages(
     let mut inventory = Vec::new();
     let mut versions = JudgedVersions::new();
     let mut failures = Vec::new();
+    let mut left_unsent = 0;
     definitions.sort_by_key(|(i, _)| plan::apply_key(&desired[*i], Stage::Definitions));
     // CRDs first, when the layer has any (no empty apply span otherwise).
     if !definitions.is_empty() {
-        apply_all(
+        left_unsent += apply_all(
             access,
             shared,
             &name,
@@ -497,7 +517,7 @@ pub(super) async fn apply_stages(
         if failures.is_empty() {
             let ordered: Vec<(usize, Value)> =
                 ordered.into_iter().map(|(_, i, v)| (i, v)).collect();
-            apply_all(
+            left_unsent += apply_all(
                 access,
                 shared,
                 &name,
@@ -516,6 +536,7 @@ pub(super) async fn apply_stages(
         inventory,
         versions,
         failures,
+        left_unsent,
     })
 }
 
@@ -597,7 +618,7 @@ enum ObjectApply {
 
 /// Applies manifests in the given order, four at a time, recording inventory entries and
 /// failures (`file: document N: object: error`); with `skip_unchanged`, the objects whose
-/// apply would change nothing are left as they stand.
+/// apply would change nothing are left as they stand. Returns how many were.
 #[tracing::instrument(
     name = "layer.apply",
     skip_all,
@@ -615,8 +636,9 @@ async fn apply_all(
     inventory: &mut Vec<InventoryEntry>,
     versions: &mut JudgedVersions,
     failures: &mut Vec<String>,
-) {
+) -> usize {
     let now = Timestamp::now();
+    let mut left_unsent = 0;
     let started = Instant::now();
     // Collected first: a lazily mapped iterator held across the await trips the compiler's
     // higher-ranked Send check.
@@ -651,6 +673,7 @@ async fn apply_all(
     for (m, remembered, applied) in results {
         let applied = match applied {
             ObjectApply::Unchanged(entry, version) => {
+                left_unsent += 1;
                 shared.metrics.count_unchanged(layer);
                 versions.insert(judged_key(&entry), version);
                 inventory.push(entry);
@@ -702,6 +725,7 @@ async fn apply_all(
             Err(e) => failures.push(format!("{}: {}: {e}", m.origin, m.object)),
         }
     }
+    left_unsent
 }
 
 fn with_type(mut value: Value, api_version: &str, kind: &str) -> Value {

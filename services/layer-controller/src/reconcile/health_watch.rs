@@ -22,7 +22,8 @@
 //! (as does a re-check with no event behind it, while the watch has shown no other version).
 //! A deletion, a relist or a watch that is not live makes it read.
 //!
-//! The same watches spare a new attempt the applies that would change nothing: each object
+//! The same watches spare a new attempt (and a Deployed layer's re-apply for the sync period,
+//! see `plan::resync_sends_only_changed`) the applies that would change nothing: each object
 //! this controller applies to a watched kind is remembered with the version its apply left it
 //! at and a fingerprint of what was applied (manifest, field manager, acting user). While the
 //! watch stays live and shows no other version, applying the same again is a no-op by

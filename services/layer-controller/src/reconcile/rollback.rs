@@ -493,6 +493,7 @@ async fn restore(
         mut inventory,
         versions,
         failures,
+        ..
     } = apply_stages(
         &access,
         shared,
