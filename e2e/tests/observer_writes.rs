@@ -163,18 +163,23 @@ spec:
     );
 
     // The dry-run identity: a real write refused, naming it and the object; a dry run passes.
-    let out = eventually(
+    // Each try creates another ConfigMap: one created before the policy was active would make
+    // the next try of the same name fail as a duplicate, not by the policy.
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    let (name_tried, out) = eventually(
         "the policy refuses the dry-run identity's real create",
         Duration::from_secs(30),
         || async {
-            let (written, out) = create_map(false, "after-the-policy")?;
-            Ok((!written).then_some(out))
+            let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let map = format!("after-the-policy-{n}");
+            let (written, out) = create_map(false, &map)?;
+            Ok((!written).then_some((map, out)))
         },
     )
     .await?;
     ensure!(
         out.contains(&format!(
-            "drift-observer dry-run identity ({identity}): makes dry runs only; refused: CREATE of configmaps {ns}/after-the-policy"
+            "drift-observer dry-run identity ({identity}): makes dry runs only; refused: CREATE of configmaps {ns}/{name_tried}"
         )),
         "{out}"
     );
