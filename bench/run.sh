@@ -770,17 +770,8 @@ def flag_value(args, flag, default):
         if w == flag and i + 1 < len(words):
             return words[i + 1]
     return default
-def extra_flags(args):
-    # What BENCH_LAYER_CONTROLLER_ARGS added to the flags every run passes (selector, namespace).
-    words, kept, skip = args.split(), [], False
-    for w in words:
-        if skip:
-            skip = False
-        elif w in ("--layer-selector", "--default-source-namespace"):
-            skip = True
-        elif w != "--leader-elect=false":
-            kept.append(w)
-    return " ".join(kept)
+# What BENCH_LAYER_CONTROLLER_ARGS added to the flags every run passes (selector, namespace).
+extra_flags = fleet_summary.controller_flags
 # The driver sets --sync-period to the layers' interval unless told otherwise; say so from the
 # flags each run really had.
 syncs = sorted({flag_value(a, '--sync-period', '1m') for a in args_seen})
