@@ -80,18 +80,40 @@ impl Folds {
 /// How long a repeated Event is folded into the last one.
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct EventKey {
+/// What makes two Events the same series: the object they regard (uid, kind, namespace,
+/// name), type, reason, action and note.
+#[derive(Hash)]
+struct EventIdentity<'a> {
     regarding: (
-        Option<String>,
-        Option<String>,
-        Option<String>,
-        Option<String>,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
     ),
-    type_: &'static str,
-    reason: String,
-    action: String,
-    note: String,
+    type_: &'a str,
+    reason: &'a str,
+    action: &'a str,
+    note: &'a str,
+}
+
+/// An [`EventIdentity`] as the folds remember it: a 128-bit fingerprint, not the text. A
+/// fleet keeps an entry per layer and round for [`SERIES_WINDOW`], and the notes themselves
+/// made most of a thousand layers' 1.5 MB of fold keys. Two different Events sharing one
+/// (for 10^5 keys at once, a chance in 10^28) would fold a count into the wrong series.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct EventKey(u64, u64);
+
+impl EventKey {
+    fn of(identity: &EventIdentity<'_>) -> Self {
+        use std::hash::{DefaultHasher, Hash, Hasher};
+        let half = |salt: u8| {
+            let mut hasher = DefaultHasher::new();
+            salt.hash(&mut hasher);
+            identity.hash(&mut hasher);
+            hasher.finish()
+        };
+        Self(half(0), half(1))
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -149,18 +171,18 @@ impl EventPublisher {
             regarding.namespace.as_deref().unwrap_or(""),
             regarding.name.as_deref().unwrap_or("")
         );
-        let key = EventKey {
+        let key = EventKey::of(&EventIdentity {
             regarding: (
-                regarding.uid.clone(),
-                regarding.kind.clone(),
-                regarding.namespace.clone(),
-                regarding.name.clone(),
+                regarding.uid.as_deref(),
+                regarding.kind.as_deref(),
+                regarding.namespace.as_deref(),
+                regarding.name.as_deref(),
             ),
             type_,
-            reason: reason.to_string(),
-            action: action.to_string(),
-            note: note.clone(),
-        };
+            reason,
+            action,
+            note: &note,
+        });
         let now = Timestamp::now();
         let window = SignedDuration::try_from(SERIES_WINDOW).unwrap_or(SignedDuration::MAX);
         let repeat = {
@@ -233,12 +255,14 @@ mod tests {
 
     #[test]
     fn a_repeat_folds_only_within_the_window_and_old_ones_are_swept() {
-        let key = |note: &str| EventKey {
-            regarding: (None, Some("AddonsLayer".into()), None, Some(note.into())),
-            type_: "Normal",
-            reason: "Deployed".into(),
-            action: "Reconcile".into(),
-            note: note.into(),
+        let key = |note: &str| {
+            EventKey::of(&EventIdentity {
+                regarding: (None, Some("AddonsLayer"), None, Some(note)),
+                type_: "Normal",
+                reason: "Deployed",
+                action: "Reconcile",
+                note,
+            })
         };
         let published = |at: Timestamp| Published {
             name: "e".into(),

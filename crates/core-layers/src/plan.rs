@@ -26,7 +26,7 @@ pub use self::gate::{
     Gate, GateInputs, ShardScope, close_over_dependencies, dependencies_of, dependency_graph,
     dependents, gate,
 };
-pub use self::health::layer_rules;
+pub use self::health::{layer_rules, watched_recheck};
 pub use self::prune::{
     LiveOwnership, PrunePlan, StaleObject, orphaned_label_value, ownership_conflicts,
     parse_orphaned_label, prune_plan,

@@ -161,14 +161,17 @@ pub fn unpack(bytes: &[u8], limits: &Limits) -> Result<Files, LayerError> {
         if !entry.header().entry_type().is_file() || path.is_empty() {
             continue;
         }
-        total += entry.header().size().unwrap_or(0);
+        let size = entry.header().size().unwrap_or(0);
+        total += size;
         if total > limits.max_unpacked_bytes {
             return Err(LayerError::Artifact(format!(
                 "unpacked content exceeds {} bytes",
                 limits.max_unpacked_bytes
             )));
         }
-        let mut data = Vec::new();
+        // Sized from the header: growing by doubling left up to half of each file unused, and
+        // unpacked sources stay cached (one per source and revision).
+        let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
         (&mut entry)
             .take(limits.max_unpacked_bytes + 1)
             .read_to_end(&mut data)

@@ -974,7 +974,7 @@ pub(super) async fn judge(
             super::rollback::Next::Prune => prune_wait.map_or(interval, |w| w.min(interval)),
             super::rollback::Next::Health => {
                 let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
-                next_health_check(shared, &name, &desired, &observed, remaining).await
+                next_health_check(shared, &name, &desired, &observed, (elapsed, remaining)).await
             }
         };
         let report = Report {
@@ -1041,7 +1041,8 @@ pub(super) async fn judge(
         ),
         Outcome::Waiting(message) => {
             let remaining = timeout.saturating_sub(elapsed) + Duration::from_secs(1);
-            let next = next_health_check(shared, &name, &desired, &observed, remaining).await;
+            let next =
+                next_health_check(shared, &name, &desired, &observed, (elapsed, remaining)).await;
             // A new layer's first state waits for the attempt to settle, a little; not when a
             // reconcile request waits for its answer in the status.
             let attempt = (revision.clone(), layer.metadata.generation);
@@ -1075,18 +1076,17 @@ pub(super) async fn judge(
     Ok(Pass::report(report, action))
 }
 
-/// A layer still waiting checks again when one of its objects changes, with a long poll as the
-/// safety net (no later than its timeout); every `--health-poll` where a change could go
-/// unseen: a kind not watched (yet), or rules that judge pods.
+/// A layer still waiting checks again when one of its objects changes, with a poll that grows
+/// with the wait as the safety net (`plan::watched_recheck`, no later than its timeout); every
+/// `--health-poll` where a change could go unseen: a kind not watched (yet), or rules that
+/// judge pods.
 async fn next_health_check(
     shared: &Shared,
     name: &str,
     desired: &[InventoryEntry],
     observed: &Observed,
-    remaining: Duration,
+    (waited, remaining): (Duration, Duration),
 ) -> Duration {
-    /// The poll of a layer whose objects are all watched: lost events, a watch restarted.
-    const SAFETY_NET: Duration = Duration::from_secs(30);
     let poll = shared.args.health_poll;
     if observed.judges_pods {
         return poll;
@@ -1115,7 +1115,7 @@ async fn next_health_check(
         });
     }
     match shared.health.wait_for(name, &awaited, observed.at) {
-        Wakeup::Watched => SAFETY_NET.min(remaining).max(poll),
+        Wakeup::Watched => plan::watched_recheck(waited, remaining, poll),
         Wakeup::Changed => Duration::from_millis(100),
         Wakeup::Polled => poll,
     }

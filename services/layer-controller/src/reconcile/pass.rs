@@ -185,13 +185,14 @@ async fn pass(held: &Arc<AddonsLayer>, ctx: &Context, shared: &Shared) -> Result
     }
     let mut prereq_poll = OBJECT_PREREQ_POLL;
     if let Gate::Blocked { .. } = gate {
-        lock(&shared.memory)
+        let blocked_since = *lock(&shared.memory)
             .entry(name.clone())
             .or_default()
             .blocked_since
             .get_or_insert_with(Instant::now);
         if !layer.spec.prereqs.objects.is_empty() {
-            prereq_poll = watch_prereqs(layer, shared, &objects, read_at).await;
+            let waited = blocked_since.elapsed();
+            prereq_poll = watch_prereqs(layer, shared, &objects, (read_at, waited)).await;
         }
     }
     Ok(refusal(layer, gate, interval, prereq_poll))
@@ -199,17 +200,14 @@ async fn pass(held: &Arc<AddonsLayer>, ctx: &Context, shared: &Shared) -> Result
 
 /// Registers a blocked layer's prerequisite objects with the kind watches (`health_watch`): a
 /// change of one (created, edited, deleted) wakes the layer, and the poll is only a safety net
-/// — or, while some kind is not watched yet (or not served), the 5 s poll. Returns when to
-/// look again.
+/// growing with how long the layer has `waited` (`plan::watched_recheck`) — or, while some
+/// kind is not watched yet (or not served), the 5 s poll. Returns when to look again.
 async fn watch_prereqs(
     layer: &AddonsLayer,
     shared: &Shared,
     objects: &[Option<(core_status::Status, String)>],
-    read_at: Instant,
+    (read_at, waited): (Instant, Duration),
 ) -> Duration {
-    /// The poll of a layer whose prerequisite objects are all watched (lost events, a watch
-    /// restarted), or `--health-poll` when longer.
-    const SAFETY_NET: Duration = Duration::from_secs(30);
     let mut awaited = Vec::with_capacity(layer.spec.prereqs.objects.len());
     for (i, wanted) in layer.spec.prereqs.objects.iter().enumerate() {
         let Ok((resolved, namespace)) = layer_reader::prereqs::locate(&shared.reader, wanted).await
@@ -230,7 +228,9 @@ async fn watch_prereqs(
         });
     }
     match shared.health.wait_for(&layer.name_any(), &awaited, read_at) {
-        super::health_watch::Wakeup::Watched => SAFETY_NET.max(shared.args.health_poll),
+        super::health_watch::Wakeup::Watched => {
+            plan::watched_recheck(waited, Duration::MAX, shared.args.health_poll)
+        }
         super::health_watch::Wakeup::Changed => Duration::from_millis(100),
         super::health_watch::Wakeup::Polled => OBJECT_PREREQ_POLL,
     }
