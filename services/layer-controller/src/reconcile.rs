@@ -248,7 +248,7 @@ pub async fn run(ctx: Arc<Context>, args: LayerArgs, metrics: Metrics) {
         // A layer leaves this replica's watch when it is deleted or relabelled into another
         // shard: its series go with it, so exactly one shard reports each layer.
         .inspect({
-            let gate_seen: Mutex<HashMap<String, String>> = Mutex::default();
+            let gate_seen: Mutex<HashMap<String, (u64, u64)>> = Mutex::default();
             let wake_dependents = move |changed: &AddonsLayer| {
                 if gate_relevant_change(changed, &gate_seen) {
                     for dependent in wake_on_layer_change(changed, &by_dependency) {

@@ -23,13 +23,23 @@ use crate::lock;
 /// How many of a layer's latest versions the watch showed are remembered.
 const RECENT: usize = 4;
 
-/// What is known of one layer's versions.
+/// What is known of one layer's versions, each kept as a hash of its text ([`version_key`]):
+/// only compared, and a layer's five version strings were most of this map's size.
 #[derive(Debug, Default)]
 struct Versions {
-    /// Our last write, while the watch has not shown it (empty: a write without a version).
-    unseen: Option<String>,
+    /// Our last write, while the watch has not shown it (the empty text: a write without a
+    /// version).
+    unseen: Option<u64>,
     /// The latest versions the watch showed, oldest first.
-    recent: VecDeque<String>,
+    recent: VecDeque<u64>,
+}
+
+/// A resource version as [`Versions`] keeps it.
+fn version_key(version: &str) -> u64 {
+    use std::hash::{DefaultHasher, Hash, Hasher};
+    let mut hasher = DefaultHasher::new();
+    version.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Layer name → our last write of it the watch has not shown yet, and what it did show.
@@ -41,25 +51,26 @@ impl UnseenWrites {
     pub(super) fn wrote(&self, layer: &str, version: Option<&str>) {
         let mut layers = lock(&self.0);
         let known = layers.entry(layer.to_string()).or_default();
-        known.unseen = match version {
-            Some(version) if known.recent.iter().any(|v| v == version) => None,
+        known.unseen = match version.map(version_key) {
+            Some(version) if known.recent.contains(&version) => None,
             // No version to wait for: read afresh until a later write is seen.
-            other => Some(other.unwrap_or_default().to_string()),
+            other => Some(other.unwrap_or_else(|| version_key(""))),
         };
     }
 
     /// The watch (and so the cache) now holds `layer` at `version`.
     pub(super) fn seen(&self, layer: &str, version: Option<&str>) {
         let Some(version) = version else { return };
+        let version = version_key(version);
         let mut layers = lock(&self.0);
         let known = layers.entry(layer.to_string()).or_default();
-        if known.unseen.as_deref() == Some(version) {
+        if known.unseen == Some(version) {
             known.unseen = None;
         }
         if known.recent.len() == RECENT {
             known.recent.pop_front();
         }
-        known.recent.push_back(version.to_string());
+        known.recent.push_back(version);
     }
 
     /// Whether the cache may be older than our last write of `layer`.

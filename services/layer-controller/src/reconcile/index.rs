@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::crd::{AddonsLayer, InventoryEntry};
 use crate::keys::ORPHANED_STATUS;
@@ -50,13 +50,21 @@ fn ref_key(object: &ObjectRef) -> u64 {
     )
 }
 
+/// A source's identity as a number (the readers index keeps no copy of the reference; two
+/// sources sharing one would only wake each other's readers).
+fn source_key(source: &SourceRef) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    source.hash(&mut hasher);
+    hasher.finish()
+}
+
 /// One reverse map: key → the layers filed under it (sorted; almost always one, so a `Vec`
 /// and not a set, whose smallest node costs ten times the memory), and what each layer was
-/// filed under.
+/// filed under. A layer's name is allocated once and shared by every entry naming it.
 #[derive(Debug)]
 struct Reverse<K> {
-    by_key: HashMap<K, Vec<String>>,
-    by_layer: HashMap<String, Vec<K>>,
+    by_key: HashMap<K, Vec<Arc<str>>>,
+    by_layer: HashMap<Arc<str>, Vec<K>>,
 }
 
 impl<K> Default for Reverse<K> {
@@ -72,7 +80,7 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
     fn remove(&mut self, layer: &str) {
         for key in self.by_layer.remove(layer).unwrap_or_default() {
             if let Some(layers) = self.by_key.get_mut(&key) {
-                if let Ok(at) = layers.binary_search_by(|l| l.as_str().cmp(layer)) {
+                if let Ok(at) = layers.binary_search_by(|l| (**l).cmp(layer)) {
                     layers.remove(at);
                 }
                 if layers.is_empty() {
@@ -91,14 +99,15 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
             return;
         }
         self.remove(layer);
+        let name: Arc<str> = Arc::from(layer);
         for key in &keys {
             let layers = self.by_key.entry(key.clone()).or_default();
-            if let Err(at) = layers.binary_search_by(|l| l.as_str().cmp(layer)) {
-                layers.insert(at, layer.to_string());
+            if let Err(at) = layers.binary_search_by(|l| (**l).cmp(layer)) {
+                layers.insert(at, name.clone());
             }
         }
         if !keys.is_empty() {
-            self.by_layer.insert(layer.to_string(), keys);
+            self.by_layer.insert(name, keys);
         }
     }
 
@@ -107,7 +116,10 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
         K: std::borrow::Borrow<Q>,
         Q: Hash + Eq + ?Sized,
     {
-        self.by_key.get(key).cloned().unwrap_or_default()
+        self.by_key
+            .get(key)
+            .map(|layers| layers.iter().map(|l| l.to_string()).collect())
+            .unwrap_or_default()
     }
 }
 
@@ -115,7 +127,8 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
 struct Indexes {
     owners: Reverse<u64>,
     dependents: Reverse<String>,
-    readers: Reverse<SourceRef>,
+    /// By [`source_key`].
+    readers: Reverse<u64>,
 }
 
 impl Indexes {
@@ -137,8 +150,10 @@ impl Indexes {
         self.owners.file(name, objects);
         self.dependents
             .file(name, plan::dependencies_of(layer).into_iter().collect());
-        self.readers
-            .file(name, vec![SourceRef::of(layer, default_source_namespace)]);
+        self.readers.file(
+            name,
+            vec![source_key(&SourceRef::of(layer, default_source_namespace))],
+        );
     }
 }
 
@@ -190,7 +205,7 @@ impl LayerIndex {
 
     /// The layers that read `source`.
     pub(super) fn readers(&self, source: &SourceRef) -> Vec<String> {
-        lock(&self.indexes).readers.get(source)
+        lock(&self.indexes).readers.get(&source_key(source))
     }
 }
 

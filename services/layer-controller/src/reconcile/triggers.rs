@@ -44,9 +44,12 @@ pub(super) fn layer_intent(layer: &AddonsLayer) -> Option<u64> {
 /// revision, version, generations, deletion, or its first blocker. Message-only status
 /// updates do not wake dependents: otherwise every status write would ripple down the whole
 /// chain (each dependent's message quotes its dependency's), O(n²) reconciles for a chain of n.
+///
+/// `seen` keeps, per layer, a 128-bit fingerprint of those fields rather than their text (a
+/// few hundred bytes a layer, the spec included).
 pub(super) fn gate_relevant_change(
     changed: &AddonsLayer,
-    seen: &Mutex<HashMap<String, String>>,
+    seen: &Mutex<HashMap<String, (u64, u64)>>,
 ) -> bool {
     let empty = AddonsLayerStatus::default();
     let status = changed.status.as_ref().unwrap_or(&empty);
@@ -66,8 +69,16 @@ pub(super) fn gate_relevant_change(
             .count(),
     ])
     .to_string();
-    let previous = lock(seen).insert(changed.name_any(), key.clone());
-    previous.as_ref() != Some(&key) || changed.metadata.deletion_timestamp.is_some()
+    let fingerprint = |salt: u8| {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut hasher);
+        key.hash(&mut hasher);
+        hasher.finish()
+    };
+    let key = (fingerprint(0), fingerprint(1));
+    let previous = lock(seen).insert(changed.name_any(), key);
+    previous != Some(key) || changed.metadata.deletion_timestamp.is_some()
 }
 
 /// The dependents index: a change of `changed` wakes every layer that depends on it, and,
@@ -243,5 +254,49 @@ mod tests {
         for changed in &changes {
             assert_ne!(layer_intent(changed), base, "{:?}", changed.metadata);
         }
+    }
+
+    #[test]
+    fn dependents_wake_on_what_their_gates_see_not_on_messages() {
+        let seen = Mutex::default();
+        let with = |state: &str, message: &str| {
+            let mut this = layer();
+            this.status = Some(AddonsLayerStatus {
+                state: Some(state.into()),
+                blocked_by: vec![crate::crd::Blocker {
+                    name: "base".into(),
+                    reason: "NotDeployed".into(),
+                    message: message.into(),
+                }],
+                ..Default::default()
+            });
+            this
+        };
+        assert!(
+            gate_relevant_change(&with("Applying", "a"), &seen),
+            "first sight"
+        );
+        assert!(
+            !gate_relevant_change(&with("Applying", "a"), &seen),
+            "the same again"
+        );
+        assert!(
+            !gate_relevant_change(&with("Applying", "b"), &seen),
+            "a message alone"
+        );
+        assert!(
+            gate_relevant_change(&with("Deployed", "b"), &seen),
+            "the state"
+        );
+        let mut other = with("Deployed", "b");
+        other.metadata.name = Some("other".into());
+        assert!(
+            gate_relevant_change(&other, &seen),
+            "another layer's first sight"
+        );
+        assert!(
+            !gate_relevant_change(&with("Deployed", "b"), &seen),
+            "kept per layer"
+        );
     }
 }
