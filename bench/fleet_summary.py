@@ -198,6 +198,12 @@ def large(large_path, direct_path):
                     f"{(r['controller_peak_rss_kib'] - r['controller_idle_rss_kib']) / n:.1f} KiB per layer over "
                     f"{r['controller_idle_rss_kib'] / 1024:.0f} MiB idle; sockets: peak {r['controller_peak_sockets']}, "
                     f"{r['controller_sockets_at_end']} at the end.")
+        after = r.get("controller_rss_after_create_kib")
+        recs = [f"{r[k]:.2f} ({rnd})" for rnd, k in (("create", "reconciles_per_layer_create"),
+                                                 ("upgrade", "reconciles_per_layer_upgrade")) if k in r]
+        if after or recs:
+            rss = f"The controller's RSS after the create round {after / 1024:.1f} MiB; " if after else ""
+            said.append(rss + f"reconciles per layer {', '.join(recs) if recs else 'not recorded'}.")
         flags = controller_flags(r.get("controller_args", ""))
         sent = [f"{r[k]:.2f} in the {rnd} round" for rnd, k in (("create", "applied_objects_per_layer_create"),
                                                              ("upgrade", "applied_objects_per_layer_upgrade")) if k in r]
