@@ -153,8 +153,9 @@ impl Judged {
 }
 
 /// The layers waiting on one object, by name, each with how it judged it: almost always one
-/// layer, so a sorted vector. (A `BTreeMap` allocates a node of eleven entries for one: at
-/// 3,000 layers waiting on four objects each, ~1.3 KB per object.)
+/// layer, so a sorted vector grown one entry at a time. (A `BTreeMap` allocates a node of
+/// eleven entries for one, and a vector's first push room for four: at 3,000 layers waiting
+/// on four objects each, the node made 15 MB and the four 4.8 MB of a 42 MB heap.)
 #[derive(Debug, Default)]
 struct Waiters(Vec<(String, Judged)>);
 
@@ -172,7 +173,11 @@ impl Waiters {
     fn insert(&mut self, layer: String, judged: Judged) {
         match self.position(&layer) {
             Ok(i) => self.0[i].1 = judged,
-            Err(i) => self.0.insert(i, (layer, judged)),
+            Err(i) => {
+                // Room for exactly one more: a first push would make room for four.
+                self.0.reserve_exact(1);
+                self.0.insert(i, (layer, judged));
+            }
         }
     }
 

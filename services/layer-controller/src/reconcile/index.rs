@@ -103,6 +103,8 @@ impl<K: Hash + Eq + Ord + Clone> Reverse<K> {
         for key in &keys {
             let layers = self.by_key.entry(key.clone()).or_default();
             if let Err(at) = layers.binary_search_by(|l| (**l).cmp(layer)) {
+                // Almost always the only one: room for it alone, not the first push's four.
+                layers.reserve_exact(1);
                 layers.insert(at, name.clone());
             }
         }
