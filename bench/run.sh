@@ -770,8 +770,6 @@ def flag_value(args, flag, default):
         if w == flag and i + 1 < len(words):
             return words[i + 1]
     return default
-# What BENCH_LAYER_CONTROLLER_ARGS added to the flags every run passes (selector, namespace).
-extra_flags = fleet_summary.controller_flags
 # The driver sets --sync-period to the layers' interval unless told otherwise; say so from the
 # flags each run really had.
 syncs = sorted({flag_value(a, '--sync-period', '1m') for a in args_seen})
@@ -781,7 +779,8 @@ sync_text = (f" (`--sync-period` {', '.join(syncs)}: the layers' own `interval` 
              if syncs and all(x != '1m' for x in syncs) else "")
 flags_text = "; ".join(sorted({
     f"`--concurrent` {flag_value(a, '--concurrent', '10')}, `--client-max-in-flight` {flag_value(a, '--client-max-in-flight', '32')}"
-    + (f" (extra flags: `{extra_flags(a)}`)" if extra_flags(a) else "")
+    # What BENCH_LAYER_CONTROLLER_ARGS added to the flags every run passes.
+    + (f" (extra flags: `{extra}`)" if (extra := fleet_summary.controller_flags(a)) else "")
     for a in args_seen}))
 sent = [(r["applied_objects_per_layer_upgrade"], r["unchanged_objects_per_layer_upgrade"])
         for r in runs if "unchanged_objects_per_layer_upgrade" in r]

@@ -119,15 +119,14 @@ async fn steps(
     let deadline = tokio::time::Instant::now() + within;
     let mut seen = BTreeMap::new();
     while seen.len() < ZONES.len() {
-        let late = || {
-            anyhow::anyhow!(
-                "after {within:?} only zones {:?} reached {replicas} replicas",
-                seen.keys().collect::<Vec<_>>()
-            )
-        };
         let sts = tokio::time::timeout_at(deadline, changes.try_next())
             .await
-            .map_err(|_| late())??
+            .map_err(|_| {
+                anyhow::anyhow!(
+                    "after {within:?} only zones {:?} reached {replicas} replicas",
+                    seen.keys().collect::<Vec<_>>()
+                )
+            })??
             .context("the StatefulSet watch ended")?;
         let at = Instant::now();
         let name = sts.metadata.name.unwrap_or_default();

@@ -101,18 +101,11 @@ struct EventIdentity<'a> {
 /// made most of a thousand layers' 1.5 MB of fold keys. Two different Events sharing one
 /// (for 10^5 keys at once, a chance in 10^28) would fold a count into the wrong series.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-struct EventKey(u64, u64);
+struct EventKey((u64, u64));
 
 impl EventKey {
     fn of(identity: &EventIdentity<'_>) -> Self {
-        use std::hash::{DefaultHasher, Hash, Hasher};
-        let half = |salt: u8| {
-            let mut hasher = DefaultHasher::new();
-            salt.hash(&mut hasher);
-            identity.hash(&mut hasher);
-            hasher.finish()
-        };
-        Self(half(0), half(1))
+        Self(crate::hashing::fingerprint128(identity))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod controller;
 pub mod crds;
 pub mod error;
 pub mod events;
+pub mod hashing;
 pub mod http_get;
 pub mod http_metrics;
 pub mod labels;

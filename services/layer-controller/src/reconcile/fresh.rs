@@ -36,10 +36,7 @@ struct Versions {
 
 /// A resource version as [`Versions`] keeps it.
 fn version_key(version: &str) -> u64 {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut hasher = DefaultHasher::new();
-    version.hash(&mut hasher);
-    hasher.finish()
+    core_k8s::hashing::hash64(version)
 }
 
 /// Layer name → our last write of it the watch has not shown yet, and what it did show.

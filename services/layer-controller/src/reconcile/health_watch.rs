@@ -639,17 +639,13 @@ where
     }))
 }
 
-/// An object's key within its kind's watch.
 /// The key of an object among its kind's. A number, not the two strings: every object this
 /// controller applied stays in its kind's `applied` map (40,000 at 10,000 layers). Two objects
 /// of a kind sharing one (about one chance in 10^10 at that size) could wake each other's
 /// layers; an apply is skipped only when its fingerprint, which covers the whole manifest
 /// (name included), matches too.
 fn object_key(namespace: Option<&str>, name: &str) -> ObjectKey {
-    use std::hash::{DefaultHasher, Hash, Hasher};
-    let mut hasher = DefaultHasher::new();
-    (namespace.unwrap_or_default(), name).hash(&mut hasher);
-    hasher.finish()
+    core_k8s::hashing::hash64(&(namespace.unwrap_or_default(), name))
 }
 
 /// A kind's key among the watches: `group/version/plural`.

@@ -15,8 +15,7 @@
 //! stale or colliding entry can cost a look, never a wrong answer.
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
+use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 
 use crate::crd::{AddonsLayer, InventoryEntry};
@@ -27,9 +26,7 @@ use crate::plan::{self, ObjectRef, SourceRef};
 /// An object's identity as a number: group, kind, namespace and name, hashed without copying
 /// them (the same for an inventory entry as for the [`ObjectRef`] of its object).
 fn object_key(group: &str, kind: &str, namespace: &str, name: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    (group, kind, namespace, name).hash(&mut hasher);
-    hasher.finish()
+    core_k8s::hashing::hash64(&(group, kind, namespace, name))
 }
 
 fn entry_key(entry: &InventoryEntry) -> u64 {
@@ -53,9 +50,7 @@ fn ref_key(object: &ObjectRef) -> u64 {
 /// A source's identity as a number (the readers index keeps no copy of the reference; two
 /// sources sharing one would only wake each other's readers).
 fn source_key(source: &SourceRef) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    source.hash(&mut hasher);
-    hasher.finish()
+    core_k8s::hashing::hash64(source)
 }
 
 /// One reverse map: key → the layers filed under it (sorted; almost always one, so a `Vec`

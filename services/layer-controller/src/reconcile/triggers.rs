@@ -69,14 +69,7 @@ pub(super) fn gate_relevant_change(
             .count(),
     ])
     .to_string();
-    let fingerprint = |salt: u8| {
-        use std::hash::{Hash, Hasher};
-        let mut hasher = std::collections::hash_map::DefaultHasher::new();
-        salt.hash(&mut hasher);
-        key.hash(&mut hasher);
-        hasher.finish()
-    };
-    let key = (fingerprint(0), fingerprint(1));
+    let key = core_k8s::hashing::fingerprint128(&key);
     let previous = lock(seen).insert(changed.name_any(), key);
     previous != Some(key) || changed.metadata.deletion_timestamp.is_some()
 }
